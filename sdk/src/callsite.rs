@@ -1,0 +1,269 @@
+//! Call sites and the category filter.
+//!
+//! Every macro invocation owns one `static Callsite`: its name, category,
+//! source location and argument names, plus a cached *interest* byte. The hot
+//! path reads that byte with one relaxed load: `ENABLED` records, anything
+//! else branches to a `#[cold]` function that registers the site (first use)
+//! and answers. Registration gives the site a dense id, which is what records
+//! carry and what encoders intern per sequence.
+//!
+//! Changing the category filter or starting/stopping a session re-computes
+//! the interest of every registered site under the registry lock; recording
+//! threads never take that lock after a site's first use.
+
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+const UNREGISTERED: u8 = 0;
+const DISABLED: u8 = 1;
+const ENABLED: u8 = 2;
+
+/// What a call site records.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallsiteKind {
+    /// A slice: `trace_scope!`, `#[trace]`.
+    Scope,
+    /// A point in time: `trace_instant!`.
+    Instant,
+    /// A counter value: `trace_counter!`.
+    Counter,
+}
+
+/// The static description of one instrumentation point. Created by the macros;
+/// not meant to be built by hand.
+#[doc(hidden)]
+pub struct Callsite {
+    pub(crate) category: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) file: &'static str,
+    pub(crate) line: u32,
+    pub(crate) module: &'static str,
+    pub(crate) arg_names: &'static [&'static str],
+    #[allow(dead_code)] // read by the tracing layer and the JSON phases to come
+    pub(crate) kind: CallsiteKind,
+    interest: AtomicU8,
+    id: AtomicU32,
+}
+
+impl Callsite {
+    #[allow(clippy::too_many_arguments)]
+    pub const fn new(
+        category: &'static str,
+        name: &'static str,
+        file: &'static str,
+        line: u32,
+        module: &'static str,
+        arg_names: &'static [&'static str],
+        kind: CallsiteKind,
+    ) -> Callsite {
+        Callsite {
+            category,
+            name,
+            file,
+            line,
+            module,
+            arg_names,
+            kind,
+            interest: AtomicU8::new(UNREGISTERED),
+            id: AtomicU32::new(0),
+        }
+    }
+
+    /// True if events of this site are recorded now. One relaxed load on the
+    /// fast path.
+    #[inline(always)]
+    pub fn is_enabled(&'static self) -> bool {
+        match self.interest.load(Ordering::Relaxed) {
+            ENABLED => true,
+            DISABLED => false,
+            _ => self.register(),
+        }
+    }
+
+    /// The dense id records carry (valid once registered; ids start at 1).
+    #[inline(always)]
+    pub(crate) fn id(&self) -> u32 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn category(&self) -> &'static str {
+        self.category
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn register(&'static self) -> bool {
+        let mut reg = REGISTRY.lock();
+        if self.id.load(Ordering::Relaxed) == 0 {
+            reg.sites.push(self);
+            self.id.store(reg.sites.len() as u32, Ordering::Relaxed);
+        }
+        let on = reg.active && reg.filter.enabled(self.category);
+        self.interest.store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
+        on
+    }
+}
+
+struct Registry {
+    /// All registered sites; a site's id is its index + 1.
+    sites: Vec<&'static Callsite>,
+    filter: CategoryFilter,
+    /// A session is recording.
+    active: bool,
+}
+
+static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(|| {
+    Mutex::new(Registry { sites: Vec::new(), filter: CategoryFilter::all(), active: false })
+});
+
+impl Registry {
+    fn recompute(&self) {
+        for site in &self.sites {
+            let on = self.active && self.filter.enabled(site.category);
+            site.interest.store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Appends to `cache` every site registered since it was last filled.
+pub(crate) fn sync_sites(cache: &mut Vec<&'static Callsite>) {
+    let reg = REGISTRY.lock();
+    if cache.len() < reg.sites.len() {
+        let from = cache.len();
+        cache.extend_from_slice(&reg.sites[from..]);
+    }
+}
+
+pub(crate) fn set_active(active: bool) {
+    let mut reg = REGISTRY.lock();
+    reg.active = active;
+    reg.recompute();
+}
+
+pub(crate) fn replace_filter(filter: CategoryFilter) {
+    let mut reg = REGISTRY.lock();
+    reg.filter = filter;
+    reg.recompute();
+}
+
+/// Turns recording on for the categories matching any of `patterns`
+/// (`"*"`, an exact name, or a prefix glob such as `"net.*"`), on top of the
+/// current filter. Takes effect at once on every thread.
+///
+/// # Examples
+///
+/// ```
+/// ringtrace::disable_categories(["*"]);
+/// ringtrace::enable_categories(["io", "render"]);
+/// assert!(ringtrace::category_enabled("io"));
+/// assert!(!ringtrace::category_enabled("net"));
+/// ringtrace::enable_categories(["*"]);
+/// ```
+pub fn enable_categories<I, S>(patterns: I)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut reg = REGISTRY.lock();
+    for p in patterns {
+        reg.filter.push(p.as_ref(), true);
+    }
+    reg.recompute();
+}
+
+/// Turns recording off for the categories matching any of `patterns`; the
+/// counterpart of [`enable_categories`]. The latest matching rule wins.
+///
+/// # Examples
+///
+/// ```
+/// ringtrace::disable_categories(["verbose*"]);
+/// assert!(!ringtrace::category_enabled("verbose.io"));
+/// assert!(ringtrace::category_enabled("io"));
+/// ringtrace::enable_categories(["*"]);
+/// ```
+pub fn disable_categories<I, S>(patterns: I)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut reg = REGISTRY.lock();
+    for p in patterns {
+        reg.filter.push(p.as_ref(), false);
+    }
+    reg.recompute();
+}
+
+/// Whether the current filter lets `category` through (whether or not a
+/// session is recording).
+pub fn category_enabled(category: &str) -> bool {
+    REGISTRY.lock().filter.enabled(category)
+}
+
+/// An ordered list of enable/disable rules; the last rule matching a category
+/// decides. A `"*"` rule supersedes every earlier rule, so the list stays short.
+#[derive(Debug, Clone)]
+pub(crate) struct CategoryFilter {
+    rules: Vec<(String, bool)>,
+}
+
+impl CategoryFilter {
+    pub(crate) fn all() -> Self {
+        CategoryFilter { rules: vec![("*".to_string(), true)] }
+    }
+
+    pub(crate) fn none() -> Self {
+        CategoryFilter { rules: vec![("*".to_string(), false)] }
+    }
+
+    pub(crate) fn push(&mut self, pattern: &str, enable: bool) {
+        if pattern == "*" {
+            self.rules.clear();
+        } else {
+            self.rules.retain(|(p, _)| p != pattern);
+        }
+        self.rules.push((pattern.to_string(), enable));
+    }
+
+    pub(crate) fn enabled(&self, category: &str) -> bool {
+        self.rules
+            .iter()
+            .rev()
+            .find(|(p, _)| matches(p, category))
+            .map(|&(_, on)| on)
+            .unwrap_or(false)
+    }
+}
+
+fn matches(pattern: &str, category: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => category.starts_with(prefix),
+        None => pattern == category,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_matching_rule_wins() {
+        let mut f = CategoryFilter::all();
+        f.push("*", false);
+        f.push("io", true);
+        f.push("render*", true);
+        assert!(f.enabled("io"));
+        assert!(f.enabled("render.gpu"));
+        assert!(!f.enabled("net"));
+        f.push("io", false);
+        assert!(!f.enabled("io"));
+        assert_eq!(f.rules.len(), 3);
+        assert!(!CategoryFilter::none().enabled("x"));
+    }
+}

@@ -1,0 +1,208 @@
+//! Encoders turn drained records into file bytes. Both formats share the
+//! pieces here: the process identity, the tick conversion, and the pairing of
+//! scope ends with their begins.
+
+pub(crate) mod json;
+pub(crate) mod perfetto;
+pub(crate) mod protowire;
+
+use crate::callsite::{self, Callsite};
+use crate::clock::Calibration;
+use crate::registry::ThreadRing;
+
+/// What the encoders know about the traced process.
+#[derive(Debug, Clone)]
+pub(crate) struct ProcessInfo {
+    pub(crate) pid: i32,
+    pub(crate) name: String,
+    pub(crate) cmdline: Vec<String>,
+    /// Track uuid of the process (random per session, 63 bits).
+    pub(crate) uuid: u64,
+}
+
+impl ProcessInfo {
+    pub(crate) fn current(name: Option<String>) -> ProcessInfo {
+        let pid = crate::sys::pid();
+        let seed = crate::sys::realtime_ns() ^ crate::sys::boottime_ns().rotate_left(32) ^ (pid as u64) << 16;
+        ProcessInfo {
+            pid,
+            name: name.unwrap_or_else(crate::sys::process_name),
+            cmdline: crate::sys::cmdline(),
+            uuid: mix(seed) & UUID_MASK,
+        }
+    }
+
+    /// The track uuid of thread `tid`: the same for the whole trace.
+    pub(crate) fn thread_uuid(&self, tid: i64) -> u64 {
+        (mix(self.uuid ^ (tid as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) & UUID_MASK).max(1)
+    }
+
+    /// The uuid of a track derived from this process and a `kind`/`key` pair.
+    pub(crate) fn derived_uuid(&self, kind: u64, key: u64) -> u64 {
+        (mix(self.uuid ^ mix(kind.wrapping_add(key.rotate_left(17)))) & UUID_MASK).max(1)
+    }
+}
+
+const UUID_MASK: u64 = (1 << 63) - 1;
+
+/// splitmix64's finaliser: a cheap, well-spread 64-bit mix.
+pub(crate) fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// FNV-1a, for keys derived from names.
+pub(crate) fn hash_str(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Call sites by id, cached by the flusher so it does not lock per event.
+#[derive(Default)]
+pub(crate) struct Sites {
+    cache: Vec<&'static Callsite>,
+}
+
+impl Sites {
+    pub(crate) fn get(&mut self, id: u32) -> Option<&'static Callsite> {
+        let idx = (id as usize).checked_sub(1)?;
+        if idx >= self.cache.len() {
+            callsite::sync_sites(&mut self.cache);
+        }
+        self.cache.get(idx).copied()
+    }
+}
+
+/// Everything an encoder needs besides the records.
+pub(crate) struct Context<'a> {
+    pub(crate) cal: &'a Calibration,
+    pub(crate) process: &'a ProcessInfo,
+    pub(crate) sites: &'a mut Sites,
+}
+
+/// A drained batch from one thread.
+pub(crate) struct Batch<'a> {
+    pub(crate) thread: &'a ThreadRing,
+    pub(crate) words: &'a [u64],
+    /// Records overwritten (flight-recorder mode) before this batch.
+    pub(crate) overwritten: u64,
+}
+
+/// Counts an encoder keeps, reported in the session's stats.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct EncodeStats {
+    pub(crate) events: u64,
+    pub(crate) lost_reported: u64,
+    pub(crate) unmatched_ends: u64,
+    pub(crate) ends_lost: u64,
+}
+
+pub(crate) trait Encoder: Send {
+    /// Bytes that open the file.
+    fn header(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>);
+    /// Encodes one thread's drained records.
+    fn batch(&mut self, ctx: &mut Context<'_>, batch: &Batch<'_>, out: &mut Vec<u8>);
+    /// A thread's ring is gone for good (thread exited, fully drained): close
+    /// what it left open at `now_ns` if `close_open`, and forget its state.
+    fn thread_done(&mut self, ctx: &mut Context<'_>, seq_id: u32, out: &mut Vec<u8>);
+    /// `count` events of `thread` were lost outside its record stream (drops
+    /// counted after its last record, oversized events): mark it in the trace.
+    fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64, out: &mut Vec<u8>);
+    /// Periodic bookkeeping (clock snapshots).
+    fn tick(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>);
+    /// Bytes that close the file; `now_ns` is the end of the trace.
+    fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64, out: &mut Vec<u8>);
+    fn stats(&self) -> EncodeStats;
+}
+
+/// A scope that began and has not ended yet.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenScope {
+    pub(crate) depth: u32,
+    pub(crate) site: u32,
+    pub(crate) ts_ns: u64,
+    /// Argument words, kept for encoders that write at the end (JSON `X`).
+    pub(crate) args: Vec<u64>,
+}
+
+/// Pairs ends with begins by the depth both records carry, so a lost record
+/// never makes an end close the wrong slice.
+#[derive(Debug, Default)]
+pub(crate) struct ScopeStack {
+    open: Vec<OpenScope>,
+}
+
+/// What an end record closes.
+pub(crate) struct EndMatch {
+    /// Scopes whose own end was lost, innermost first: close them here.
+    pub(crate) orphaned: Vec<OpenScope>,
+    /// The scope this end belongs to, if its begin was kept.
+    pub(crate) matched: Option<OpenScope>,
+}
+
+impl ScopeStack {
+    /// A begin at `depth`: scopes at that depth or deeper lost their end.
+    pub(crate) fn begin(&mut self, scope: OpenScope) -> Vec<OpenScope> {
+        let orphaned = self.pop_deeper_than(scope.depth, true);
+        self.open.push(scope);
+        orphaned
+    }
+
+    pub(crate) fn end(&mut self, depth: u32) -> EndMatch {
+        let orphaned = self.pop_deeper_than(depth, false);
+        let matched = if self.open.last().is_some_and(|s| s.depth == depth) { self.open.pop() } else { None };
+        EndMatch { orphaned, matched }
+    }
+
+    fn pop_deeper_than(&mut self, depth: u32, inclusive: bool) -> Vec<OpenScope> {
+        let mut out = Vec::new();
+        while let Some(top) = self.open.last() {
+            if top.depth > depth || (inclusive && top.depth == depth) {
+                out.push(self.open.pop().unwrap());
+            } else {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Everything still open, innermost first.
+    pub(crate) fn drain_all(&mut self) -> Vec<OpenScope> {
+        let mut v = std::mem::take(&mut self.open);
+        v.reverse();
+        v
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(depth: u32, site: u32) -> OpenScope {
+        OpenScope { depth, site, ts_ns: 0, args: Vec::new() }
+    }
+
+    #[test]
+    fn lost_end_is_closed_by_the_outer_end() {
+        let mut st = ScopeStack::default();
+        assert!(st.begin(s(0, 1)).is_empty());
+        assert!(st.begin(s(1, 2)).is_empty());
+        // end of depth 1 lost; a new begin at depth 1 orphans the old one
+        let orphans = st.begin(s(1, 3));
+        assert_eq!(orphans.len(), 1);
+        assert_eq!(orphans[0].site, 2);
+        let m = st.end(1);
+        assert!(m.orphaned.is_empty());
+        assert_eq!(m.matched.unwrap().site, 3);
+        let m = st.end(0);
+        assert_eq!(m.matched.unwrap().site, 1);
+        // an end whose begin was lost matches nothing
+        let m = st.end(0);
+        assert!(m.matched.is_none());
+    }
+}

@@ -1,0 +1,679 @@
+//! Perfetto protobuf encoder: a stream of `TracePacket`s framed as field 1 of
+//! `Trace`.
+//!
+//! Each recording thread is one packet sequence. A sequence starts (and
+//! restarts after any loss) with a packet that clears incremental state, sets
+//! the defaults (incremental clock 64, the thread's track) and carries a
+//! ClockSnapshot relating clock 64 to BOOTTIME; then the process and thread
+//! track descriptors. Event packets carry a delta timestamp, the
+//! NEEDS_INCREMENTAL_STATE flag and interned ids; new interned entries ride in
+//! the packet that first uses them. Sequence 1 is the session's own: global
+//! clock snapshots (BOOTTIME, MONOTONIC, REALTIME) and the process descriptor.
+//!
+//! Field numbers are Perfetto's (`protos/perfetto/trace/...`).
+
+use super::protowire::{bytes, double, int, nested, string, uint};
+use super::{Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
+use crate::args::{ArgReader, ArgValue};
+use crate::callsite::Callsite;
+use crate::record::{parse, Record};
+use crate::registry::{ThreadRing, SESSION_SEQ};
+use crate::sys;
+use std::collections::{HashMap, HashSet};
+
+// TracePacket
+const P_TIMESTAMP: u32 = 8;
+const P_CLOCK_SNAPSHOT: u32 = 6;
+const P_TRACK_EVENT: u32 = 11;
+const P_TRACK_DESCRIPTOR: u32 = 60;
+const P_SEQUENCE_ID: u32 = 10;
+const P_INTERNED_DATA: u32 = 12;
+const P_SEQUENCE_FLAGS: u32 = 13;
+const P_DEFAULTS: u32 = 59;
+const P_PREVIOUS_PACKET_DROPPED: u32 = 42;
+const P_FIRST_PACKET_ON_SEQUENCE: u32 = 87;
+// TracePacketDefaults / TrackEventDefaults
+const D_TIMESTAMP_CLOCK_ID: u32 = 58;
+const D_TRACK_EVENT_DEFAULTS: u32 = 11;
+const TED_TRACK_UUID: u32 = 11;
+// ClockSnapshot / Clock
+const CS_CLOCKS: u32 = 1;
+const CS_PRIMARY_TRACE_CLOCK: u32 = 2;
+const C_ID: u32 = 1;
+const C_TIMESTAMP: u32 = 2;
+const C_IS_INCREMENTAL: u32 = 3;
+const C_UNIT_MULTIPLIER_NS: u32 = 4;
+// TrackEvent
+const TE_CATEGORY_IIDS: u32 = 3;
+const TE_DEBUG_ANNOTATIONS: u32 = 4;
+const TE_TYPE: u32 = 9;
+const TE_NAME_IID: u32 = 10;
+const TE_TRACK_UUID: u32 = 11;
+const TE_NAME: u32 = 23;
+const TE_COUNTER_VALUE: u32 = 30;
+const TE_DOUBLE_COUNTER_VALUE: u32 = 44;
+const TE_SOURCE_LOCATION_IID: u32 = 34;
+const TYPE_SLICE_BEGIN: u64 = 1;
+const TYPE_SLICE_END: u64 = 2;
+const TYPE_INSTANT: u64 = 3;
+const TYPE_COUNTER: u64 = 4;
+// TrackDescriptor and friends
+const TD_UUID: u32 = 1;
+const TD_NAME: u32 = 2;
+const TD_PROCESS: u32 = 3;
+const TD_THREAD: u32 = 4;
+const TD_PARENT_UUID: u32 = 5;
+const TD_COUNTER: u32 = 8;
+const PD_PID: u32 = 1;
+const PD_CMDLINE: u32 = 2;
+const PD_PROCESS_NAME: u32 = 6;
+const THD_PID: u32 = 1;
+const THD_TID: u32 = 2;
+const THD_THREAD_NAME: u32 = 5;
+// InternedData
+const ID_EVENT_CATEGORIES: u32 = 1;
+const ID_EVENT_NAMES: u32 = 2;
+const ID_DEBUG_ANNOTATION_NAMES: u32 = 3;
+const ID_SOURCE_LOCATIONS: u32 = 4;
+const ENTRY_IID: u32 = 1;
+const ENTRY_NAME: u32 = 2;
+const SL_FILE_NAME: u32 = 2;
+const SL_FUNCTION_NAME: u32 = 3;
+const SL_LINE_NUMBER: u32 = 4;
+// DebugAnnotation
+const DA_NAME_IID: u32 = 1;
+const DA_BOOL: u32 = 2;
+const DA_UINT: u32 = 3;
+const DA_INT: u32 = 4;
+const DA_DOUBLE: u32 = 5;
+const DA_STRING: u32 = 6;
+const DA_POINTER: u32 = 7;
+const DA_NAME: u32 = 10;
+const DA_DICT_ENTRIES: u32 = 11;
+const DA_ARRAY_VALUES: u32 = 12;
+
+const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
+/// previous_packet_dropped bits: DATA_LOSS_PRESENT, OVERWRITE, SMB_FULL.
+const LOSS_PRESENT: u32 = 1;
+const LOSS_OVERWRITE: u32 = 64;
+const LOSS_BUFFER_FULL: u32 = 256;
+
+/// The sequence-scoped incremental clock (ns units).
+const SEQ_CLOCK: u64 = 64;
+const BOOTTIME: u64 = sys::CLOCK_BOOTTIME as u64;
+
+/// Name of the instant that marks where events were lost, with their count.
+pub(crate) const LOST_EVENT_NAME: &str = "ringtrace: events lost";
+/// Async ids and counter sites get tracks of their own: uuid derivation keys.
+const UUID_KIND_COUNTER: u64 = 1;
+const UUID_KIND_ASYNC: u64 = 2;
+
+/// Per-sequence state: interning tables and the delta clock.
+struct Seq {
+    seq_id: u32,
+    track_uuid: u64,
+    pid: i32,
+    tid: i64,
+    name: String,
+    /// A packet was ever written (first_packet_on_sequence is set once).
+    started: bool,
+    /// Incremental state is valid; false forces a reset before the next packet.
+    valid: bool,
+    /// previous_packet_dropped bits for the next reset.
+    loss_flags: u32,
+    /// Events lost and not yet marked in the trace.
+    lost_unreported: u64,
+    last_ns: u64,
+    name_iids: Vec<u32>,
+    loc_iids: Vec<u32>,
+    cat_iids: HashMap<&'static str, u32>,
+    ann_iids: HashMap<&'static str, u32>,
+    next_name_iid: u32,
+    next_cat_iid: u32,
+    next_ann_iid: u32,
+    next_loc_iid: u32,
+    /// Track uuids (counter, async) described since the last reset.
+    described: HashSet<u64>,
+    stack: ScopeStack,
+}
+
+impl Seq {
+    fn new(t: &ThreadRing, track_uuid: u64) -> Seq {
+        Seq {
+            seq_id: t.seq_id,
+            track_uuid,
+            pid: t.pid,
+            tid: t.tid,
+            name: t.name.clone(),
+            started: false,
+            valid: false,
+            loss_flags: 0,
+            lost_unreported: 0,
+            last_ns: 0,
+            name_iids: Vec::new(),
+            loc_iids: Vec::new(),
+            cat_iids: HashMap::new(),
+            ann_iids: HashMap::new(),
+            next_name_iid: 1,
+            next_cat_iid: 1,
+            next_ann_iid: 1,
+            next_loc_iid: 1,
+            described: HashSet::new(),
+            stack: ScopeStack::default(),
+        }
+    }
+
+    fn clear_interning(&mut self) {
+        self.name_iids.iter_mut().for_each(|v| *v = 0);
+        self.loc_iids.iter_mut().for_each(|v| *v = 0);
+        self.cat_iids.clear();
+        self.ann_iids.clear();
+        self.next_name_iid = 1;
+        self.next_cat_iid = 1;
+        self.next_ann_iid = 1;
+        self.next_loc_iid = 1;
+        self.described.clear();
+    }
+}
+
+/// Options of the Perfetto output.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PerfettoOptions {
+    /// Intern and reference each call site's file:line on its events.
+    pub(crate) source_locations: bool,
+}
+
+pub(crate) struct PerfettoEncoder {
+    opts: PerfettoOptions,
+    seqs: HashMap<u32, Seq>,
+    stats: EncodeStats,
+    /// Scratch buffers reused for every packet.
+    te: Vec<u8>,
+    interned: Vec<u8>,
+}
+
+impl PerfettoEncoder {
+    pub(crate) fn new(opts: PerfettoOptions) -> Self {
+        PerfettoEncoder { opts, seqs: HashMap::new(), stats: EncodeStats::default(), te: Vec::new(), interned: Vec::new() }
+    }
+}
+
+/// Writes a global ClockSnapshot (BOOTTIME, MONOTONIC, REALTIME) on the
+/// session sequence, so every other clock can be related to the trace clock.
+fn global_snapshot(out: &mut Vec<u8>) {
+    let boot = sys::boottime_ns();
+    let mono = sys::monotonic_ns();
+    let real = sys::realtime_ns();
+    nested(out, 1, |p| {
+        uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
+        nested(p, P_CLOCK_SNAPSHOT, |cs| {
+            for (id, ts) in [(BOOTTIME, boot), (sys::CLOCK_MONOTONIC as u64, mono), (sys::CLOCK_REALTIME as u64, real)] {
+                nested(cs, CS_CLOCKS, |c| {
+                    uint(c, C_ID, id);
+                    uint(c, C_TIMESTAMP, ts);
+                });
+            }
+            uint(cs, CS_PRIMARY_TRACE_CLOCK, BOOTTIME);
+        });
+    });
+}
+
+fn process_descriptor(buf: &mut Vec<u8>, ctx: &Context<'_>) {
+    let p = ctx.process;
+    nested(buf, P_TRACK_DESCRIPTOR, |td| {
+        uint(td, TD_UUID, p.uuid);
+        nested(td, TD_PROCESS, |pd| {
+            int(pd, PD_PID, p.pid as i64);
+            for arg in &p.cmdline {
+                string(pd, PD_CMDLINE, arg);
+            }
+            string(pd, PD_PROCESS_NAME, &p.name);
+        });
+    });
+}
+
+impl Encoder for PerfettoEncoder {
+    fn header(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>) {
+        global_snapshot(out);
+        nested(out, 1, |p| {
+            uint(p, P_TIMESTAMP, sys::boottime_ns());
+            uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
+            process_descriptor(p, ctx);
+        });
+    }
+
+    fn batch(&mut self, ctx: &mut Context<'_>, batch: &Batch<'_>, out: &mut Vec<u8>) {
+        let t = batch.thread;
+        let track_uuid = ctx.process.thread_uuid(t.tid);
+        let mut seq = self.seqs.remove(&t.seq_id).unwrap_or_else(|| Seq::new(t, track_uuid));
+        if batch.overwritten > 0 {
+            seq.valid = false;
+            seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
+            seq.lost_unreported += batch.overwritten;
+        }
+        for rec in parse(batch.words) {
+            self.record(ctx, &mut seq, rec, out);
+        }
+        self.seqs.insert(t.seq_id, seq);
+    }
+
+    fn thread_done(&mut self, _ctx: &mut Context<'_>, seq_id: u32, _out: &mut Vec<u8>) {
+        // Slices the thread left open stay open ("did not end"), as they were.
+        self.seqs.remove(&seq_id);
+    }
+
+    fn note_lost(&mut self, ctx: &mut Context<'_>, t: &ThreadRing, count: u64, _out: &mut Vec<u8>) {
+        // Marked (with a sequence reset) before the thread's next packet, or at finish.
+        let track_uuid = ctx.process.thread_uuid(t.tid);
+        let seq = self.seqs.entry(t.seq_id).or_insert_with(|| Seq::new(t, track_uuid));
+        seq.valid = false;
+        seq.loss_flags |= LOSS_PRESENT | if t.ring.is_overwrite() { LOSS_OVERWRITE } else { LOSS_BUFFER_FULL };
+        seq.lost_unreported += count;
+    }
+
+    fn tick(&mut self, _ctx: &mut Context<'_>, out: &mut Vec<u8>) {
+        global_snapshot(out);
+    }
+
+    fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64, out: &mut Vec<u8>) {
+        // Losses counted after a thread's last record still get their marker.
+        let seq_ids: Vec<u32> = self.seqs.keys().copied().collect();
+        for id in seq_ids {
+            let mut seq = self.seqs.remove(&id).unwrap();
+            if seq.lost_unreported > 0 {
+                let ts = now_ns.max(seq.last_ns);
+                self.ensure_valid(ctx, &mut seq, ts, out);
+            }
+            self.seqs.insert(id, seq);
+        }
+        global_snapshot(out);
+    }
+
+    fn stats(&self) -> EncodeStats {
+        self.stats
+    }
+}
+
+impl PerfettoEncoder {
+
+    fn record(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, rec: Record<'_>, out: &mut Vec<u8>) {
+        let ts = ctx.cal.to_ns(rec.ts()).max(seq.last_ns);
+        match rec {
+            Record::Lost { count, .. } => {
+                seq.valid = false;
+                seq.loss_flags |= LOSS_PRESENT | LOSS_BUFFER_FULL;
+                seq.lost_unreported += count;
+            }
+            Record::Begin { site, depth, args, .. } => {
+                let Some(cs) = ctx.sites.get(site) else { return };
+                self.ensure_valid(ctx, seq, ts, out);
+                for orphan in seq.stack.begin(OpenScope { depth, site, ts_ns: ts, args: Vec::new() }) {
+                    self.end_orphan(seq, ts, orphan, out);
+                }
+                self.event(seq, ts, TYPE_SLICE_BEGIN, None, Some(cs), args, out);
+            }
+            Record::End { depth, .. } => {
+                let m = seq.stack.end(depth);
+                if m.matched.is_none() && m.orphaned.is_empty() {
+                    self.stats.unmatched_ends += 1;
+                    return;
+                }
+                self.ensure_valid(ctx, seq, ts, out);
+                for orphan in m.orphaned {
+                    self.end_orphan(seq, ts, orphan, out);
+                }
+                if m.matched.is_some() {
+                    self.event(seq, ts, TYPE_SLICE_END, None, None, &[], out);
+                } else {
+                    self.stats.unmatched_ends += 1;
+                }
+            }
+            Record::Instant { site, args, .. } => {
+                let Some(cs) = ctx.sites.get(site) else { return };
+                self.ensure_valid(ctx, seq, ts, out);
+                self.event(seq, ts, TYPE_INSTANT, None, Some(cs), args, out);
+            }
+            Record::CounterI64 { site, value, .. } => {
+                let Some(cs) = ctx.sites.get(site) else { return };
+                self.ensure_valid(ctx, seq, ts, out);
+                let uuid = self.counter_track(ctx, seq, cs, ts, out);
+                self.counter(seq, ts, uuid, |te| int(te, TE_COUNTER_VALUE, value), out);
+            }
+            Record::CounterF64 { site, value, .. } => {
+                let Some(cs) = ctx.sites.get(site) else { return };
+                self.ensure_valid(ctx, seq, ts, out);
+                let uuid = self.counter_track(ctx, seq, cs, ts, out);
+                self.counter(seq, ts, uuid, |te| double(te, TE_DOUBLE_COUNTER_VALUE, value), out);
+            }
+            Record::AsyncBegin { site, id, args, .. } => {
+                let Some(cs) = ctx.sites.get(site) else { return };
+                self.ensure_valid(ctx, seq, ts, out);
+                let uuid = self.async_track(ctx, seq, cs, id, ts, out);
+                self.event(seq, ts, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args, out);
+            }
+            Record::AsyncEnd { site, id, .. } => {
+                let Some(cs) = ctx.sites.get(site) else { return };
+                self.ensure_valid(ctx, seq, ts, out);
+                let uuid = self.async_track(ctx, seq, cs, id, ts, out);
+                self.event(seq, ts, TYPE_SLICE_END, Some(uuid), None, &[], out);
+            }
+        }
+    }
+
+    /// Closes a slice whose end record was lost, at `ts`, saying so in an arg.
+    fn end_orphan(&mut self, seq: &mut Seq, ts: u64, _orphan: OpenScope, out: &mut Vec<u8>) {
+        self.stats.ends_lost += 1;
+        let delta = self.advance(seq, ts);
+        self.te.clear();
+        self.interned.clear();
+        uint(&mut self.te, TE_TYPE, TYPE_SLICE_END);
+        nested(&mut self.te, TE_DEBUG_ANNOTATIONS, |a| {
+            string(a, DA_NAME, "ringtrace.end_lost");
+            uint(a, DA_BOOL, 1);
+        });
+        self.emit(seq, delta, out);
+    }
+
+    /// Resets the sequence if needed (first packet, or after a loss) and marks
+    /// any loss with an instant carrying the count.
+    fn ensure_valid(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, ts: u64, out: &mut Vec<u8>) {
+        if seq.valid {
+            return;
+        }
+        self.reset(ctx, seq, ts, out);
+        if seq.lost_unreported > 0 {
+            let count = std::mem::take(&mut seq.lost_unreported);
+            self.stats.lost_reported += count;
+            let delta = self.advance(seq, ts);
+            self.te.clear();
+            self.interned.clear();
+            uint(&mut self.te, TE_TYPE, TYPE_INSTANT);
+            string(&mut self.te, TE_NAME, LOST_EVENT_NAME);
+            nested(&mut self.te, TE_DEBUG_ANNOTATIONS, |a| {
+                string(a, DA_NAME, "lost_events");
+                uint(a, DA_UINT, count);
+            });
+            self.emit(seq, delta, out);
+        }
+    }
+
+    /// Writes the packets that (re)start a sequence at `ts`.
+    fn reset(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, ts: u64, out: &mut Vec<u8>) {
+        seq.clear_interning();
+        nested(out, 1, |p| {
+            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
+            if !seq.started {
+                uint(p, P_FIRST_PACKET_ON_SEQUENCE, 1);
+            }
+            uint(p, P_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+            if seq.loss_flags != 0 {
+                uint(p, P_PREVIOUS_PACKET_DROPPED, seq.loss_flags as u64);
+            }
+            nested(p, P_DEFAULTS, |d| {
+                uint(d, D_TIMESTAMP_CLOCK_ID, SEQ_CLOCK);
+                nested(d, D_TRACK_EVENT_DEFAULTS, |ted| uint(ted, TED_TRACK_UUID, seq.track_uuid));
+            });
+            nested(p, P_CLOCK_SNAPSHOT, |cs| {
+                nested(cs, CS_CLOCKS, |c| {
+                    uint(c, C_ID, BOOTTIME);
+                    uint(c, C_TIMESTAMP, ts);
+                });
+                nested(cs, CS_CLOCKS, |c| {
+                    uint(c, C_ID, SEQ_CLOCK);
+                    uint(c, C_TIMESTAMP, ts);
+                    uint(c, C_IS_INCREMENTAL, 1);
+                    uint(c, C_UNIT_MULTIPLIER_NS, 1);
+                });
+            });
+        });
+        seq.started = true;
+        seq.valid = true;
+        seq.loss_flags = 0;
+        seq.last_ns = ts;
+        // The process and this thread's track, re-described after every reset.
+        self.descriptor_packet(seq, out, |td| process_descriptor(td, ctx));
+        let (pid, tid, parent, uuid) = (seq.pid, seq.tid, ctx.process.uuid, seq.track_uuid);
+        let name = std::mem::take(&mut seq.name);
+        self.descriptor_packet(seq, out, |p| {
+            nested(p, P_TRACK_DESCRIPTOR, |td| {
+                uint(td, TD_UUID, uuid);
+                uint(td, TD_PARENT_UUID, parent);
+                nested(td, TD_THREAD, |th| {
+                    int(th, THD_PID, pid as i64);
+                    int(th, THD_TID, tid);
+                    if !name.is_empty() {
+                        string(th, THD_THREAD_NAME, &name);
+                    }
+                });
+            });
+        });
+        seq.name = name;
+    }
+
+    /// A packet on `seq` at the current clock position carrying what `f` writes.
+    fn descriptor_packet(&mut self, seq: &Seq, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
+        nested(out, 1, |p| {
+            uint(p, P_TIMESTAMP, 0);
+            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
+            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            f(p);
+        });
+    }
+
+    /// Moves the sequence clock to `ts`; returns the delta to write.
+    #[inline]
+    fn advance(&self, seq: &mut Seq, ts: u64) -> u64 {
+        let delta = ts - seq.last_ns;
+        seq.last_ns = ts;
+        delta
+    }
+
+    /// Writes a packet with the current `te` and `interned` scratch contents.
+    #[inline]
+    fn emit(&mut self, seq: &Seq, delta: u64, out: &mut Vec<u8>) {
+        let (te, interned) = (&self.te, &self.interned);
+        nested(out, 1, |p| {
+            uint(p, P_TIMESTAMP, delta);
+            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
+            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            if !interned.is_empty() {
+                bytes(p, P_INTERNED_DATA, interned);
+            }
+            bytes(p, P_TRACK_EVENT, te);
+        });
+    }
+
+    /// A slice begin/end or instant event on the thread track (or `track`).
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        seq: &mut Seq,
+        ts: u64,
+        ty: u64,
+        track: Option<u64>,
+        site: Option<&'static Callsite>,
+        args: &[u64],
+        out: &mut Vec<u8>,
+    ) {
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        self.te.clear();
+        self.interned.clear();
+        if let Some(cs) = site {
+            let cat = intern_category(seq, cs, &mut self.interned);
+            uint(&mut self.te, TE_CATEGORY_IIDS, cat as u64);
+        }
+        uint(&mut self.te, TE_TYPE, ty);
+        if let Some(uuid) = track {
+            uint(&mut self.te, TE_TRACK_UUID, uuid);
+        }
+        if let Some(cs) = site {
+            let name = intern_name(seq, cs, &mut self.interned);
+            uint(&mut self.te, TE_NAME_IID, name as u64);
+            if self.opts.source_locations {
+                let loc = intern_location(seq, cs, &mut self.interned);
+                uint(&mut self.te, TE_SOURCE_LOCATION_IID, loc as u64);
+            }
+            if !cs.arg_names.is_empty() {
+                let mut reader = ArgReader::new(args);
+                for &arg_name in cs.arg_names {
+                    let iid = intern_annotation_name(seq, arg_name, &mut self.interned);
+                    nested(&mut self.te, TE_DEBUG_ANNOTATIONS, |a| {
+                        uint(a, DA_NAME_IID, iid as u64);
+                        annotation_value(a, &mut reader, 0);
+                    });
+                }
+            }
+        }
+        self.emit(seq, delta, out);
+    }
+
+    fn counter(&mut self, seq: &mut Seq, ts: u64, uuid: u64, value: impl FnOnce(&mut Vec<u8>), out: &mut Vec<u8>) {
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        self.te.clear();
+        self.interned.clear();
+        uint(&mut self.te, TE_TYPE, TYPE_COUNTER);
+        uint(&mut self.te, TE_TRACK_UUID, uuid);
+        value(&mut self.te);
+        self.emit(seq, delta, out);
+    }
+
+    /// The process-scoped counter track of `cs`, described on this sequence
+    /// before its first value.
+    fn counter_track(&mut self, ctx: &Context<'_>, seq: &mut Seq, cs: &Callsite, ts: u64, out: &mut Vec<u8>) -> u64 {
+        let uuid = ctx.process.derived_uuid(UUID_KIND_COUNTER, super::hash_str(cs.name));
+        if seq.described.insert(uuid) {
+            let _ = self.advance(seq, ts);
+            let parent = ctx.process.uuid;
+            self.descriptor_packet(seq, out, |p| {
+                nested(p, P_TRACK_DESCRIPTOR, |td| {
+                    uint(td, TD_UUID, uuid);
+                    string(td, TD_NAME, cs.name);
+                    uint(td, TD_PARENT_UUID, parent);
+                    nested(td, TD_COUNTER, |_| {});
+                });
+            });
+        }
+        uuid
+    }
+
+    /// The track of async range `id`, described on this sequence before use.
+    fn async_track(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        cs: &Callsite,
+        id: u64,
+        ts: u64,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
+        if seq.described.len() > 4096 {
+            seq.described.clear(); // re-describing is harmless; keep memory bounded
+        }
+        if seq.described.insert(uuid) {
+            let _ = self.advance(seq, ts);
+            let parent = ctx.process.uuid;
+            self.descriptor_packet(seq, out, |p| {
+                nested(p, P_TRACK_DESCRIPTOR, |td| {
+                    uint(td, TD_UUID, uuid);
+                    string(td, TD_NAME, cs.name);
+                    uint(td, TD_PARENT_UUID, parent);
+                });
+            });
+        }
+        uuid
+    }
+}
+
+fn intern_name(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
+    let idx = cs.id() as usize;
+    if seq.name_iids.len() <= idx {
+        seq.name_iids.resize(idx + 1, 0);
+    }
+    if seq.name_iids[idx] == 0 {
+        let iid = seq.next_name_iid;
+        seq.next_name_iid += 1;
+        seq.name_iids[idx] = iid;
+        intern_entry(interned, ID_EVENT_NAMES, iid, cs.name);
+    }
+    seq.name_iids[idx]
+}
+
+fn intern_category(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
+    if let Some(&iid) = seq.cat_iids.get(cs.category) {
+        return iid;
+    }
+    let iid = seq.next_cat_iid;
+    seq.next_cat_iid += 1;
+    seq.cat_iids.insert(cs.category, iid);
+    intern_entry(interned, ID_EVENT_CATEGORIES, iid, cs.category);
+    iid
+}
+
+fn intern_annotation_name(seq: &mut Seq, name: &'static str, interned: &mut Vec<u8>) -> u32 {
+    if let Some(&iid) = seq.ann_iids.get(name) {
+        return iid;
+    }
+    let iid = seq.next_ann_iid;
+    seq.next_ann_iid += 1;
+    seq.ann_iids.insert(name, iid);
+    intern_entry(interned, ID_DEBUG_ANNOTATION_NAMES, iid, name);
+    iid
+}
+
+fn intern_location(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
+    let idx = cs.id() as usize;
+    if seq.loc_iids.len() <= idx {
+        seq.loc_iids.resize(idx + 1, 0);
+    }
+    if seq.loc_iids[idx] == 0 {
+        let iid = seq.next_loc_iid;
+        seq.next_loc_iid += 1;
+        seq.loc_iids[idx] = iid;
+        nested(interned, ID_SOURCE_LOCATIONS, |sl| {
+            uint(sl, ENTRY_IID, iid as u64);
+            string(sl, SL_FILE_NAME, cs.file);
+            string(sl, SL_FUNCTION_NAME, cs.module);
+            uint(sl, SL_LINE_NUMBER, cs.line as u64);
+        });
+    }
+    seq.loc_iids[idx]
+}
+
+fn intern_entry(interned: &mut Vec<u8>, field: u32, iid: u32, name: &str) {
+    nested(interned, field, |e| {
+        uint(e, ENTRY_IID, iid as u64);
+        string(e, ENTRY_NAME, name);
+    });
+}
+
+/// Writes the value fields of the next argument value as a DebugAnnotation.
+fn annotation_value(a: &mut Vec<u8>, r: &mut ArgReader<'_>, depth: usize) {
+    match r.next() {
+        // Perfetto has no null: an annotation without a value reads as absent.
+        ArgValue::Null => {}
+        ArgValue::Int(v) => int(a, DA_INT, v),
+        ArgValue::Uint(v) => uint(a, DA_UINT, v),
+        ArgValue::Double(v) => double(a, DA_DOUBLE, v),
+        ArgValue::Bool(v) => uint(a, DA_BOOL, v as u64),
+        ArgValue::Pointer(v) => uint(a, DA_POINTER, v),
+        ArgValue::Str(s) => string(a, DA_STRING, &s),
+        ArgValue::Dict(n) => {
+            for _ in 0..n {
+                let key = r.key();
+                nested(a, DA_DICT_ENTRIES, |e| {
+                    string(e, DA_NAME, &key);
+                    annotation_value(e, r, depth + 1);
+                });
+            }
+        }
+        ArgValue::Array(n) => {
+            for _ in 0..n {
+                nested(a, DA_ARRAY_VALUES, |e| annotation_value(e, r, depth + 1));
+            }
+        }
+    }
+}

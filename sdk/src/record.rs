@@ -1,0 +1,139 @@
+//! The records recording threads write into their ring, and their decoding.
+//!
+//! Layouts, in 64-bit words (header format in `ring`):
+//!
+//! ```text
+//! BEGIN        [hdr(site | depth << 24), ts, args...]
+//! END          [hdr(depth), ts]
+//! INSTANT      [hdr(site), ts, args...]
+//! COUNTER_I64  [hdr(site), ts, value as u64]
+//! COUNTER_F64  [hdr(site), ts, value bits]
+//! ASYNC_BEGIN  [hdr(site), ts, id, args...]
+//! ASYNC_END    [hdr(site), ts, id]
+//! LOST         [hdr, ts, count]            (written by the ring)
+//! ```
+//!
+//! `site` is the call site id (24 bits), `depth` the number of recorded scopes
+//! open on the thread when the scope began (16 bits, saturating). Encoders use
+//! the depth to pair ends with begins even when records were lost in between.
+//! `args` are the values of the site's arguments in order (see `args`).
+
+use crate::args::{ArgList, WordSink};
+use crate::ring::{self, Reservation};
+
+pub(crate) const KIND_LOST: u64 = ring::KIND_LOST;
+pub(crate) const KIND_BEGIN: u64 = 2;
+pub(crate) const KIND_END: u64 = 3;
+pub(crate) const KIND_INSTANT: u64 = 4;
+pub(crate) const KIND_COUNTER_I64: u64 = 5;
+pub(crate) const KIND_COUNTER_F64: u64 = 6;
+pub(crate) const KIND_ASYNC_BEGIN: u64 = 7;
+pub(crate) const KIND_ASYNC_END: u64 = 8;
+
+/// Call site ids must fit in 24 bits.
+pub(crate) const MAX_SITE_ID: u32 = (1 << 24) - 1;
+pub(crate) const MAX_DEPTH: u32 = u16::MAX as u32;
+
+impl WordSink for Reservation<'_> {
+    #[inline(always)]
+    fn push(&mut self, word: u64) {
+        Reservation::push(self, word)
+    }
+}
+
+/// Writes one record of `kind` with `fixed` words after the timestamp and the
+/// encoded `args`. Returns false if the ring had no room (the ring counts it).
+#[inline(always)]
+pub(crate) fn write<A: ArgList + ?Sized>(
+    ring: &ring::Ring,
+    kind: u64,
+    payload: u64,
+    ts: u64,
+    fixed: &[u64],
+    args: &A,
+) -> bool {
+    let len = 2 + fixed.len() + args.words();
+    match ring.reserve(len, ts) {
+        Some(mut r) => {
+            r.push(ring::make_header(kind, len, payload));
+            r.push(ts);
+            for &w in fixed {
+                r.push(w);
+            }
+            args.encode(&mut r);
+            r.commit();
+            true
+        }
+        None => false,
+    }
+}
+
+/// A decoded record, borrowing its argument words.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Record<'a> {
+    Begin { ts: u64, site: u32, depth: u32, args: &'a [u64] },
+    End { ts: u64, depth: u32 },
+    Instant { ts: u64, site: u32, args: &'a [u64] },
+    CounterI64 { ts: u64, site: u32, value: i64 },
+    CounterF64 { ts: u64, site: u32, value: f64 },
+    AsyncBegin { ts: u64, site: u32, id: u64, args: &'a [u64] },
+    AsyncEnd { ts: u64, site: u32, id: u64 },
+    Lost { ts: u64, count: u64 },
+}
+
+impl Record<'_> {
+    pub(crate) fn ts(&self) -> u64 {
+        match *self {
+            Record::Begin { ts, .. }
+            | Record::End { ts, .. }
+            | Record::Instant { ts, .. }
+            | Record::CounterI64 { ts, .. }
+            | Record::CounterF64 { ts, .. }
+            | Record::AsyncBegin { ts, .. }
+            | Record::AsyncEnd { ts, .. }
+            | Record::Lost { ts, .. } => ts,
+        }
+    }
+}
+
+/// Iterates over the whole records in `words` (as drained from a ring).
+pub(crate) fn parse(words: &[u64]) -> Records<'_> {
+    Records { words, pos: 0 }
+}
+
+pub(crate) struct Records<'a> {
+    words: &'a [u64],
+    pos: usize,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Record<'a>;
+
+    fn next(&mut self) -> Option<Record<'a>> {
+        loop {
+            let hdr = *self.words.get(self.pos)?;
+            let len = ring::header_len(hdr) as usize;
+            if len < 2 || self.pos + len > self.words.len() {
+                self.pos = self.words.len();
+                return None;
+            }
+            let w = &self.words[self.pos..self.pos + len];
+            self.pos += len;
+            let payload = ring::header_payload(hdr);
+            let site = (payload & MAX_SITE_ID as u64) as u32;
+            let ts = w[1];
+            let rec = match ring::header_kind(hdr) {
+                KIND_BEGIN => Record::Begin { ts, site, depth: (payload >> 24) as u32, args: &w[2..] },
+                KIND_END => Record::End { ts, depth: payload as u32 },
+                KIND_INSTANT => Record::Instant { ts, site, args: &w[2..] },
+                KIND_COUNTER_I64 if len >= 3 => Record::CounterI64 { ts, site, value: w[2] as i64 },
+                KIND_COUNTER_F64 if len >= 3 => Record::CounterF64 { ts, site, value: f64::from_bits(w[2]) },
+                KIND_ASYNC_BEGIN if len >= 3 => Record::AsyncBegin { ts, site, id: w[2], args: &w[3..] },
+                KIND_ASYNC_END if len >= 3 => Record::AsyncEnd { ts, site, id: w[2] },
+                KIND_LOST if len >= 3 => Record::Lost { ts, count: w[2] },
+                _ => continue, // unknown kinds are skipped whole
+            };
+            return Some(rec);
+        }
+    }
+}

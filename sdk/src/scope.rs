@@ -1,0 +1,181 @@
+//! What the macros call: recording scopes, instants, counters and traced
+//! futures into the calling thread's ring.
+
+use crate::args::ArgList;
+use crate::callsite::Callsite;
+use crate::clock::ticks;
+use crate::record::{self, MAX_DEPTH};
+use crate::registry::with_current;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+const INACTIVE: u32 = u32::MAX;
+
+/// Ends the slice opened by [`trace_scope!`](crate::trace_scope) when dropped.
+///
+/// It is `!Send`: a slice begins and ends on one thread. For work that moves
+/// between threads use `#[trace]` on an `async fn`, which records an async
+/// range.
+#[must_use = "the slice ends when the guard is dropped; bind it with `let _guard = ...`"]
+pub struct ScopeGuard {
+    depth: u32,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl ScopeGuard {
+    /// A guard that records nothing (the scope's category was off).
+    #[inline(always)]
+    pub fn inactive() -> ScopeGuard {
+        ScopeGuard { depth: INACTIVE, _not_send: PhantomData }
+    }
+
+    /// Whether the begin of this scope was recorded.
+    pub fn is_recording(&self) -> bool {
+        self.depth != INACTIVE
+    }
+}
+
+impl Drop for ScopeGuard {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.depth != INACTIVE {
+            end_scope(self.depth);
+        }
+    }
+}
+
+/// Records the begin of a slice at `site` with `args`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard {
+    with_current(|tr| {
+        let depth = tr.depth.load(Ordering::Relaxed);
+        let payload = site.id() as u64 | ((depth.min(MAX_DEPTH) as u64) << 24);
+        if record::write(&tr.ring, record::KIND_BEGIN, payload, ticks(), &[], args) {
+            tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
+            ScopeGuard { depth, _not_send: PhantomData }
+        } else {
+            ScopeGuard::inactive()
+        }
+    })
+    .unwrap_or_else(ScopeGuard::inactive)
+}
+
+#[inline(always)]
+fn end_scope(depth: u32) {
+    with_current(|tr| {
+        let ts = ticks();
+        record::write(&tr.ring, record::KIND_END, depth.min(MAX_DEPTH) as u64, ts, &[], &());
+        tr.depth.store(depth, Ordering::Relaxed);
+    });
+}
+
+/// Records an instant event at `site`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn instant<A: ArgList>(site: &'static Callsite, args: &A) {
+    with_current(|tr| record::write(&tr.ring, record::KIND_INSTANT, site.id() as u64, ticks(), &[], args));
+}
+
+/// A counter sample: integers are recorded exactly, floats as `f64`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CounterValue {
+    Int(i64),
+    Float(f64),
+}
+
+/// Types `trace_counter!` accepts.
+pub trait IntoCounterValue {
+    #[doc(hidden)]
+    fn into_counter_value(self) -> CounterValue;
+}
+
+macro_rules! counter_from {
+    ($variant:ident $as:ty: $($t:ty),*) => {$(
+        impl IntoCounterValue for $t {
+            #[inline(always)]
+            fn into_counter_value(self) -> CounterValue { CounterValue::$variant(self as $as) }
+        }
+    )*};
+}
+counter_from!(Int i64: i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+counter_from!(Float f64: f32, f64);
+
+/// Records a counter value at `site`.
+#[doc(hidden)]
+#[inline(always)]
+pub fn counter(site: &'static Callsite, value: impl IntoCounterValue) {
+    let (kind, word) = match value.into_counter_value() {
+        CounterValue::Int(v) => (record::KIND_COUNTER_I64, v as u64),
+        CounterValue::Float(v) => (record::KIND_COUNTER_F64, v.to_bits()),
+    };
+    with_current(|tr| record::write(&tr.ring, kind, site.id() as u64, ticks(), &[word], &()));
+}
+
+static NEXT_ASYNC_ID: AtomicU64 = AtomicU64::new(1);
+
+pin_project_lite::pin_project! {
+    /// A future whose whole life (first poll to completion or drop) is an
+    /// async slice on a track of its own, and whose every poll is a slice on
+    /// the thread that ran it. Made by `#[trace]` on an `async fn`.
+    pub struct TracedFuture<F> {
+        span: AsyncSpan,
+        #[pin]
+        inner: F,
+    }
+}
+
+struct AsyncSpan {
+    site: &'static Callsite,
+    /// 0 until the first poll records the begin.
+    id: u64,
+    done: bool,
+}
+
+impl<F: Future> TracedFuture<F> {
+    /// Wraps `inner`; nothing is recorded until the first poll.
+    pub fn new(site: &'static Callsite, inner: F) -> Self {
+        TracedFuture { span: AsyncSpan { site, id: 0, done: false }, inner }
+    }
+}
+
+impl<F: Future> Future for TracedFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let span = this.span;
+        if span.id == 0 && !span.done && span.site.is_enabled() {
+            span.id = NEXT_ASYNC_ID.fetch_add(1, Ordering::Relaxed);
+            let id = span.id;
+            let site = span.site.id() as u64;
+            with_current(|tr| record::write(&tr.ring, record::KIND_ASYNC_BEGIN, site, ticks(), &[id], &()));
+        }
+        let _poll = if span.id != 0 { begin_scope(span.site, &()) } else { ScopeGuard::inactive() };
+        let out = this.inner.poll(cx);
+        if out.is_ready() {
+            span.finish();
+        }
+        out
+    }
+}
+
+impl AsyncSpan {
+    fn finish(&mut self) {
+        if self.id != 0 && !self.done {
+            let (site, id) = (self.site.id() as u64, self.id);
+            with_current(|tr| record::write(&tr.ring, record::KIND_ASYNC_END, site, ticks(), &[id], &()));
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for AsyncSpan {
+    fn drop(&mut self) {
+        self.finish(); // a future dropped before completion ends its range here
+    }
+}
