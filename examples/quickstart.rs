@@ -18,7 +18,9 @@ fn parse(chunk: &[u8]) -> usize {
 }
 
 fn main() -> Result<(), ringtrace::Error> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "quickstart.pftrace".to_string());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "quickstart.pftrace".to_string());
     let trace = ringtrace::builder().output(&path).start()?;
 
     let workers: Vec<_> = (0..3)
@@ -41,8 +43,15 @@ fn main() -> Result<(), ringtrace::Error> {
     ringtrace::trace_instant!("all_done", total = total);
 
     let stats = trace.stop()?;
-    let shown = std::fs::canonicalize(&path).map(|p| p.display().to_string()).unwrap_or(path);
-    println!("wrote {} events ({} lost) from {} threads to {shown}", stats.events_written, stats.events_lost, stats.threads);
-    println!("open it at https://ui.perfetto.dev (\"Open trace file\") or: trace_processor {shown}");
+    let shown = std::fs::canonicalize(&path)
+        .map(|p| p.display().to_string())
+        .unwrap_or(path);
+    println!(
+        "wrote {} events ({} lost) from {} threads to {shown}",
+        stats.events_written, stats.events_lost, stats.threads
+    );
+    println!(
+        "open it at https://ui.perfetto.dev (\"Open trace file\") or: trace_processor {shown}"
+    );
     Ok(())
 }

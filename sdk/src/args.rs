@@ -269,8 +269,12 @@ impl<T: TraceValue> TraceValue for Vec<T> {
     }
 }
 
-fn map_words<'a, K: AsRef<str> + 'a, V: TraceValue + 'a>(it: impl Iterator<Item = (&'a K, &'a V)>) -> usize {
-    1 + it.map(|(k, v)| k.as_ref().words() + v.words()).sum::<usize>()
+fn map_words<'a, K: AsRef<str> + 'a, V: TraceValue + 'a>(
+    it: impl Iterator<Item = (&'a K, &'a V)>,
+) -> usize {
+    1 + it
+        .map(|(k, v)| k.as_ref().words() + v.words())
+        .sum::<usize>()
 }
 
 fn map_encode<'a, K: AsRef<str> + 'a, V: TraceValue + 'a>(
@@ -460,9 +464,11 @@ impl ArgReader<'_> {
                     .map(|_| (self.key(), self.value_at_depth(depth + 1)))
                     .collect(),
             ),
-            ArgValue::Array(n) => {
-                Value::Array((0..n.min(self.words.len())).map(|_| self.value_at_depth(depth + 1)).collect())
-            }
+            ArgValue::Array(n) => Value::Array(
+                (0..n.min(self.words.len()))
+                    .map(|_| self.value_at_depth(depth + 1))
+                    .collect(),
+            ),
         }
     }
 }
@@ -492,7 +498,10 @@ mod tests {
         m.insert("a", vec![1u8, 2]);
         assert_eq!(
             roundtrip(&m),
-            Value::Dict(vec![("a".into(), Value::Array(vec![Value::Uint(1), Value::Uint(2)]))])
+            Value::Dict(vec![(
+                "a".into(),
+                Value::Array(vec![Value::Uint(1), Value::Uint(2)])
+            )])
         );
         let p = 0x1234usize as *const u8;
         assert_eq!(roundtrip(&p), Value::Pointer(0x1234));

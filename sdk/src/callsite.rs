@@ -105,7 +105,8 @@ impl Callsite {
             self.id.store(reg.sites.len() as u32, Ordering::Relaxed);
         }
         let on = reg.active && reg.filter.enabled(self.category);
-        self.interest.store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
+        self.interest
+            .store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
         on
     }
 }
@@ -119,14 +120,19 @@ struct Registry {
 }
 
 static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(|| {
-    Mutex::new(Registry { sites: Vec::new(), filter: CategoryFilter::all(), active: false })
+    Mutex::new(Registry {
+        sites: Vec::new(),
+        filter: CategoryFilter::all(),
+        active: false,
+    })
 });
 
 impl Registry {
     fn recompute(&self) {
         for site in &self.sites {
             let on = self.active && self.filter.enabled(site.category);
-            site.interest.store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
+            site.interest
+                .store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
         }
     }
 }
@@ -215,11 +221,15 @@ pub(crate) struct CategoryFilter {
 
 impl CategoryFilter {
     pub(crate) fn all() -> Self {
-        CategoryFilter { rules: vec![("*".to_string(), true)] }
+        CategoryFilter {
+            rules: vec![("*".to_string(), true)],
+        }
     }
 
     pub(crate) fn none() -> Self {
-        CategoryFilter { rules: vec![("*".to_string(), false)] }
+        CategoryFilter {
+            rules: vec![("*".to_string(), false)],
+        }
     }
 
     pub(crate) fn push(&mut self, pattern: &str, enable: bool) {

@@ -69,12 +69,19 @@ impl Calibration {
     /// Chooses the clock mode for a new session and calibrates it.
     pub(crate) fn start(force_boottime: bool) -> Calibration {
         let tsc = !force_boottime
-            && std::env::var("RINGTRACE_CLOCK").map(|v| v != "boottime").unwrap_or(true)
+            && std::env::var("RINGTRACE_CLOCK")
+                .map(|v| v != "boottime")
+                .unwrap_or(true)
             && invariant_tsc();
         if !tsc {
             USE_TSC.store(false, Ordering::Relaxed);
             let now = crate::sys::boottime_ns();
-            return Calibration { tsc: false, first: (now, now), last: (now, now), ns_per_tick: 1.0 };
+            return Calibration {
+                tsc: false,
+                first: (now, now),
+                last: (now, now),
+                ns_per_tick: 1.0,
+            };
         }
         let first = Self::point();
         let mut last = first;
@@ -84,7 +91,12 @@ impl Calibration {
         }
         let ns_per_tick = (last.1 - first.1) as f64 / (last.0 - first.0).max(1) as f64;
         USE_TSC.store(true, Ordering::Relaxed);
-        Calibration { tsc: true, first, last, ns_per_tick }
+        Calibration {
+            tsc: true,
+            first,
+            last,
+            ns_per_tick,
+        }
     }
 
     /// A simultaneous (ticks, BOOTTIME ns) reading: the tightest of a few.
@@ -152,7 +164,10 @@ mod tests {
             let t = cal.to_ns(ticks());
             let after = crate::sys::boottime_ns();
             // within 50 us of the real clock, even on a loaded machine
-            assert!(t + 50_000 >= before && t <= after + 50_000, "{before} {t} {after}");
+            assert!(
+                t + 50_000 >= before && t <= after + 50_000,
+                "{before} {t} {after}"
+            );
         }
     }
 }

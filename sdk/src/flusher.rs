@@ -12,10 +12,11 @@ use crate::clock::Calibration;
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::registry::{ThreadRing, REGISTRY};
 use crate::sink::Sink;
+use crate::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
 /// How often the flusher looks at the rings' fill level.
@@ -74,7 +75,7 @@ pub struct Stats {
 }
 
 pub(crate) struct Flusher {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: StdArc<Shared>,
     pub(crate) encoder: Box<dyn Encoder>,
     pub(crate) sink: Sink,
     pub(crate) cal: Calibration,
@@ -91,7 +92,15 @@ struct RingState {
 impl Flusher {
     /// Runs until the session stops; returns the totals and the first write error.
     pub(crate) fn run(self) -> (Stats, Option<std::io::Error>) {
-        let Flusher { shared, mut encoder, mut sink, mut cal, process, overwrite, interval } = self;
+        let Flusher {
+            shared,
+            mut encoder,
+            mut sink,
+            mut cal,
+            process,
+            overwrite,
+            interval,
+        } = self;
         let encoder = &mut *encoder;
         let mut sites = Sites::default();
         let mut out = Vec::with_capacity(1 << 20);
@@ -100,7 +109,11 @@ impl Flusher {
         let mut state: HashMap<u32, RingState> = HashMap::new();
         let mut stats = Stats::default();
         {
-            let mut ctx = Context { cal: &cal, process: &process, sites: &mut sites };
+            let mut ctx = Context {
+                cal: &cal,
+                process: &process,
+                sites: &mut sites,
+            };
             encoder.header(&mut ctx, &mut out);
         }
         sink.write(&mut out);
@@ -132,18 +145,31 @@ impl Flusher {
                 if !(full || retired || hot) {
                     continue;
                 }
-                let st = state.entry(tr.seq_id).or_insert(RingState { seen_overwritten: 0, reported_oversized: 0 });
-                let mut ctx = Context { cal: &cal, process: &process, sites: &mut sites };
+                let st = state.entry(tr.seq_id).or_insert(RingState {
+                    seen_overwritten: 0,
+                    reported_oversized: 0,
+                });
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
                 // Bounded: a producer still writing cannot keep us here.
                 let mut budget = tr.ring.capacity_words() * 2;
                 loop {
                     words.clear();
-                    let d = tr.ring.drain(&mut words, DRAIN_CHUNK_WORDS, &mut st.seen_overwritten);
+                    let d = tr
+                        .ring
+                        .drain(&mut words, DRAIN_CHUNK_WORDS, &mut st.seen_overwritten);
                     stats.events_lost += d.overwritten;
                     if d.records == 0 && d.overwritten == 0 {
                         break;
                     }
-                    let batch = Batch { thread: tr, words: &words, overwritten: d.overwritten };
+                    let batch = Batch {
+                        thread: tr,
+                        words: &words,
+                        overwritten: d.overwritten,
+                    };
                     encoder.batch(&mut ctx, &batch, &mut out);
                     if out.len() >= 1 << 20 {
                         sink.write(&mut out);
@@ -168,12 +194,20 @@ impl Flusher {
             }
             if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
                 last_snapshot = Instant::now();
-                let mut ctx = Context { cal: &cal, process: &process, sites: &mut sites };
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
                 encoder.tick(&mut ctx, &mut out);
             }
             if stopping {
                 // Threads still running: their drops so far, then close the file.
-                let mut ctx = Context { cal: &cal, process: &process, sites: &mut sites };
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
                 for tr in &rings {
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
                         thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
@@ -196,7 +230,8 @@ impl Flusher {
         let enc = encoder.stats();
         stats.events_written = enc.events;
         stats.unmatched_ends = enc.unmatched_ends;
-        stats.events_lost += stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
+        stats.events_lost +=
+            stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
         stats.bytes_written = sink.bytes_written();
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();

@@ -66,8 +66,8 @@ mod clock;
 mod encode;
 mod flusher;
 mod record;
-mod ring;
 mod registry;
+mod ring;
 mod scope;
 mod session;
 mod sink;
@@ -83,8 +83,25 @@ pub use flusher::Stats;
 #[cfg(any())]
 pub use ringtrace_macros::trace;
 pub use scope::{IntoCounterValue, ScopeGuard, TracedFuture};
-pub use session::{builder, flush, init_from_env, is_recording, Builder, Error, Format, TraceGuard};
+pub use session::{
+    builder, flush, init_from_env, is_recording, Builder, Error, Format, TraceGuard,
+};
 pub use sink::MemoryBuffer;
+
+/// The trace clock now: CLOCK_BOOTTIME in nanoseconds (MONOTONIC where there
+/// is no BOOTTIME). Event timestamps in both formats are on this clock
+/// (JSON `ts` is this value in microseconds).
+///
+/// # Examples
+///
+/// ```
+/// let a = ringtrace::trace_clock_ns();
+/// let b = ringtrace::trace_clock_ns();
+/// assert!(b >= a);
+/// ```
+pub fn trace_clock_ns() -> u64 {
+    sys::boottime_ns()
+}
 
 /// Items the macros expand to. Not a stable API.
 #[doc(hidden)]

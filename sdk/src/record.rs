@@ -71,14 +71,46 @@ pub(crate) fn write<A: ArgList + ?Sized>(
 /// A decoded record, borrowing its argument words.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Record<'a> {
-    Begin { ts: u64, site: u32, depth: u32, args: &'a [u64] },
-    End { ts: u64, depth: u32 },
-    Instant { ts: u64, site: u32, args: &'a [u64] },
-    CounterI64 { ts: u64, site: u32, value: i64 },
-    CounterF64 { ts: u64, site: u32, value: f64 },
-    AsyncBegin { ts: u64, site: u32, id: u64, args: &'a [u64] },
-    AsyncEnd { ts: u64, site: u32, id: u64 },
-    Lost { ts: u64, count: u64 },
+    Begin {
+        ts: u64,
+        site: u32,
+        depth: u32,
+        args: &'a [u64],
+    },
+    End {
+        ts: u64,
+        depth: u32,
+    },
+    Instant {
+        ts: u64,
+        site: u32,
+        args: &'a [u64],
+    },
+    CounterI64 {
+        ts: u64,
+        site: u32,
+        value: i64,
+    },
+    CounterF64 {
+        ts: u64,
+        site: u32,
+        value: f64,
+    },
+    AsyncBegin {
+        ts: u64,
+        site: u32,
+        id: u64,
+        args: &'a [u64],
+    },
+    AsyncEnd {
+        ts: u64,
+        site: u32,
+        id: u64,
+    },
+    Lost {
+        ts: u64,
+        count: u64,
+    },
 }
 
 impl Record<'_> {
@@ -123,12 +155,37 @@ impl<'a> Iterator for Records<'a> {
             let site = (payload & MAX_SITE_ID as u64) as u32;
             let ts = w[1];
             let rec = match ring::header_kind(hdr) {
-                KIND_BEGIN => Record::Begin { ts, site, depth: (payload >> 24) as u32, args: &w[2..] },
-                KIND_END => Record::End { ts, depth: payload as u32 },
-                KIND_INSTANT => Record::Instant { ts, site, args: &w[2..] },
-                KIND_COUNTER_I64 if len >= 3 => Record::CounterI64 { ts, site, value: w[2] as i64 },
-                KIND_COUNTER_F64 if len >= 3 => Record::CounterF64 { ts, site, value: f64::from_bits(w[2]) },
-                KIND_ASYNC_BEGIN if len >= 3 => Record::AsyncBegin { ts, site, id: w[2], args: &w[3..] },
+                KIND_BEGIN => Record::Begin {
+                    ts,
+                    site,
+                    depth: (payload >> 24) as u32,
+                    args: &w[2..],
+                },
+                KIND_END => Record::End {
+                    ts,
+                    depth: payload as u32,
+                },
+                KIND_INSTANT => Record::Instant {
+                    ts,
+                    site,
+                    args: &w[2..],
+                },
+                KIND_COUNTER_I64 if len >= 3 => Record::CounterI64 {
+                    ts,
+                    site,
+                    value: w[2] as i64,
+                },
+                KIND_COUNTER_F64 if len >= 3 => Record::CounterF64 {
+                    ts,
+                    site,
+                    value: f64::from_bits(w[2]),
+                },
+                KIND_ASYNC_BEGIN if len >= 3 => Record::AsyncBegin {
+                    ts,
+                    site,
+                    id: w[2],
+                    args: &w[3..],
+                },
                 KIND_ASYNC_END if len >= 3 => Record::AsyncEnd { ts, site, id: w[2] },
                 KIND_LOST if len >= 3 => Record::Lost { ts, count: w[2] },
                 _ => continue, // unknown kinds are skipped whole

@@ -34,7 +34,14 @@ pub(crate) struct ThreadRing {
 }
 
 impl ThreadRing {
-    pub(crate) fn new(ring: Ring, session: u64, seq_id: u32, pid: i32, tid: i64, name: String) -> Self {
+    pub(crate) fn new(
+        ring: Ring,
+        session: u64,
+        seq_id: u32,
+        pid: i32,
+        tid: i64,
+        name: String,
+    ) -> Self {
         ThreadRing {
             ring,
             session,
@@ -86,7 +93,10 @@ impl Registry {
             session: AtomicU64::new(0),
             state: Mutex::new(RegistryState {
                 rings: Vec::new(),
-                config: RingConfig { bytes: 1 << 20, overwrite: false },
+                config: RingConfig {
+                    bytes: 1 << 20,
+                    overwrite: false,
+                },
                 next_seq: FIRST_THREAD_SEQ,
             }),
             teardown_dropped: AtomicU64::new(0),
@@ -116,7 +126,13 @@ impl Registry {
     }
 
     /// Creates and lists a ring for a thread of session `session` (cold path).
-    pub(crate) fn create(&self, session: u64, pid: i32, tid: i64, name: String) -> Option<Arc<ThreadRing>> {
+    pub(crate) fn create(
+        &self,
+        session: u64,
+        pid: i32,
+        tid: i64,
+        name: String,
+    ) -> Option<Arc<ThreadRing>> {
         let mut st = self.state.lock();
         if self.session.load(Ordering::Relaxed) != session || session == 0 {
             return None;
@@ -151,10 +167,11 @@ impl Registry {
 pub(crate) const SESSION_SEQ: u32 = 1;
 pub(crate) const FIRST_THREAD_SEQ: u32 = 2;
 
-#[cfg(not(ringtrace_loom))]
 pub(crate) use thread_local_access::*;
 
-#[cfg(not(ringtrace_loom))]
+/// The process-wide registry and the thread-locals of the hot path. (Under
+/// loom this compiles but is not exercised: the models build their own
+/// `Registry`.)
 mod thread_local_access {
     use super::*;
     use once_cell::sync::Lazy;
@@ -214,7 +231,10 @@ mod thread_local_access {
             REGISTRY.teardown_dropped.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let name = std::thread::current().name().map(str::to_owned).unwrap_or_default();
+        let name = std::thread::current()
+            .name()
+            .map(str::to_owned)
+            .unwrap_or_default();
         let tr = REGISTRY.create(session, crate::sys::pid(), crate::sys::tid(), name)?;
         let installed = OWNER.try_with(|o| {
             let old = o.borrow_mut().replace(Owner(tr.clone()));

@@ -144,7 +144,12 @@ pub(crate) struct Drained {
 impl Ring {
     /// A ring of at least `bytes` bytes (rounded up to a power of two, minimum 512 bytes).
     pub(crate) fn new(bytes: usize, overwrite: bool) -> Ring {
-        let words = (bytes / 8).max(64).next_power_of_two();
+        Ring::with_words((bytes / 8).max(64).next_power_of_two(), overwrite)
+    }
+
+    /// A ring of exactly `words` words (a power of two; tiny ones for models).
+    pub(crate) fn with_words(words: usize, overwrite: bool) -> Ring {
+        assert!(words.is_power_of_two() && words >= 8);
         Ring {
             words: (0..words).map(|_| AtomicU64::new(0)).collect(),
             mask: (words - 1) as u64,
@@ -181,7 +186,12 @@ impl Ring {
         }
         let head = self.head.load(Ordering::Relaxed); // only this thread writes it
         let pending = self.producer.pending_lost.load(Ordering::Relaxed);
-        let need = len as u64 + if pending > 0 { LOST_MARKER_WORDS as u64 } else { 0 };
+        let need = len as u64
+            + if pending > 0 {
+                LOST_MARKER_WORDS as u64
+            } else {
+                0
+            };
         let mut tail = self.producer.cached_tail.load(Ordering::Relaxed);
         if head + need - tail > cap {
             // Acquire: pairs with the consumer's release CAS on `tail`, so its
@@ -191,14 +201,20 @@ impl Ring {
                 if self.overwrite {
                     tail = self.free_oldest(head + need - cap);
                 } else {
-                    self.producer.pending_lost.store(pending + 1, Ordering::Relaxed);
+                    self.producer
+                        .pending_lost
+                        .store(pending + 1, Ordering::Relaxed);
                     self.producer.dropped.fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
             }
             self.producer.cached_tail.store(tail, Ordering::Relaxed);
         }
-        let mut res = Reservation { ring: self, pos: head, end: head + need };
+        let mut res = Reservation {
+            ring: self,
+            pos: head,
+            end: head + need,
+        };
         if pending > 0 {
             res.push(make_header(KIND_LOST, LOST_MARKER_WORDS, 0));
             res.push(ts);
@@ -217,7 +233,10 @@ impl Ring {
             // The header at `tail` is a word this thread wrote (only the
             // producer writes slots), so it is intact even if `tail` is stale.
             let len = header_len(self.words[(tail & self.mask) as usize].load(Ordering::Relaxed));
-            match self.tail.compare_exchange(tail, tail + len, Ordering::AcqRel, Ordering::Acquire) {
+            match self
+                .tail
+                .compare_exchange(tail, tail + len, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => {
                     self.overwritten.fetch_add(1, Ordering::Relaxed);
                     tail += len;
@@ -227,6 +246,17 @@ impl Ring {
             }
         }
         tail
+    }
+
+    /// Counts one more lost record that was never attempted: the end of a
+    /// scope whose begin could not be recorded.
+    pub(crate) fn count_implied_drop(&self) {
+        let p = &self.producer;
+        p.pending_lost.store(
+            p.pending_lost.load(Ordering::Relaxed) + 1,
+            Ordering::Relaxed,
+        );
+        p.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records dropped in drop mode (monotonic), including those not yet marked.
@@ -254,7 +284,12 @@ impl Ring {
     /// Consumer: copies whole records (at most about `max_words`) to the end of
     /// `out`, frees them, and says how many records were lost to overwriting
     /// since `seen_overwritten` (which it updates).
-    pub(crate) fn drain(&self, out: &mut Vec<u64>, max_words: usize, seen_overwritten: &mut u64) -> Drained {
+    pub(crate) fn drain(
+        &self,
+        out: &mut Vec<u64>,
+        max_words: usize,
+        seen_overwritten: &mut u64,
+    ) -> Drained {
         let base = out.len();
         let mut starts: Vec<(u64, usize)> = Vec::new();
         loop {
@@ -265,7 +300,8 @@ impl Ring {
             let head = self.head.load(Ordering::Acquire);
             let mut pos = tail;
             while pos < head && (pos - tail) < max_words as u64 {
-                let len = header_len(self.words[(pos & self.mask) as usize].load(Ordering::Relaxed));
+                let len =
+                    header_len(self.words[(pos & self.mask) as usize].load(Ordering::Relaxed));
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
@@ -280,7 +316,10 @@ impl Ring {
                 if from == pos {
                     break;
                 }
-                match self.tail.compare_exchange(from, pos, Ordering::AcqRel, Ordering::Acquire) {
+                match self
+                    .tail
+                    .compare_exchange(from, pos, Ordering::AcqRel, Ordering::Acquire)
+                {
                     Ok(_) => break,
                     Err(now) => match starts.iter().position(|&(p, _)| p == now) {
                         // The producer freed the records before `now`: drop
@@ -308,7 +347,10 @@ impl Ring {
             let total = self.overwritten.load(Ordering::Relaxed);
             let overwritten = total - *seen_overwritten;
             *seen_overwritten = total;
-            return Drained { records: starts.len(), overwritten };
+            return Drained {
+                records: starts.len(),
+                overwritten,
+            };
         }
     }
 }

@@ -29,7 +29,10 @@ impl ScopeGuard {
     /// A guard that records nothing (the scope's category was off).
     #[inline(always)]
     pub fn inactive() -> ScopeGuard {
-        ScopeGuard { depth: INACTIVE, _not_send: PhantomData }
+        ScopeGuard {
+            depth: INACTIVE,
+            _not_send: PhantomData,
+        }
     }
 
     /// Whether the begin of this scope was recorded.
@@ -56,8 +59,14 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
         let payload = site.id() as u64 | ((depth.min(MAX_DEPTH) as u64) << 24);
         if record::write(&tr.ring, record::KIND_BEGIN, payload, ticks(), &[], args) {
             tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
-            ScopeGuard { depth, _not_send: PhantomData }
+            ScopeGuard {
+                depth,
+                _not_send: PhantomData,
+            }
         } else {
+            // The end will not be recorded either: count it as lost too, so
+            // lost + written always adds up to what the program recorded.
+            tr.ring.count_implied_drop();
             ScopeGuard::inactive()
         }
     })
@@ -68,7 +77,14 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
 fn end_scope(depth: u32) {
     with_current(|tr| {
         let ts = ticks();
-        record::write(&tr.ring, record::KIND_END, depth.min(MAX_DEPTH) as u64, ts, &[], &());
+        record::write(
+            &tr.ring,
+            record::KIND_END,
+            depth.min(MAX_DEPTH) as u64,
+            ts,
+            &[],
+            &(),
+        );
         tr.depth.store(depth, Ordering::Relaxed);
     });
 }
@@ -77,7 +93,16 @@ fn end_scope(depth: u32) {
 #[doc(hidden)]
 #[inline(always)]
 pub fn instant<A: ArgList>(site: &'static Callsite, args: &A) {
-    with_current(|tr| record::write(&tr.ring, record::KIND_INSTANT, site.id() as u64, ticks(), &[], args));
+    with_current(|tr| {
+        record::write(
+            &tr.ring,
+            record::KIND_INSTANT,
+            site.id() as u64,
+            ticks(),
+            &[],
+            args,
+        )
+    });
 }
 
 /// A counter sample: integers are recorded exactly, floats as `f64`.
@@ -139,7 +164,14 @@ struct AsyncSpan {
 impl<F: Future> TracedFuture<F> {
     /// Wraps `inner`; nothing is recorded until the first poll.
     pub fn new(site: &'static Callsite, inner: F) -> Self {
-        TracedFuture { span: AsyncSpan { site, id: 0, done: false }, inner }
+        TracedFuture {
+            span: AsyncSpan {
+                site,
+                id: 0,
+                done: false,
+            },
+            inner,
+        }
     }
 }
 
@@ -153,9 +185,22 @@ impl<F: Future> Future for TracedFuture<F> {
             span.id = NEXT_ASYNC_ID.fetch_add(1, Ordering::Relaxed);
             let id = span.id;
             let site = span.site.id() as u64;
-            with_current(|tr| record::write(&tr.ring, record::KIND_ASYNC_BEGIN, site, ticks(), &[id], &()));
+            with_current(|tr| {
+                record::write(
+                    &tr.ring,
+                    record::KIND_ASYNC_BEGIN,
+                    site,
+                    ticks(),
+                    &[id],
+                    &(),
+                )
+            });
         }
-        let _poll = if span.id != 0 { begin_scope(span.site, &()) } else { ScopeGuard::inactive() };
+        let _poll = if span.id != 0 {
+            begin_scope(span.site, &())
+        } else {
+            ScopeGuard::inactive()
+        };
         let out = this.inner.poll(cx);
         if out.is_ready() {
             span.finish();
@@ -168,7 +213,9 @@ impl AsyncSpan {
     fn finish(&mut self) {
         if self.id != 0 && !self.done {
             let (site, id) = (self.site.id() as u64, self.id);
-            with_current(|tr| record::write(&tr.ring, record::KIND_ASYNC_END, site, ticks(), &[id], &()));
+            with_current(|tr| {
+                record::write(&tr.ring, record::KIND_ASYNC_END, site, ticks(), &[id], &())
+            });
         }
         self.done = true;
     }

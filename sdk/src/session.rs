@@ -25,7 +25,10 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum Error {
     /// The output could not be created or written.
-    Io { path: Option<PathBuf>, source: std::io::Error },
+    Io {
+        path: Option<PathBuf>,
+        source: std::io::Error,
+    },
     /// A session is already recording; stop it first.
     AlreadyStarted,
     /// The output's file extension names no format ringtrace writes; use
@@ -229,30 +232,50 @@ impl Builder {
             return Err(Error::AlreadyStarted);
         }
         if self.buffer_bytes > (1usize << 40) {
-            return Err(Error::InvalidConfig(format!("buffer_bytes_per_thread {} is too large", self.buffer_bytes)));
+            return Err(Error::InvalidConfig(format!(
+                "buffer_bytes_per_thread {} is too large",
+                self.buffer_bytes
+            )));
         }
         let (sink, format, path) = match self.output {
             Output::None => return Err(Error::NoOutput),
-            Output::Writer(w) => (Sink::new(w, "the configured writer".into()), self.format.unwrap_or(Format::Perfetto), None),
+            Output::Writer(w) => (
+                Sink::new(w, "the configured writer".into()),
+                self.format.unwrap_or(Format::Perfetto),
+                None,
+            ),
             Output::Path(p) => {
                 let format = match self.format.or_else(|| Format::from_path(&p)) {
                     Some(f) => f,
                     None => return Err(Error::UnknownFormat(p)),
                 };
-                let file = std::fs::File::create(&p).map_err(|e| Error::Io { path: Some(p.clone()), source: e })?;
+                let file = std::fs::File::create(&p).map_err(|e| Error::Io {
+                    path: Some(p.clone()),
+                    source: e,
+                })?;
                 let w = std::io::BufWriter::with_capacity(1 << 16, file);
-                (Sink::new(Box::new(w), p.display().to_string()), format, Some(p))
+                (
+                    Sink::new(Box::new(w), p.display().to_string()),
+                    format,
+                    Some(p),
+                )
             }
         };
         let encoder: Box<dyn Encoder> = match format {
-            Format::Perfetto => {
-                Box::new(PerfettoEncoder::new(PerfettoOptions { source_locations: self.source_locations }))
-            }
+            Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
+                source_locations: self.source_locations,
+            })),
             Format::Json => Box::new(JsonEncoder::new()),
         };
         let cal = Calibration::start(false);
         let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
-        REGISTRY.open(id, RingConfig { bytes: self.buffer_bytes, overwrite: self.overwrite });
+        REGISTRY.open(
+            id,
+            RingConfig {
+                bytes: self.buffer_bytes,
+                overwrite: self.overwrite,
+            },
+        );
         let shared = Arc::new(Shared::new());
         let flusher = Flusher {
             shared: shared.clone(),
@@ -272,7 +295,12 @@ impl Builder {
             })?;
         callsite::replace_filter(self.filter);
         callsite::set_active(true);
-        *slot = Some(Session { id, shared, handle, path: path.clone() });
+        *slot = Some(Session {
+            id,
+            shared,
+            handle,
+            path: path.clone(),
+        });
         drop(slot);
         AT_EXIT.call_once(|| {
             // SAFETY: `finish_at_exit` is an `extern "C" fn()` that never
@@ -283,7 +311,11 @@ impl Builder {
                 libc::atexit(finish_at_exit);
             }
         });
-        Ok(TraceGuard { id, path, stopped: false })
+        Ok(TraceGuard {
+            id,
+            path,
+            stopped: false,
+        })
     }
 }
 
@@ -302,7 +334,9 @@ static AT_EXIT: Once = Once::new();
 /// `main`): finishes the trace of a session still recording.
 extern "C" fn finish_at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        let id = SESSION.try_lock_for(Duration::from_secs(2)).and_then(|s| s.as_ref().map(|s| s.id));
+        let id = SESSION
+            .try_lock_for(Duration::from_secs(2))
+            .and_then(|s| s.as_ref().map(|s| s.id));
         if let Some(id) = id {
             if let Err(e) = stop_session(id) {
                 eprintln!("ringtrace: finishing the trace at exit failed: {e}");
@@ -322,13 +356,19 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
         }
     };
     callsite::set_active(false);
-    session.shared.stop.store(true, std::sync::atomic::Ordering::Release);
+    session
+        .shared
+        .stop
+        .store(true, std::sync::atomic::Ordering::Release);
     session.shared.wake();
     let joined = session.handle.join();
     REGISTRY.close();
     match joined {
         Ok((stats, None)) => Ok(stats),
-        Ok((_, Some(e))) => Err(Error::Io { path: session.path, source: e }),
+        Ok((_, Some(e))) => Err(Error::Io {
+            path: session.path,
+            source: e,
+        }),
         Err(_) => Err(Error::Flusher("the flusher thread panicked".into())),
     }
 }
@@ -435,7 +475,9 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
         b.filter = filter;
     }
     if let Ok(v) = std::env::var("RINGTRACE_BUFFER_BYTES") {
-        let n = v.trim().parse().map_err(|_| Error::InvalidConfig(format!("RINGTRACE_BUFFER_BYTES={v} is not a number")))?;
+        let n = v.trim().parse().map_err(|_| {
+            Error::InvalidConfig(format!("RINGTRACE_BUFFER_BYTES={v} is not a number"))
+        })?;
         b = b.buffer_bytes_per_thread(n);
     }
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {

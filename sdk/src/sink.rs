@@ -51,7 +51,13 @@ pub(crate) struct Sink {
 
 impl Sink {
     pub(crate) fn new(out: Box<dyn Write + Send>, what: String) -> Sink {
-        Sink { out, what, error: None, written: 0, bytes_dropped: 0 }
+        Sink {
+            out,
+            what,
+            error: None,
+            written: 0,
+            bytes_dropped: 0,
+        }
     }
 
     /// Writes and clears `buf`.

@@ -25,13 +25,19 @@ pub(crate) fn process_name() -> String {
     std::env::current_exe()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .or_else(|| std::env::args_os().next().map(|a| a.to_string_lossy().into_owned()))
+        .or_else(|| {
+            std::env::args_os()
+                .next()
+                .map(|a| a.to_string_lossy().into_owned())
+        })
         .unwrap_or_else(|| format!("pid {}", pid()))
 }
 
 /// The command line, for the process descriptor.
 pub(crate) fn cmdline() -> Vec<String> {
-    std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect()
+    std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// Builtin clock ids, as Perfetto numbers them.
@@ -42,7 +48,10 @@ pub(crate) const CLOCK_BOOTTIME: u32 = 6;
 /// Reads a POSIX clock in nanoseconds.
 #[cfg(unix)]
 pub(crate) fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid, writable timespec; the clock ids used are
     // constants the platform defines, so the call cannot fail.
     unsafe { libc::clock_gettime(clock, &mut ts) };

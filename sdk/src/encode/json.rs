@@ -60,7 +60,11 @@ impl JsonEncoder {
         let l = &mut self.line;
         l.push_str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
         let _ = write!(l, "{},\"tid\":{},\"args\":{{\"name\":", t.pid, t.tid);
-        let name = if t.name.is_empty() { format!("thread {}", t.tid) } else { t.name.clone() };
+        let name = if t.name.is_empty() {
+            format!("thread {}", t.tid)
+        } else {
+            t.name.clone()
+        };
         escape_into(l, &name);
         l.push_str("}}");
         self.push_event(out);
@@ -104,8 +108,18 @@ impl JsonEncoder {
         l.push('}');
     }
 
-    fn complete(&mut self, ctx: &mut Context<'_>, t: (i32, i64), scope: &OpenScope, end_ns: u64, flag: Option<&str>, out: &mut Vec<u8>) {
-        let Some(cs) = ctx.sites.get(scope.site) else { return };
+    fn complete(
+        &mut self,
+        ctx: &mut Context<'_>,
+        t: (i32, i64),
+        scope: &OpenScope,
+        end_ns: u64,
+        flag: Option<&str>,
+        out: &mut Vec<u8>,
+    ) {
+        let Some(cs) = ctx.sites.get(scope.site) else {
+            return;
+        };
         self.stats.events += 1;
         self.head(cs.name, cs.category, "X", scope.ts_ns, t.0, t.1);
         self.line.push_str(",\"dur\":");
@@ -120,7 +134,11 @@ impl Encoder for JsonEncoder {
     fn header(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>) {
         out.extend_from_slice(b"[\n");
         self.begin_event();
-        let _ = write!(self.line, "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":", ctx.process.pid);
+        let _ = write!(
+            self.line,
+            "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":",
+            ctx.process.pid
+        );
         escape_into(&mut self.line, &ctx.process.name);
         self.line.push_str("}}");
         self.push_event(out);
@@ -130,20 +148,38 @@ impl Encoder for JsonEncoder {
         let tr = batch.thread;
         if !self.threads.contains_key(&tr.seq_id) {
             self.thread_name_event(tr, out);
-            self.threads.insert(tr.seq_id, Thread { pid: tr.pid, tid: tr.tid, stack: ScopeStack::default(), last_ns: 0 });
+            self.threads.insert(
+                tr.seq_id,
+                Thread {
+                    pid: tr.pid,
+                    tid: tr.tid,
+                    stack: ScopeStack::default(),
+                    last_ns: 0,
+                },
+            );
         }
         let mut th = self.threads.remove(&tr.seq_id).unwrap();
         let who = (th.pid, th.tid);
         if batch.overwritten > 0 {
-            let ts = parse(batch.words).next().map(|r| ctx.cal.to_ns(r.ts())).unwrap_or(th.last_ns);
+            let ts = parse(batch.words)
+                .next()
+                .map(|r| ctx.cal.to_ns(r.ts()))
+                .unwrap_or(th.last_ns);
             self.lost(who, ts.max(th.last_ns), batch.overwritten, out);
         }
         for rec in parse(batch.words) {
             let ts = ctx.cal.to_ns(rec.ts()).max(th.last_ns);
             th.last_ns = ts;
             match rec {
-                Record::Begin { site, depth, args, .. } => {
-                    let scope = OpenScope { depth, site, ts_ns: ts, args: args.to_vec() };
+                Record::Begin {
+                    site, depth, args, ..
+                } => {
+                    let scope = OpenScope {
+                        depth,
+                        site,
+                        ts_ns: ts,
+                        args: args.to_vec(),
+                    };
                     for orphan in th.stack.begin(scope) {
                         self.stats.ends_lost += 1;
                         self.complete(ctx, who, &orphan, ts, Some("ringtrace.end_lost"), out);
@@ -161,7 +197,9 @@ impl Encoder for JsonEncoder {
                     }
                 }
                 Record::Instant { site, args, .. } => {
-                    let Some(cs) = ctx.sites.get(site) else { continue };
+                    let Some(cs) = ctx.sites.get(site) else {
+                        continue;
+                    };
                     self.stats.events += 1;
                     self.head(cs.name, cs.category, "i", ts, who.0, who.1);
                     self.line.push_str(",\"s\":\"t\"");
@@ -170,17 +208,23 @@ impl Encoder for JsonEncoder {
                     self.push_event(out);
                 }
                 Record::CounterI64 { site, value, .. } => {
-                    let Some(cs) = ctx.sites.get(site) else { continue };
+                    let Some(cs) = ctx.sites.get(site) else {
+                        continue;
+                    };
                     self.counter(cs, ts, who, &value.to_string(), out);
                 }
                 Record::CounterF64 { site, value, .. } => {
-                    let Some(cs) = ctx.sites.get(site) else { continue };
+                    let Some(cs) = ctx.sites.get(site) else {
+                        continue;
+                    };
                     let mut v = String::new();
                     double_into(&mut v, value);
                     self.counter(cs, ts, who, &v, out);
                 }
                 Record::AsyncBegin { site, id, args, .. } => {
-                    let Some(cs) = ctx.sites.get(site) else { continue };
+                    let Some(cs) = ctx.sites.get(site) else {
+                        continue;
+                    };
                     self.stats.events += 1;
                     self.head(cs.name, cs.category, "b", ts, who.0, who.1);
                     let _ = write!(self.line, ",\"id2\":{{\"local\":\"0x{id:x}\"}}");
@@ -189,7 +233,9 @@ impl Encoder for JsonEncoder {
                     self.push_event(out);
                 }
                 Record::AsyncEnd { site, id, .. } => {
-                    let Some(cs) = ctx.sites.get(site) else { continue };
+                    let Some(cs) = ctx.sites.get(site) else {
+                        continue;
+                    };
                     self.stats.events += 1;
                     self.head(cs.name, cs.category, "e", ts, who.0, who.1);
                     let _ = write!(self.line, ",\"id2\":{{\"local\":\"0x{id:x}\"}}}}");
@@ -213,7 +259,10 @@ impl Encoder for JsonEncoder {
 
     fn note_lost(&mut self, ctx: &mut Context<'_>, t: &ThreadRing, count: u64, out: &mut Vec<u8>) {
         let now = ctx.cal.now_ns();
-        let ts = self.threads.get(&t.seq_id).map_or(now, |th| now.max(th.last_ns));
+        let ts = self
+            .threads
+            .get(&t.seq_id)
+            .map_or(now, |th| now.max(th.last_ns));
         self.lost((t.pid, t.tid), ts, count, out);
     }
 
@@ -226,7 +275,14 @@ impl Encoder for JsonEncoder {
             let mut th = self.threads.remove(&id).unwrap();
             let end = now_ns.max(th.last_ns);
             for scope in th.stack.drain_all() {
-                self.complete(ctx, (th.pid, th.tid), &scope, end, Some("ringtrace.unfinished"), out);
+                self.complete(
+                    ctx,
+                    (th.pid, th.tid),
+                    &scope,
+                    end,
+                    Some("ringtrace.unfinished"),
+                    out,
+                );
             }
         }
         out.extend_from_slice(b"\n]\n");
@@ -248,11 +304,20 @@ impl JsonEncoder {
     /// An instant marking lost events, with their count.
     fn lost(&mut self, who: (i32, i64), ts: u64, count: u64, out: &mut Vec<u8>) {
         self.stats.lost_reported += count;
-        self.head(super::perfetto::LOST_EVENT_NAME, "ringtrace", "i", ts, who.0, who.1);
-        let _ = write!(self.line, ",\"s\":\"t\",\"args\":{{\"lost_events\":{count}}}}}");
+        self.head(
+            super::perfetto::LOST_EVENT_NAME,
+            "ringtrace",
+            "i",
+            ts,
+            who.0,
+            who.1,
+        );
+        let _ = write!(
+            self.line,
+            ",\"s\":\"t\",\"args\":{{\"lost_events\":{count}}}}}"
+        );
         self.push_event(out);
     }
-
 }
 
 /// Appends `ns` as microseconds with exactly three decimals.
@@ -286,7 +351,11 @@ pub(crate) fn double_into(l: &mut String, v: f64) {
     if v.is_nan() {
         l.push_str("\"NaN\"");
     } else if v.is_infinite() {
-        l.push_str(if v > 0.0 { "\"Infinity\"" } else { "\"-Infinity\"" });
+        l.push_str(if v > 0.0 {
+            "\"Infinity\""
+        } else {
+            "\"-Infinity\""
+        });
     } else {
         let _ = write!(l, "{v:?}");
     }

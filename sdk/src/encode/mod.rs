@@ -23,7 +23,9 @@ pub(crate) struct ProcessInfo {
 impl ProcessInfo {
     pub(crate) fn current(name: Option<String>) -> ProcessInfo {
         let pid = crate::sys::pid();
-        let seed = crate::sys::realtime_ns() ^ crate::sys::boottime_ns().rotate_left(32) ^ (pid as u64) << 16;
+        let seed = crate::sys::realtime_ns()
+            ^ crate::sys::boottime_ns().rotate_left(32)
+            ^ (pid as u64) << 16;
         ProcessInfo {
             pid,
             name: name.unwrap_or_else(crate::sys::process_name),
@@ -55,7 +57,9 @@ pub(crate) fn mix(mut z: u64) -> u64 {
 
 /// FNV-1a, for keys derived from names.
 pub(crate) fn hash_str(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Call sites by id, cached by the flusher so it does not lock per event.
@@ -108,7 +112,13 @@ pub(crate) trait Encoder: Send {
     fn thread_done(&mut self, ctx: &mut Context<'_>, seq_id: u32, out: &mut Vec<u8>);
     /// `count` events of `thread` were lost outside its record stream (drops
     /// counted after its last record, oversized events): mark it in the trace.
-    fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64, out: &mut Vec<u8>);
+    fn note_lost(
+        &mut self,
+        ctx: &mut Context<'_>,
+        thread: &ThreadRing,
+        count: u64,
+        out: &mut Vec<u8>,
+    );
     /// Periodic bookkeeping (clock snapshots).
     fn tick(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>);
     /// Bytes that close the file; `now_ns` is the end of the trace.
@@ -151,7 +161,11 @@ impl ScopeStack {
 
     pub(crate) fn end(&mut self, depth: u32) -> EndMatch {
         let orphaned = self.pop_deeper_than(depth, false);
-        let matched = if self.open.last().is_some_and(|s| s.depth == depth) { self.open.pop() } else { None };
+        let matched = if self.open.last().is_some_and(|s| s.depth == depth) {
+            self.open.pop()
+        } else {
+            None
+        };
         EndMatch { orphaned, matched }
     }
 
@@ -184,7 +198,12 @@ mod tests {
     use super::*;
 
     fn s(depth: u32, site: u32) -> OpenScope {
-        OpenScope { depth, site, ts_ns: 0, args: Vec::new() }
+        OpenScope {
+            depth,
+            site,
+            ts_ns: 0,
+            args: Vec::new(),
+        }
     }
 
     #[test]

@@ -195,7 +195,13 @@ pub(crate) struct PerfettoEncoder {
 
 impl PerfettoEncoder {
     pub(crate) fn new(opts: PerfettoOptions) -> Self {
-        PerfettoEncoder { opts, seqs: HashMap::new(), stats: EncodeStats::default(), te: Vec::new(), interned: Vec::new() }
+        PerfettoEncoder {
+            opts,
+            seqs: HashMap::new(),
+            stats: EncodeStats::default(),
+            te: Vec::new(),
+            interned: Vec::new(),
+        }
     }
 }
 
@@ -208,7 +214,11 @@ fn global_snapshot(out: &mut Vec<u8>) {
     nested(out, 1, |p| {
         uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
         nested(p, P_CLOCK_SNAPSHOT, |cs| {
-            for (id, ts) in [(BOOTTIME, boot), (sys::CLOCK_MONOTONIC as u64, mono), (sys::CLOCK_REALTIME as u64, real)] {
+            for (id, ts) in [
+                (BOOTTIME, boot),
+                (sys::CLOCK_MONOTONIC as u64, mono),
+                (sys::CLOCK_REALTIME as u64, real),
+            ] {
                 nested(cs, CS_CLOCKS, |c| {
                     uint(c, C_ID, id);
                     uint(c, C_TIMESTAMP, ts);
@@ -246,7 +256,10 @@ impl Encoder for PerfettoEncoder {
     fn batch(&mut self, ctx: &mut Context<'_>, batch: &Batch<'_>, out: &mut Vec<u8>) {
         let t = batch.thread;
         let track_uuid = ctx.process.thread_uuid(t.tid);
-        let mut seq = self.seqs.remove(&t.seq_id).unwrap_or_else(|| Seq::new(t, track_uuid));
+        let mut seq = self
+            .seqs
+            .remove(&t.seq_id)
+            .unwrap_or_else(|| Seq::new(t, track_uuid));
         if batch.overwritten > 0 {
             seq.valid = false;
             seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
@@ -258,17 +271,31 @@ impl Encoder for PerfettoEncoder {
         self.seqs.insert(t.seq_id, seq);
     }
 
-    fn thread_done(&mut self, _ctx: &mut Context<'_>, seq_id: u32, _out: &mut Vec<u8>) {
-        // Slices the thread left open stay open ("did not end"), as they were.
-        self.seqs.remove(&seq_id);
+    fn thread_done(&mut self, ctx: &mut Context<'_>, seq_id: u32, out: &mut Vec<u8>) {
+        // Slices the thread left open stay open ("did not end"), as they were;
+        // losses not yet marked are marked now.
+        if let Some(mut seq) = self.seqs.remove(&seq_id) {
+            if seq.lost_unreported > 0 {
+                let ts = ctx.cal.now_ns().max(seq.last_ns);
+                self.ensure_valid(ctx, &mut seq, ts, out);
+            }
+        }
     }
 
     fn note_lost(&mut self, ctx: &mut Context<'_>, t: &ThreadRing, count: u64, _out: &mut Vec<u8>) {
         // Marked (with a sequence reset) before the thread's next packet, or at finish.
         let track_uuid = ctx.process.thread_uuid(t.tid);
-        let seq = self.seqs.entry(t.seq_id).or_insert_with(|| Seq::new(t, track_uuid));
+        let seq = self
+            .seqs
+            .entry(t.seq_id)
+            .or_insert_with(|| Seq::new(t, track_uuid));
         seq.valid = false;
-        seq.loss_flags |= LOSS_PRESENT | if t.ring.is_overwrite() { LOSS_OVERWRITE } else { LOSS_BUFFER_FULL };
+        seq.loss_flags |= LOSS_PRESENT
+            | if t.ring.is_overwrite() {
+                LOSS_OVERWRITE
+            } else {
+                LOSS_BUFFER_FULL
+            };
         seq.lost_unreported += count;
     }
 
@@ -296,7 +323,6 @@ impl Encoder for PerfettoEncoder {
 }
 
 impl PerfettoEncoder {
-
     fn record(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, rec: Record<'_>, out: &mut Vec<u8>) {
         let ts = ctx.cal.to_ns(rec.ts()).max(seq.last_ns);
         match rec {
@@ -305,10 +331,19 @@ impl PerfettoEncoder {
                 seq.loss_flags |= LOSS_PRESENT | LOSS_BUFFER_FULL;
                 seq.lost_unreported += count;
             }
-            Record::Begin { site, depth, args, .. } => {
-                let Some(cs) = ctx.sites.get(site) else { return };
+            Record::Begin {
+                site, depth, args, ..
+            } => {
+                let Some(cs) = ctx.sites.get(site) else {
+                    return;
+                };
                 self.ensure_valid(ctx, seq, ts, out);
-                for orphan in seq.stack.begin(OpenScope { depth, site, ts_ns: ts, args: Vec::new() }) {
+                for orphan in seq.stack.begin(OpenScope {
+                    depth,
+                    site,
+                    ts_ns: ts,
+                    args: Vec::new(),
+                }) {
                     self.end_orphan(seq, ts, orphan, out);
                 }
                 self.event(seq, ts, TYPE_SLICE_BEGIN, None, Some(cs), args, out);
@@ -330,30 +365,46 @@ impl PerfettoEncoder {
                 }
             }
             Record::Instant { site, args, .. } => {
-                let Some(cs) = ctx.sites.get(site) else { return };
+                let Some(cs) = ctx.sites.get(site) else {
+                    return;
+                };
                 self.ensure_valid(ctx, seq, ts, out);
                 self.event(seq, ts, TYPE_INSTANT, None, Some(cs), args, out);
             }
             Record::CounterI64 { site, value, .. } => {
-                let Some(cs) = ctx.sites.get(site) else { return };
+                let Some(cs) = ctx.sites.get(site) else {
+                    return;
+                };
                 self.ensure_valid(ctx, seq, ts, out);
                 let uuid = self.counter_track(ctx, seq, cs, ts, out);
                 self.counter(seq, ts, uuid, |te| int(te, TE_COUNTER_VALUE, value), out);
             }
             Record::CounterF64 { site, value, .. } => {
-                let Some(cs) = ctx.sites.get(site) else { return };
+                let Some(cs) = ctx.sites.get(site) else {
+                    return;
+                };
                 self.ensure_valid(ctx, seq, ts, out);
                 let uuid = self.counter_track(ctx, seq, cs, ts, out);
-                self.counter(seq, ts, uuid, |te| double(te, TE_DOUBLE_COUNTER_VALUE, value), out);
+                self.counter(
+                    seq,
+                    ts,
+                    uuid,
+                    |te| double(te, TE_DOUBLE_COUNTER_VALUE, value),
+                    out,
+                );
             }
             Record::AsyncBegin { site, id, args, .. } => {
-                let Some(cs) = ctx.sites.get(site) else { return };
+                let Some(cs) = ctx.sites.get(site) else {
+                    return;
+                };
                 self.ensure_valid(ctx, seq, ts, out);
                 let uuid = self.async_track(ctx, seq, cs, id, ts, out);
                 self.event(seq, ts, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args, out);
             }
             Record::AsyncEnd { site, id, .. } => {
-                let Some(cs) = ctx.sites.get(site) else { return };
+                let Some(cs) = ctx.sites.get(site) else {
+                    return;
+                };
                 self.ensure_valid(ctx, seq, ts, out);
                 let uuid = self.async_track(ctx, seq, cs, id, ts, out);
                 self.event(seq, ts, TYPE_SLICE_END, Some(uuid), None, &[], out);
@@ -412,7 +463,9 @@ impl PerfettoEncoder {
             }
             nested(p, P_DEFAULTS, |d| {
                 uint(d, D_TIMESTAMP_CLOCK_ID, SEQ_CLOCK);
-                nested(d, D_TRACK_EVENT_DEFAULTS, |ted| uint(ted, TED_TRACK_UUID, seq.track_uuid));
+                nested(d, D_TRACK_EVENT_DEFAULTS, |ted| {
+                    uint(ted, TED_TRACK_UUID, seq.track_uuid)
+                });
             });
             nested(p, P_CLOCK_SNAPSHOT, |cs| {
                 nested(cs, CS_CLOCKS, |c| {
@@ -529,7 +582,14 @@ impl PerfettoEncoder {
         self.emit(seq, delta, out);
     }
 
-    fn counter(&mut self, seq: &mut Seq, ts: u64, uuid: u64, value: impl FnOnce(&mut Vec<u8>), out: &mut Vec<u8>) {
+    fn counter(
+        &mut self,
+        seq: &mut Seq,
+        ts: u64,
+        uuid: u64,
+        value: impl FnOnce(&mut Vec<u8>),
+        out: &mut Vec<u8>,
+    ) {
         self.stats.events += 1;
         let delta = self.advance(seq, ts);
         self.te.clear();
@@ -542,8 +602,17 @@ impl PerfettoEncoder {
 
     /// The process-scoped counter track of `cs`, described on this sequence
     /// before its first value.
-    fn counter_track(&mut self, ctx: &Context<'_>, seq: &mut Seq, cs: &Callsite, ts: u64, out: &mut Vec<u8>) -> u64 {
-        let uuid = ctx.process.derived_uuid(UUID_KIND_COUNTER, super::hash_str(cs.name));
+    fn counter_track(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        cs: &Callsite,
+        ts: u64,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let uuid = ctx
+            .process
+            .derived_uuid(UUID_KIND_COUNTER, super::hash_str(cs.name));
         if seq.described.insert(uuid) {
             let _ = self.advance(seq, ts);
             let parent = ctx.process.uuid;

@@ -1,0 +1,150 @@
+//! loom models of the lock-free parts: the ring in both modes and the
+//! hand-over of a thread's ring to the flusher through the registry. Run with
+//! `RUSTFLAGS="--cfg ringtrace_loom" cargo test --release -p ringtrace --lib loom_tests`.
+
+use crate::registry::{Registry, RingConfig};
+use crate::ring::{header_kind, header_len, header_payload, make_header, Ring, KIND_LOST};
+use loom::sync::Arc;
+use loom::thread;
+
+const KIND_TEST: u64 = 9;
+
+/// Writes record `id`: header, ts, then `len - 2` payload words derived from id.
+fn write(ring: &Ring, id: u64, len: usize) -> bool {
+    match ring.reserve(len, id) {
+        Some(mut r) => {
+            r.push(make_header(KIND_TEST, len, id));
+            r.push(id);
+            for i in 2..len {
+                r.push(id * 1000 + i as u64);
+            }
+            r.commit();
+            true
+        }
+        None => false,
+    }
+}
+
+/// Checks every record is whole and returns (ids, lost counts from markers).
+fn decode(words: &[u64]) -> (Vec<u64>, u64) {
+    let (mut ids, mut lost, mut i) = (Vec::new(), 0, 0);
+    while i < words.len() {
+        let len = header_len(words[i]) as usize;
+        assert!(len >= 2 && i + len <= words.len(), "torn record");
+        if header_kind(words[i]) == KIND_LOST {
+            lost += words[i + 2];
+        } else {
+            let id = header_payload(words[i]);
+            assert_eq!(words[i + 1], id);
+            for k in 2..len {
+                assert_eq!(
+                    words[i + k],
+                    id * 1000 + k as u64,
+                    "payload of record {id} torn"
+                );
+            }
+            ids.push(id);
+        }
+        i += len;
+    }
+    (ids, lost)
+}
+
+fn check_order(ids: &[u64]) {
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "records out of order: {ids:?}"
+    );
+}
+
+#[test]
+fn loom_tests_ring_drop_mode_counts_every_loss() {
+    loom::model(|| {
+        let ring = Arc::new(Ring::with_words(8, false));
+        let p = {
+            let ring = ring.clone();
+            thread::spawn(move || (1..=4).filter(|&id| write(&ring, id, 3)).count() as u64)
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let written = p.join().unwrap();
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let (ids, marked) = decode(&out);
+        check_order(&ids);
+        assert_eq!(ids.len() as u64, written);
+        assert_eq!(written + ring.dropped(), 4);
+        assert_eq!(marked + ring.pending_lost(), ring.dropped());
+    });
+}
+
+#[test]
+fn loom_tests_ring_overwrite_mode_never_tears() {
+    loom::model(|| {
+        let ring = Arc::new(Ring::with_words(8, true));
+        let p = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                for id in 1..=4 {
+                    assert!(write(&ring, id, 3));
+                }
+            })
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let d1 = ring.drain(&mut out, usize::MAX, &mut seen);
+        p.join().unwrap();
+        let d2 = ring.drain(&mut out, usize::MAX, &mut seen);
+        let (ids, _) = decode(&out);
+        check_order(&ids);
+        assert_eq!(ids.last(), Some(&4));
+        assert_eq!(ids.len() as u64 + d1.overwritten + d2.overwritten, 4);
+    });
+}
+
+#[test]
+fn loom_tests_exiting_thread_hands_over_everything() {
+    loom::model(|| {
+        let registry = Arc::new(Registry::new());
+        registry.open(
+            1,
+            RingConfig {
+                bytes: 512,
+                overwrite: false,
+            },
+        );
+        let p = {
+            let registry = registry.clone();
+            thread::spawn(move || {
+                let tr = registry.create(1, 1, 2, String::new()).unwrap();
+                assert!(write(&tr.ring, 1, 2));
+                assert!(write(&tr.ring, 2, 2));
+                tr.retire();
+            })
+        };
+        // The flusher: snapshot, drain, and stop once a retired ring is empty.
+        let mut got = Vec::new();
+        let mut seen = 0;
+        let mut rings = Vec::new();
+        loop {
+            registry.snapshot(&mut rings);
+            let mut done = false;
+            for tr in &rings {
+                let retired = tr.is_retired();
+                let mut out = Vec::new();
+                tr.ring.drain(&mut out, usize::MAX, &mut seen);
+                got.extend(decode(&out).0);
+                if retired && tr.ring.used_words() == 0 {
+                    registry.remove(tr.seq_id);
+                    done = true;
+                }
+            }
+            if done {
+                break;
+            }
+            thread::yield_now();
+        }
+        p.join().unwrap();
+        assert_eq!(got, vec![1, 2]);
+    });
+}
