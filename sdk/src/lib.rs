@@ -70,6 +70,7 @@ mod registry;
 mod ring;
 mod scope;
 mod session;
+mod signals;
 mod sink;
 mod sync;
 mod sys;
@@ -80,7 +81,6 @@ mod loom_tests;
 pub use args::TraceValue;
 pub use callsite::{category_enabled, disable_categories, enable_categories};
 pub use flusher::Stats;
-#[cfg(any())]
 pub use ringtrace_macros::trace;
 pub use scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use session::{

@@ -105,6 +105,7 @@ pub struct Builder {
     flush_interval: Duration,
     process_name: Option<String>,
     source_locations: bool,
+    finish_on_signals: bool,
 }
 
 /// Starts configuring a tracing session.
@@ -132,6 +133,7 @@ pub fn builder() -> Builder {
         flush_interval: Duration::from_millis(100),
         process_name: None,
         source_locations: true,
+        finish_on_signals: false,
     }
 }
 
@@ -218,6 +220,16 @@ impl Builder {
         self
     }
 
+    /// Finish the trace when the process gets SIGINT or SIGTERM, then let the
+    /// signal take its default effect (the process still ends as it would
+    /// have). Off by default: it installs process-wide signal handlers, which
+    /// replace any the program set before. Handlers stay installed after the
+    /// session stops and finish whatever session is recording then.
+    pub fn finish_on_signals(mut self, on: bool) -> Self {
+        self.finish_on_signals = on;
+        self
+    }
+
     /// Starts recording.
     ///
     /// # Errors
@@ -267,6 +279,12 @@ impl Builder {
             })),
             Format::Json => Box::new(JsonEncoder::new()),
         };
+        if self.finish_on_signals {
+            crate::signals::install(finish_current_session).map_err(|e| Error::Io {
+                path: None,
+                source: e,
+            })?;
+        }
         let cal = Calibration::start(false);
         let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
         REGISTRY.open(
@@ -333,16 +351,19 @@ static AT_EXIT: Once = Once::new();
 /// Runs at `exit()` (including `std::process::exit` and the return from
 /// `main`): finishes the trace of a session still recording.
 extern "C" fn finish_at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        let id = SESSION
-            .try_lock_for(Duration::from_secs(2))
-            .and_then(|s| s.as_ref().map(|s| s.id));
-        if let Some(id) = id {
-            if let Err(e) = stop_session(id) {
-                eprintln!("ringtrace: finishing the trace at exit failed: {e}");
-            }
+    let _ = std::panic::catch_unwind(finish_current_session);
+}
+
+/// Stops whatever session is recording (exit and signal paths).
+fn finish_current_session() {
+    let id = SESSION
+        .try_lock_for(Duration::from_secs(2))
+        .and_then(|s| s.as_ref().map(|s| s.id));
+    if let Some(id) = id {
+        if let Err(e) = stop_session(id) {
+            eprintln!("ringtrace: finishing the trace failed: {e}");
         }
-    });
+    }
 }
 
 /// Stops session `id` if it is the one recording; waits for the flusher to

@@ -5,8 +5,32 @@
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
+use std::time::{Duration, Instant};
+
+/// Counts live heap bytes, so the churn scenario can show memory returns to
+/// its baseline.
+struct CountingAlloc;
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts sizes.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same layout contract as the caller's.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -20,6 +44,14 @@ fn main() {
         "overwrite_mode" => overwrite_mode(&trace),
         "categories" => categories(&trace),
         "oversized" => oversized(&trace),
+        "signal_wait" => signal_wait(&trace),
+        "endless" => endless(&trace),
+        "load" => load(&trace, &args[4]),
+        "churn" => churn(&trace),
+        "bad_input" => bad_input(&trace),
+        "io_fault" => io_fault(),
+        "attribute" => attribute(&trace),
+        "random_events" => random_events(&trace, args[4].parse().unwrap()),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
@@ -209,4 +241,405 @@ fn oversized(trace: &str) -> Value {
     ringtrace::trace_instant!("after");
     let stats = guard.stop().unwrap();
     json!({"events_lost": stats.events_lost, "events_oversized": stats.events_oversized})
+}
+
+/// Records until a signal ends the process; the signal handler finishes the trace.
+fn signal_wait(trace: &str) -> Value {
+    let _guard = ringtrace::builder()
+        .output(trace)
+        .finish_on_signals(true)
+        .start()
+        .unwrap();
+    for i in 0..100 {
+        ringtrace::trace_instant!("before_signal", i = i);
+    }
+    println!("ready");
+    use std::io::Write;
+    std::io::stdout().flush().unwrap();
+    for i in 0u64.. {
+        ringtrace::trace_scope!("waiting", i = i);
+        thread::sleep(Duration::from_micros(100));
+    }
+    unreachable!()
+}
+
+/// Records forever with frequent flushes, for a SIGKILL mid-writing.
+fn endless(trace: &str) -> Value {
+    let _guard = ringtrace::builder()
+        .output(trace)
+        .flush_interval(Duration::from_millis(5))
+        .start()
+        .unwrap();
+    let mut announced = false;
+    let begun = Instant::now();
+    for i in 0u64.. {
+        ringtrace::trace_scope!("endless", i = i, label = "some text to make lines longer");
+        if !announced && begun.elapsed() > Duration::from_millis(100) {
+            println!("ready");
+            use std::io::Write;
+            std::io::stdout().flush().unwrap();
+            announced = true;
+        }
+        if i % 64 == 0 {
+            thread::sleep(Duration::from_micros(50));
+        }
+    }
+    unreachable!()
+}
+
+/// 8 threads recording instants at full speed for a while; reports how many
+/// each recorded.
+fn load(trace: &str, mode: &str) -> Value {
+    let guard = ringtrace::builder()
+        .output(trace)
+        .overwrite(mode == "overwrite")
+        .buffer_bytes_per_thread(256 * 1024)
+        .start()
+        .unwrap();
+    let millis: u64 = std::env::var("RINGTRACE_LOAD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    ringtrace::trace_instant!("load", t = t, n = n);
+                    n += 1;
+                }
+                json!({"tid": tid(), "recorded": n})
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(millis));
+    stop.store(true, Ordering::Relaxed);
+    let threads: Vec<Value> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let stats = guard.stop().unwrap();
+    json!({"threads": threads, "events_written": stats.events_written, "events_lost": stats.events_lost})
+}
+
+/// 10,000 short-lived threads, each recording a few events.
+fn churn(trace: &str) -> Value {
+    let guard = ringtrace::builder()
+        .output(trace)
+        .buffer_bytes_per_thread(16 * 1024)
+        .start()
+        .unwrap();
+    // Warm up: the first thread's lazy statics, flusher buffers.
+    thread::spawn(|| ringtrace::trace_instant!("warmup"))
+        .join()
+        .unwrap();
+    ringtrace::flush();
+    let baseline = LIVE_BYTES.load(Ordering::Relaxed);
+    let threads = 10_000;
+    for batch in 0..threads / 100 {
+        let hs: Vec<_> = (0..100)
+            .map(|k| {
+                thread::spawn(move || {
+                    ringtrace::trace_scope!("churn", "short_life", thread = batch * 100 + k);
+                    ringtrace::trace_instant!("churn", "hello");
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    }
+    ringtrace::flush();
+    thread::sleep(Duration::from_millis(200)); // let the flusher retire the last rings
+    ringtrace::flush();
+    let after = LIVE_BYTES.load(Ordering::Relaxed);
+    let stats = guard.stop().unwrap();
+    json!({"threads": threads, "baseline_bytes": baseline, "after_bytes": after,
+           "events_written": stats.events_written, "events_lost": stats.events_lost, "stats_threads": stats.threads})
+}
+
+/// Misuse and odd input: must never panic inside the SDK or corrupt the file.
+fn bad_input(trace: &str) -> Value {
+    // Before any session: nothing recorded, nothing breaks.
+    ringtrace::trace_scope!("before_start");
+    ringtrace::trace_instant!("before_start_instant");
+    let guard = ringtrace::builder().output(trace).start().unwrap();
+    let again = ringtrace::builder()
+        .output(format!("{trace}.second.pftrace"))
+        .start();
+    let start_twice = matches!(again, Err(ringtrace::Error::AlreadyStarted));
+    ringtrace::trace_scope!("", "");
+    ringtrace::trace_instant!(
+        "ctl\u{0}\u{7}\n\"quoted\"",
+        text = "tab\there \u{1b}[31m \u{fffd} 😀"
+    );
+    let huge_name = "n".repeat(1 << 20);
+    ringtrace::trace_instant!("huge_arg", v = huge_name.as_str());
+    ringtrace::trace_counter!("nan", f64::NAN);
+    ringtrace::trace_counter!("inf", f64::INFINITY);
+    ringtrace::trace_counter!("neg_inf", f64::NEG_INFINITY);
+    ringtrace::trace_instant!("floats", nan = f64::NAN, inf = f64::INFINITY);
+    fn nest(depth: u32) {
+        ringtrace::trace_scope!("deep", depth = depth);
+        if depth + 1 < 10_000 {
+            nest(depth + 1);
+        }
+    }
+    thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(|| nest(0))
+        .unwrap()
+        .join()
+        .unwrap();
+    // Scopes ended out of order.
+    {
+        let a = ringtrace::__scope_guard!("order", "a");
+        let b = ringtrace::__scope_guard!("order", "b");
+        drop(a);
+        drop(b);
+    }
+    let stats = guard.stop().unwrap();
+    ringtrace::trace_instant!("after_stop");
+    // Start again after stop.
+    let second = format!("{trace}.again.pftrace");
+    let g2 = ringtrace::builder().output(&second).start().unwrap();
+    ringtrace::trace_instant!("second_session");
+    drop(g2);
+    json!({"start_twice_error": start_twice, "unmatched_ends": stats.unmatched_ends,
+           "events_lost": stats.events_lost, "second": second})
+}
+
+/// Writing fails mid-trace (/dev/full): reported once, the program goes on.
+fn io_fault() -> Value {
+    let guard = ringtrace::builder()
+        .output("/dev/full")
+        .format(ringtrace::Format::Perfetto)
+        .flush_interval(Duration::from_millis(5))
+        .start()
+        .unwrap();
+    for i in 0..20_000u64 {
+        ringtrace::trace_scope!("doomed", i = i);
+        if i % 1000 == 0 {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let err = guard.stop().err().map(|e| e.to_string());
+    json!({"stop_error": err, "program_continued": true})
+}
+
+/// A random event sequence (seeded): scopes with random nesting, instants and
+/// counters with random arguments. Expectations as in `workload`.
+fn random_events(trace: &str, seed: u64) -> Value {
+    let guard = ringtrace::builder().output(trace).start().unwrap();
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let start = ringtrace::trace_clock_ns();
+    let mut events = Vec::new();
+    random_level(&mut rng, 0, &mut events);
+    let end = ringtrace::trace_clock_ns();
+    let stats = guard.stop().unwrap();
+    json!({"pid": std::process::id(), "start_ns": start, "end_ns": end, "events_lost": stats.events_lost,
+           "events_written": stats.events_written,
+           "threads": [{"tid": tid(), "name": "main", "events": events}]})
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn random_string(rng: &mut Rng) -> String {
+    const ALPHABET: &[&str] = &[
+        "a", "Z", "0", " ", "\"", "\\", "\n", "\t", "\u{1}", "é", "漢", "😀", "\u{7f}", "/",
+    ];
+    let len = rng.below(12) as usize;
+    (0..len)
+        .map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize])
+        .collect()
+}
+
+/// A random value and its expected decoded JSON form (Perfetto side).
+fn random_value(rng: &mut Rng, depth: u32) -> (ValueArg, Value) {
+    match rng.below(if depth > 2 { 6 } else { 8 }) {
+        0 => {
+            let v = rng.next() as i64;
+            (ValueArg::Int(v), json!(v))
+        }
+        1 => {
+            let v = rng.next();
+            (ValueArg::Uint(v), json!(v))
+        }
+        2 => {
+            let v = (rng.next() as i64 as f64) / 1024.0;
+            (ValueArg::Double(v), json!(v))
+        }
+        3 => {
+            let v = rng.below(2) == 1;
+            (ValueArg::Bool(v), json!(v))
+        }
+        4 | 5 => {
+            let s = random_string(rng);
+            (ValueArg::Str(s.clone()), json!(s))
+        }
+        6 => {
+            let n = 1 + rng.below(3);
+            let (vals, exp): (Vec<_>, Vec<_>) =
+                (0..n).map(|_| random_value(rng, depth + 1)).unzip();
+            (ValueArg::Array(vals), Value::Array(exp))
+        }
+        _ => {
+            let n = 1 + rng.below(3);
+            let mut map = BTreeMap::new();
+            let mut exp = serde_json::Map::new();
+            for k in 0..n {
+                let (v, e) = random_value(rng, depth + 1);
+                let key = format!("k{k}");
+                map.insert(key.clone(), v);
+                exp.insert(key, e);
+            }
+            (ValueArg::Dict(map), Value::Object(exp))
+        }
+    }
+}
+
+/// A dynamically typed argument, so random trees can be recorded.
+enum ValueArg {
+    Int(i64),
+    Uint(u64),
+    Double(f64),
+    Bool(bool),
+    Str(String),
+    Array(Vec<ValueArg>),
+    Dict(BTreeMap<String, ValueArg>),
+}
+
+impl ringtrace::TraceValue for ValueArg {
+    fn words(&self) -> usize {
+        match self {
+            ValueArg::Int(v) => v.words(),
+            ValueArg::Uint(v) => v.words(),
+            ValueArg::Double(v) => v.words(),
+            ValueArg::Bool(v) => v.words(),
+            ValueArg::Str(v) => v.words(),
+            ValueArg::Array(v) => v.words(),
+            ValueArg::Dict(v) => v.words(),
+        }
+    }
+    fn encode(&self, out: &mut dyn ringtrace::__private::WordSink) {
+        match self {
+            ValueArg::Int(v) => v.encode(out),
+            ValueArg::Uint(v) => v.encode(out),
+            ValueArg::Double(v) => v.encode(out),
+            ValueArg::Bool(v) => v.encode(out),
+            ValueArg::Str(v) => v.encode(out),
+            ValueArg::Array(v) => v.encode(out),
+            ValueArg::Dict(v) => v.encode(out),
+        }
+    }
+}
+
+fn random_level(rng: &mut Rng, depth: u32, events: &mut Vec<Value>) {
+    let n = 1 + rng.below(6);
+    for _ in 0..n {
+        match rng.below(4) {
+            0 | 1 if depth < 6 => {
+                let (a, ae) = random_value(rng, 0);
+                let (b, be) = random_value(rng, 0);
+                ringtrace::trace_scope!("rand", "scope", a = a, b = b);
+                events.push(json!({"type": "begin", "name": "scope", "cat": "rand", "args": {"a": ae, "b": be}}));
+                random_level(rng, depth + 1, events);
+                events.push(json!({"type": "end", "name": "scope"}));
+            }
+            2 => {
+                let (v, ve) = random_value(rng, 0);
+                ringtrace::trace_instant!("rand", "instant", v = v);
+                events.push(
+                    json!({"type": "instant", "name": "instant", "cat": "rand", "args": {"v": ve}}),
+                );
+            }
+            _ => {
+                let v = rng.next() as i64 >> rng.below(60);
+                ringtrace::trace_counter!("rand", "counter", v);
+                events.push(json!({"type": "counter", "name": "counter", "value": v}));
+            }
+        }
+    }
+}
+
+#[ringtrace::trace]
+fn traced_free(x: u32) -> u32 {
+    x + 1
+}
+
+#[ringtrace::trace(name = "renamed", category = "custom", args(x, label))]
+fn traced_with_args(x: u64, label: &str) -> Result<u64, String> {
+    if x > 100 {
+        return Err(format!("{label} too big"));
+    }
+    Ok(x * 2)
+}
+
+struct Worker {
+    id: u32,
+}
+
+impl Worker {
+    #[ringtrace::trace]
+    fn method(&self) -> u32 {
+        self.id
+    }
+
+    #[ringtrace::trace(category = "async")]
+    async fn async_method(&self, hops: u32) -> u32 {
+        for _ in 0..hops {
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        self.id
+    }
+}
+
+#[ringtrace::trace]
+async fn traced_async(n: u32) -> Result<u32, std::io::Error> {
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    Ok(n)
+}
+
+/// `#[trace]` on free fns, methods, a fn with args, and async fns polled on a
+/// multi-threaded runtime.
+fn attribute(trace: &str) -> Value {
+    let guard = ringtrace::builder().output(trace).start().unwrap();
+    let a = traced_free(1);
+    let b = traced_with_args(21, "x").unwrap();
+    let c = traced_with_args(1000, "y").is_err();
+    let w = Worker { id: 7 };
+    let m = w.method();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tasks = 8u32;
+    let (sum, ok) = rt.block_on(async {
+        let mut hs = Vec::new();
+        for i in 0..tasks {
+            hs.push(tokio::spawn(async move {
+                Worker { id: i }.async_method(5).await
+            }));
+        }
+        let mut sum = 0;
+        for h in hs {
+            sum += h.await.unwrap();
+        }
+        (sum, traced_async(3).await.unwrap())
+    });
+    drop(rt);
+    let stats = guard.stop().unwrap();
+    json!({"results": [a, b, c as u64, m, sum, ok], "tasks": tasks, "events_lost": stats.events_lost})
 }
