@@ -44,6 +44,8 @@ fn main() {
         "overwrite_mode" => overwrite_mode(&trace),
         "categories" => categories(&trace),
         "oversized" => oversized(&trace),
+        "worker_panic" => worker_panic(&trace),
+        "abort" => abort(&trace),
         "signal_wait" => signal_wait(&trace),
         "endless" => endless(&trace),
         "load" => load(&trace, &args[4]),
@@ -642,4 +644,35 @@ fn attribute(trace: &str) -> Value {
     drop(rt);
     let stats = guard.stop().unwrap();
     json!({"results": [a, b, c as u64, m, sum, ok], "tasks": tasks, "events_lost": stats.events_lost})
+}
+
+/// A worker thread panics inside nested scopes; the program goes on.
+fn worker_panic(trace: &str) -> Value {
+    let guard = ringtrace::builder().output(trace).start().unwrap();
+    let r = thread::Builder::new()
+        .name("doomed".into())
+        .spawn(|| {
+            ringtrace::trace_scope!("outer_before_panic");
+            ringtrace::trace_scope!("inner_before_panic");
+            ringtrace::trace_instant!("about_to_panic");
+            panic!("worker panics");
+        })
+        .unwrap()
+        .join();
+    ringtrace::trace_instant!("main_after_worker_panic");
+    guard.stop().unwrap();
+    json!({"worker_panicked": r.is_err()})
+}
+
+/// Records with frequent flushes, then aborts.
+fn abort(trace: &str) -> Value {
+    let _guard = ringtrace::builder().output(trace).flush_interval(Duration::from_millis(2)).start().unwrap();
+    for i in 0..500u64 {
+        ringtrace::trace_scope!("before_abort", i = i);
+    }
+    thread::sleep(Duration::from_millis(100)); // at least one flush cycle
+    for i in 0..1000u64 {
+        ringtrace::trace_scope!("maybe_lost", i = i);
+    }
+    std::process::abort();
 }
