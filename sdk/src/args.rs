@@ -52,7 +52,7 @@ impl WordSink for Vec<u64> {
 ///
 /// ```
 /// use std::collections::BTreeMap;
-/// let _trace = ringtrace::builder().output_memory().start().unwrap();
+/// let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// let sizes = vec![1u32, 2, 3];
 /// let mut limits = BTreeMap::new();
 /// limits.insert("max", 10i64);
@@ -423,6 +423,53 @@ impl<'a> ArgReader<'a> {
             _ => String::new(),
         }
     }
+
+    /// Reads one raw word (an untagged field id).
+    pub(crate) fn skip_word(&mut self) -> u64 {
+        self.word()
+    }
+
+    /// Position of the next word to read.
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// True once every word has been read.
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos >= self.words.len()
+    }
+
+    /// Skips the next value whole (containers with their elements), without
+    /// decoding strings. Depth-bounded like every reader here.
+    pub(crate) fn skip(&mut self) {
+        self.skip_at_depth(0)
+    }
+
+    fn skip_at_depth(&mut self, depth: usize) {
+        let t = self.word();
+        let len = (t >> 8) as usize;
+        match t & 0xff {
+            T_INT | T_UINT | T_DOUBLE | T_POINTER => self.pos += 1,
+            T_STR => self.pos += len.div_ceil(8),
+            T_DICT if depth < 64 => {
+                for _ in 0..len.min(self.words.len()) {
+                    self.skip_at_depth(depth + 1);
+                    self.skip_at_depth(depth + 1);
+                }
+            }
+            T_ARRAY if depth < 64 => {
+                for _ in 0..len.min(self.words.len()) {
+                    self.skip_at_depth(depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A tag word: type `ty` with a length or count `len` (see the module docs).
+pub(crate) fn tag_word(ty: u64, len: u64) -> u64 {
+    tag(ty, len)
 }
 
 /// A fully decoded value tree (tests compare with it).
