@@ -25,9 +25,15 @@ async fn parse(id: u32) -> usize {
 }
 
 fn main() -> Result<(), ringtrace::Error> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "async_tasks.pftrace".to_string());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "async_tasks.pftrace".to_string());
     let trace = ringtrace::builder().output(&path).start()?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
     let total: usize = rt.block_on(async {
         let tasks: Vec<_> = (0..16).map(|i| tokio::spawn(fetch(i))).collect();
         let mut total = 0;
@@ -38,6 +44,9 @@ fn main() -> Result<(), ringtrace::Error> {
     });
     drop(rt);
     let stats = trace.stop()?;
-    println!("total {total}; wrote {} events to {path}; open it at https://ui.perfetto.dev", stats.events_written);
+    println!(
+        "total {total}; wrote {} events to {path}; open it at https://ui.perfetto.dev",
+        stats.events_written
+    );
     Ok(())
 }

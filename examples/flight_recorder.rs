@@ -9,7 +9,9 @@
 use std::thread;
 
 fn main() -> Result<(), ringtrace::Error> {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "flight_recorder.pftrace".to_string());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "flight_recorder.pftrace".to_string());
     let trace = ringtrace::builder()
         .output(&path)
         .overwrite(true)

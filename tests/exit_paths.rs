@@ -93,15 +93,27 @@ fn panic_in_a_worker_thread_keeps_its_events() {
     let dir = scratch("worker-panic");
     let trace = dir.join("wp.pftrace");
     let (out, expect) = run_scenario("worker_panic", &trace, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(expect.unwrap()["worker_panicked"], true);
     let model = perfetto_model(&trace);
     let slices = model["slices"].as_array().unwrap();
     for name in ["outer_before_panic", "inner_before_panic"] {
-        let s = slices.iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} missing"));
-        assert!(s["dur"].as_i64().unwrap() >= 0, "{name} is closed by the unwinding");
+        let s = slices
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert!(
+            s["dur"].as_i64().unwrap() >= 0,
+            "{name} is closed by the unwinding"
+        );
     }
-    assert!(slices.iter().any(|s| s["name"] == "main_after_worker_panic"));
+    assert!(slices
+        .iter()
+        .any(|s| s["name"] == "main_after_worker_panic"));
 }
 
 #[test]
@@ -112,6 +124,11 @@ fn abort_leaves_what_was_flushed_readable() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGABRT));
     let model = perfetto_model(&trace);
-    let n = model["slices"].as_array().unwrap().iter().filter(|s| s["name"] == "before_abort").count();
+    let n = model["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "before_abort")
+        .count();
     assert_eq!(n, 500, "everything flushed before the abort is readable");
 }

@@ -1,1 +1,444 @@
-fn main() {}
+//! `ringtrace`: pack traces into a Perfetto archive with a manifest, inspect
+//! a trace or an archive, convert between ringtrace's Perfetto and JSON.
+//!
+//! Exit status: 0 success, 1 the command failed (unreadable or invalid input,
+//! an archive the manifest rules reject), 2 usage error.
+
+#![forbid(unsafe_code)]
+
+mod convert;
+mod inspect;
+mod model;
+
+use ringtrace::archive::{Archive, Clock, ZipMethod};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage:
+  ringtrace pack -o OUT.tar|OUT.zip [options] FILE|DIR...
+  ringtrace inspect [--json] FILE
+  ringtrace convert IN OUT
+  ringtrace help
+
+pack: writes the files (a directory adds its trace files, with the sidecars
+written by ringtrace::archive::member_builder) into one archive with a
+perfetto_manifest. FILE below is a member name (a file's name).
+  -o, --output PATH               the archive; .tar or .zip
+  --machine FILE=NAME             FILE was recorded on machine NAME
+  --machines FILE=ID:NAME[,ID:NAME...]
+                                  names the machine ids of a multi-machine trace
+  --sync FILE=REF[:CLOCK][@OFFSET_NS]
+                                  places FILE against REF: with CLOCK, relates
+                                  FILE's CLOCK to REF's (RELATE); without, pins
+                                  the clockless FILE to REF (PIN). Without
+                                  @OFFSET_NS the offset is computed from the
+                                  clocks the files recorded.
+  --trace-time CLOCK[@FILE]       the merged timeline's clock (of FILE's machine)
+  --attr KEY=VALUE                a manifest attribute (integer if it parses)
+  --recorded-here FILE            FILE (JSON) was recorded on this machine
+  --foreign FILE                  FILE is JSON ringtrace did not write: no
+                                  automatic pinning
+  --no-auto-clocks                do not pin ringtrace JSON files automatically
+  --stored                        ZIP: store members uncompressed
+  --print-manifest                print the manifest written
+  Clocks: REALTIME REALTIME_COARSE MONOTONIC MONOTONIC_COARSE MONOTONIC_RAW BOOTTIME
+
+inspect: sequences, processes and threads, events by kind, lost events, time
+range and clocks of a .pftrace or .json trace, or of every trace in a .tar/.zip
+archive (after checking its manifest); gzipped traces are read too. --json
+prints it as JSON.
+
+convert: ringtrace Perfetto (.pftrace, .perfetto-trace, .pb) to Chrome JSON
+(.json) or back; the output format follows OUT's extension.
+";
+
+/// A failure, with the exit status it maps to.
+enum Failure {
+    Usage(String),
+    Failed(String),
+}
+
+fn usage(m: impl Into<String>) -> Failure {
+    Failure::Usage(m.into())
+}
+
+fn failed(m: impl Into<String>) -> Failure {
+    Failure::Failed(m.into())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("pack") => pack(&args[1..]),
+        Some("inspect") => inspect(&args[1..]),
+        Some("convert") => convert_cmd(&args[1..]),
+        Some("help" | "-h" | "--help") => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(usage(format!("unknown command {other:?}"))),
+        None => Err(usage("no command given")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("ringtrace: {m}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Failed(m)) => {
+            eprintln!("ringtrace: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn read(path: &str) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| failed(format!("cannot read {path}: {e}")))
+}
+
+/// A trace's bytes, gunzipped when they are a gzip stream (`.pftrace.gz`).
+fn trace_bytes(path: &str, bytes: Vec<u8>) -> Result<Vec<u8>, Failure> {
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes);
+    }
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::MultiGzDecoder::new(bytes.as_slice()),
+        &mut out,
+    )
+    .map_err(|e| failed(format!("{path}: bad gzip stream: {e}")))?;
+    Ok(out)
+}
+
+/// Splits `FILE=VALUE`.
+fn split_eq<'a>(opt: &str, v: &'a str) -> Result<(&'a str, &'a str), Failure> {
+    match v.split_once('=') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a, b)),
+        _ => Err(usage(format!("{opt} expects FILE=VALUE, got {v:?}"))),
+    }
+}
+
+fn parse_clock(s: &str) -> Result<Clock, Failure> {
+    s.parse()
+        .map_err(|e: ringtrace::archive::ArchiveError| usage(e.to_string()))
+}
+
+enum Op {
+    Machine(String, String),
+    Machines(String, Vec<(i64, String)>),
+    Sync {
+        file: String,
+        reference: String,
+        clock: Option<Clock>,
+        offset: Option<i64>,
+    },
+    RecordedHere(String),
+    Foreign(String),
+}
+
+fn pack(args: &[String]) -> Result<(), Failure> {
+    let mut output: Option<PathBuf> = None;
+    let mut inputs: Vec<String> = Vec::new();
+    let mut ops: Vec<Op> = Vec::new();
+    let mut trace_time: Option<(Clock, Option<String>)> = None;
+    let mut attrs: Vec<(String, String)> = Vec::new();
+    let (mut auto, mut stored, mut print_manifest) = (true, false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| usage(format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "-o" | "--output" => output = Some(PathBuf::from(value(a)?)),
+            "--machine" => {
+                let v = value(a)?;
+                let (f, n) = split_eq(a, &v)?;
+                ops.push(Op::Machine(f.into(), n.into()));
+            }
+            "--machines" => {
+                let v = value(a)?;
+                let (f, list) = split_eq(a, &v)?;
+                let mut ids = Vec::new();
+                for item in list.split(',') {
+                    let (id, name) = item.split_once(':').ok_or_else(|| {
+                        usage(format!("--machines expects ID:NAME pairs, got {item:?}"))
+                    })?;
+                    let id = id
+                        .parse::<i64>()
+                        .map_err(|_| usage(format!("--machines: {id:?} is not an integer")))?;
+                    ids.push((id, name.to_owned()));
+                }
+                ops.push(Op::Machines(f.into(), ids));
+            }
+            "--sync" => {
+                let v = value(a)?;
+                let (file, rest) = split_eq(a, &v)?;
+                let (rest, offset) = match rest.rsplit_once('@') {
+                    Some((r, o)) => (
+                        r,
+                        Some(o.parse::<i64>().map_err(|_| {
+                            usage(format!("--sync: offset {o:?} is not an integer (ns)"))
+                        })?),
+                    ),
+                    None => (rest, None),
+                };
+                let (reference, clock) = match rest.rsplit_once(':') {
+                    Some((r, c)) => (r, Some(parse_clock(c)?)),
+                    None => (rest, None),
+                };
+                if reference.is_empty() {
+                    return Err(usage(format!("--sync {v:?}: no reference file")));
+                }
+                ops.push(Op::Sync {
+                    file: file.into(),
+                    reference: reference.into(),
+                    clock,
+                    offset,
+                });
+            }
+            "--trace-time" => {
+                let v = value(a)?;
+                trace_time = Some(match v.split_once('@') {
+                    Some((c, f)) => (parse_clock(c)?, Some(f.to_owned())),
+                    None => (parse_clock(&v)?, None),
+                });
+            }
+            "--attr" => {
+                let v = value(a)?;
+                let (k, val) = v
+                    .split_once('=')
+                    .ok_or_else(|| usage(format!("--attr expects KEY=VALUE, got {v:?}")))?;
+                attrs.push((k.into(), val.into()));
+            }
+            "--recorded-here" => ops.push(Op::RecordedHere(value(a)?)),
+            "--foreign" => ops.push(Op::Foreign(value(a)?)),
+            "--no-auto-clocks" => auto = false,
+            "--stored" => stored = true,
+            "--print-manifest" => print_manifest = true,
+            s if s.starts_with('-') && s.len() > 1 => {
+                return Err(usage(format!("unknown option {s:?}")))
+            }
+            s => inputs.push(s.to_owned()),
+        }
+    }
+    let output = output.ok_or_else(|| usage("pack needs -o OUT.tar or -o OUT.zip"))?;
+    let zip = match output
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        Some("zip") => true,
+        Some("tar") => false,
+        _ => {
+            return Err(usage(format!(
+                "{}: the archive must end in .tar or .zip",
+                output.display()
+            )))
+        }
+    };
+    if inputs.is_empty() {
+        return Err(usage("pack needs at least one trace file"));
+    }
+    let mut archive = Archive::new();
+    for input in &inputs {
+        let p = Path::new(input);
+        if p.is_dir() {
+            archive.add_dir(p).map_err(|e| failed(e.to_string()))?;
+        } else {
+            archive.add_file(p).map_err(|e| failed(e.to_string()))?;
+        }
+    }
+    let member = |archive: &mut Archive, f: &str| -> Result<(), Failure> {
+        archive
+            .file(f)
+            .map(|_| ())
+            .map_err(|e| usage(format!("{e} (members: {})", member_list(archive))))
+    };
+    for op in ops {
+        match op {
+            Op::Machine(f, n) => {
+                member(&mut archive, &f)?;
+                archive.file(&f).unwrap().machine(n);
+            }
+            Op::Machines(f, ids) => {
+                member(&mut archive, &f)?;
+                archive.file(&f).unwrap().machines(ids);
+            }
+            Op::Sync {
+                file,
+                reference,
+                clock,
+                offset,
+            } => {
+                member(&mut archive, &file)?;
+                let m = archive.file(&file).unwrap();
+                m.sync_to(reference, clock);
+                if let Some(o) = offset {
+                    m.offset_ns(o);
+                }
+            }
+            Op::RecordedHere(f) => {
+                member(&mut archive, &f)?;
+                archive.file(&f).unwrap().recorded_here();
+            }
+            Op::Foreign(f) => {
+                member(&mut archive, &f)?;
+                archive.file(&f).unwrap().foreign();
+            }
+        }
+    }
+    if let Some((clock, file)) = trace_time {
+        archive.trace_time(clock, file.as_deref(), None);
+    }
+    for (k, v) in attrs {
+        match v.parse::<i64>() {
+            Ok(i) => archive.attribute(k, i),
+            Err(_) => archive.attribute(k, v),
+        };
+    }
+    archive.auto_clocks(auto);
+    if stored {
+        archive.zip_method(ZipMethod::Stored);
+    }
+    let manifest = archive.manifest().map_err(|e| failed(e.to_string()))?;
+    let written = if zip {
+        archive.write_zip(&output)
+    } else {
+        archive.write_tar(&output)
+    };
+    written.map_err(|e| failed(e.to_string()))?;
+    println!(
+        "wrote {} ({} trace file(s) + {})",
+        output.display(),
+        archive.members().len(),
+        ringtrace::archive::MANIFEST_NAME
+    );
+    for f in &manifest.files {
+        let mut notes = Vec::new();
+        if let Some(m) = &f.machine {
+            notes.push(format!("machine {m}"));
+        }
+        if let Some(c) = &f.clocks {
+            let to = c
+                .sync_to
+                .as_ref()
+                .and_then(|s| s.file.clone())
+                .unwrap_or_default();
+            let mode = match c.clock {
+                Some(k) => format!("relates {k} to {to}"),
+                None => format!("pinned to {to}"),
+            };
+            notes.push(format!("{mode}, offset {} ns", c.offset_ns.unwrap_or(0)));
+        }
+        println!(
+            "  {}{}",
+            f.path,
+            if notes.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", notes.join("; "))
+            }
+        );
+    }
+    if print_manifest {
+        print!("{}", manifest.to_json());
+    }
+    println!(
+        "open it at https://ui.perfetto.dev (Open trace file), or: trace_processor {}",
+        output.display()
+    );
+    Ok(())
+}
+
+fn member_list(a: &Archive) -> String {
+    a.members()
+        .iter()
+        .map(|m| m.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn inspect(args: &[String]) -> Result<(), Failure> {
+    let mut as_json = false;
+    let mut file = None;
+    for a in args {
+        match a.as_str() {
+            "--json" => as_json = true,
+            s if s.starts_with('-') && s.len() > 1 => {
+                return Err(usage(format!("unknown option {s:?}")))
+            }
+            s if file.is_none() => file = Some(s.to_owned()),
+            s => return Err(usage(format!("inspect takes one file, got also {s:?}"))),
+        }
+    }
+    let file = file.ok_or_else(|| usage("inspect needs a file"))?;
+    let bytes = read(&file)?;
+    let kind = ringtrace::archive::sniff(&bytes);
+    use ringtrace::archive::MemberKind;
+    let is_archive = match kind {
+        MemberKind::Zip | MemberKind::Tar => true,
+        MemberKind::Gzip { .. } => ringtrace::archive::read_members(&bytes).is_ok(),
+        _ => false,
+    };
+    if is_archive {
+        let (summary, valid) = inspect::archive_summary(&file, &bytes).map_err(failed)?;
+        if as_json {
+            println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+        } else {
+            inspect::print_archive(&summary);
+        }
+        return if valid {
+            Ok(())
+        } else {
+            Err(failed(format!(
+                "{file}: {}",
+                summary["error"].as_str().unwrap_or("")
+            )))
+        };
+    }
+    let bytes = trace_bytes(&file, bytes)?;
+    let m = model::TraceModel::decode(&bytes).map_err(|e| failed(format!("{file}: {e}")))?;
+    let summary = inspect::trace_summary(&m);
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+    } else {
+        inspect::print_trace(&file, &summary, "");
+    }
+    Ok(())
+}
+
+fn convert_cmd(args: &[String]) -> Result<(), Failure> {
+    let [input, output] = args else {
+        return Err(usage("convert takes IN and OUT"));
+    };
+    let out_format = match ringtrace::Format::from_path(Path::new(output)) {
+        Some(f) => f,
+        None => {
+            return Err(usage(format!(
+                "{output}: OUT must end in .json, .pftrace, .perfetto-trace or .pb"
+            )))
+        }
+    };
+    let bytes = trace_bytes(input, read(input)?)?;
+    let m = model::TraceModel::decode(&bytes).map_err(|e| failed(format!("{input}: {e}")))?;
+    let data = match (m.format, out_format) {
+        (model::Format::Perfetto, ringtrace::Format::Json) => convert::to_json(&m).into_bytes(),
+        (model::Format::Json, ringtrace::Format::Perfetto) => convert::to_perfetto(&m),
+        (model::Format::Perfetto, ringtrace::Format::Perfetto) => convert::to_perfetto(&m),
+        (model::Format::Json, ringtrace::Format::Json) => convert::to_json(&m).into_bytes(),
+    };
+    std::fs::write(output, &data).map_err(|e| failed(format!("cannot write {output}: {e}")))?;
+    for w in &m.warnings {
+        eprintln!("ringtrace: warning: {w}");
+    }
+    println!(
+        "wrote {output} ({} events, {} bytes)",
+        m.events.len(),
+        data.len()
+    );
+    Ok(())
+}

@@ -28,6 +28,12 @@ pub(crate) const T_STR: u64 = 6;
 pub(crate) const T_DICT: u64 = 7;
 pub(crate) const T_ARRAY: u64 = 8;
 
+/// Encoders write values nested deeper than this as a placeholder string
+/// (bounds the flusher's recursion whatever a `TraceValue` impl writes).
+pub(crate) const MAX_NESTING: usize = 64;
+/// The placeholder for values nested deeper than [`MAX_NESTING`].
+pub(crate) const TOO_DEEP: &str = "<nested too deep>";
+
 /// Where a value's words go: a ring reservation, or a plain vector (tests).
 #[doc(hidden)]
 pub trait WordSink {
@@ -416,6 +422,19 @@ impl<'a> ArgReader<'a> {
         }
     }
 
+    /// Skips the next value and everything nested in it, without recursion.
+    pub(crate) fn skip_value(&mut self) {
+        let mut pending = 1usize;
+        while pending > 0 && self.pos < self.words.len() {
+            pending -= 1;
+            match self.next() {
+                ArgValue::Dict(n) => pending += 2 * n, // key + value per entry
+                ArgValue::Array(n) => pending += n,
+                _ => {}
+            }
+        }
+    }
+
     /// Reads a dict key (a string value); anything else reads as "".
     pub(crate) fn key(&mut self) -> String {
         match self.next() {
@@ -552,5 +571,22 @@ mod tests {
         );
         let p = 0x1234usize as *const u8;
         assert_eq!(roundtrip(&p), Value::Pointer(0x1234));
+    }
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use super::*;
+
+    #[test]
+    fn skip_value_consumes_nested_values_whole() {
+        let mut m = BTreeMap::new();
+        m.insert("a", vec![vec![1u8], vec![2, 3]]);
+        let mut w = Vec::new();
+        m.encode(&mut w);
+        7i32.encode(&mut w);
+        let mut r = ArgReader::new(&w);
+        r.skip_value();
+        assert_eq!(r.next(), ArgValue::Int(7));
     }
 }

@@ -29,6 +29,9 @@ pub enum CallsiteKind {
     Instant,
     /// A counter value: `trace_counter!`.
     Counter,
+    /// A category of the typed event API ([`Category`](crate::Category)):
+    /// names and everything else come with each event.
+    Event,
 }
 
 /// The static description of one instrumentation point. Created by the macros;

@@ -139,8 +139,13 @@ impl Calibration {
         if !self.tsc {
             return ticks;
         }
-        let delta = ticks as i128 - self.last.0 as i128;
-        let ns = self.last.1 as i128 + (delta as f64 * self.ns_per_tick).round() as i128;
+        // i64, not i128: a tick count and a BOOTTIME reading are both far
+        // below 2^63, so the difference is exact, and i64 <-> f64 are single
+        // instructions where i128 <-> f64 are library calls (this runs once
+        // per event in the flusher).
+        let delta = ticks.wrapping_sub(self.last.0) as i64;
+        let ns =
+            (self.last.1 as i64).saturating_add((delta as f64 * self.ns_per_tick).round() as i64);
         ns.max(0) as u64
     }
 

@@ -53,18 +53,65 @@
 //! | `trace_instant!` | INSTANT on the thread track | `i` with `"s":"t"` |
 //! | `trace_counter!` | COUNTER on a process counter track | `C` |
 //! | `#[trace]` on `async fn` | slice on an async track + a slice per poll | `b`/`e` (`id2.local`) + `X` per poll |
+//! | `tracing` spans / events (`layer()`, feature `tracing`) | slices on the thread (+ an async track for spans that move) / INSTANT | `X` (+ `b`/`e`) / `i` |
 //! | thread/process names | TrackDescriptor | `M` thread_name / process_name |
 //! | lost events | `previous_packet_dropped` + instant with the count | instant with the count |
+//!
+//! ## Every phase of the Trace Event Format
+//!
+//! Beyond the macros, a [`Category`] (a `static`, or [`category!`]) starts
+//! an event of any phase with names, ids, stacks and args known at run time
+//! (see [`events`]). Which JSON phases have a Perfetto counterpart, and how
+//! each is written there:
+//!
+//! | JSON phase | API | Perfetto |
+//! | --- | --- | --- |
+//! | `X` complete (`dur`; `tts`/`tdur` with [`Builder::thread_time`]) | `trace_scope!`, `#[trace]`, [`Category::scope`], [`Category::complete`] | SLICE_BEGIN / SLICE_END on the thread track; thread time as `extra_counter_values` on the thread's `COUNTER_THREAD_TIME_NS` track; explicit times as absolute BOOTTIME timestamps |
+//! | `B` / `E` ([`JsonScopes::BeginEnd`]; never mixed with `X`) | the same | the same |
+//! | `i` with `s` `t` / `p` / `g` | `trace_instant!`, [`Category::instant`] + [`InstantScope`] | INSTANT on the thread / process / global (uuid 0) track |
+//! | `C` with several series | `trace_counter!`, [`Category::counter`] | COUNTER on a process counter track per series (`<name>`, or `<name> <series>`); int or double; unit in the CounterDescriptor |
+//! | `b` / `n` / `e` (`id`, `id2.local`/`.global`, `scope`) | [`Category::async_begin`] → [`AsyncRange`] | SLICE_BEGIN / INSTANT / SLICE_END on a track per (category, scope, id): child of the process track for `id2.local`, global otherwise |
+//! | `b` / `n` / `e` on a custom track | [`Category::track_scope`], [`Category::track_instant`], [`Track`] | a TrackDescriptor per track with `parent_uuid` (nesting), `sibling_merge_behavior: NONE` |
+//! | `s` / `t` / `f` (`bp: "e"`) | [`Category::flow`] → [`Flow`] | `flow_ids` (fixed64) on an INSTANT at the flow point inside the enclosing slice; `f` puts `terminating_flow_ids` on the next slice's begin (with `bp:"e"`: on an INSTANT in the enclosing slice) |
+//! | `R` mark | [`Category::mark`] | INSTANT on the thread track |
+//! | `M` process_name / process_labels / process_sort_index | [`Builder::process_name`], [`Builder::process_labels`], [`Builder::process_sort_index`], [`set_process_name`], [`set_process_labels`], [`set_process_sort_index`] | ProcessDescriptor `process_name`, `process_labels`, `legacy_sort_index` (+ the track's `sibling_order_rank`) |
+//! | `M` thread_name / thread_sort_index | thread names, [`set_thread_name`], [`set_thread_sort_index`] | ThreadDescriptor `thread_name`, `legacy_sort_index` (+ `sibling_order_rank`) |
+//! | `sf` / `stack`, `esf` / `estack`, top-level `stackFrames` | [`Stack`] on slices, instants, samples | `callstack` (InlineCallstack, rootmost frame first) |
+//! | `i` named `log` (args `message`, `level`, `source`) | [`trace_log!`] | INSTANT with a `LogMessage` (interned body, interned source location, priority) |
+//! | `P` sample | [`Category::sample`] | JSON only |
+//! | `N` / `O` / `D` objects (snapshot `base_type`, `cat`) | [`Category::object_created`], [`Category::object_snapshot`], [`Category::object_destroyed`] | JSON only |
+//! | `V` / `v` memory dumps | [`Category::global_memory_dump`], [`Category::process_memory_dump`] | JSON only |
+//! | `c` clock sync (`sync_id`, `issue_ts`) | [`clock_sync`], [`clock_sync_issued`] | JSON only (Perfetto relates clocks with ClockSnapshots) |
+//! | `(` / `)` contexts | [`Category::context`] | JSON only |
+//! | `=` linked ids | [`Category::link_ids`] | JSON only |
+//! | `cname` | `.color(`[`Color`]`)` | JSON only |
+//! | top-level `samples`, `displayTimeUnit`, `otherData`, other keys | [`global_sample`], [`Builder::json_display_time_unit`], [`Builder::json_other_data`], [`Builder::json_metadata`] | JSON only |
+//!
+//! The JSON file is the bare array (`[` … events …), which stays loadable
+//! when the process is killed (the format makes the closing `]` optional);
+//! asking for top-level data selects the object form
+//! (`{"traceEvents":[…],…}`), completed when the session stops. Events
+//! stream out as they are drained; only the object form's `stackFrames`
+//! (each distinct frame once) and `samples` wait for the end. `ts`, `dur`,
+//! `tts` and `tdur` are microseconds with three decimals (nanoseconds kept);
+//! `pid` and `tid` are the OS ids; strings are escaped (quotes, backslashes,
+//! control characters; invalid UTF-8 replaced; non-ASCII raw, never
+//! surrogate escapes); NaN and infinities are the strings `"NaN"`,
+//! `"Infinity"` and `"-Infinity"`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 #![allow(missing_docs)] // TODO(docs): document every public item (issue: adoption)
 
+pub mod archive;
 mod args;
 mod callsite;
 mod clock;
 mod encode;
+pub mod events;
 mod flusher;
+#[cfg(feature = "tracing")]
+mod layer;
 mod record;
 mod registry;
 mod ring;
@@ -80,11 +127,20 @@ mod loom_tests;
 
 pub use args::TraceValue;
 pub use callsite::{category_enabled, disable_categories, enable_categories};
+pub use events::{
+    clock_sync, clock_sync_issued, global_sample, set_process_labels, set_process_name,
+    set_process_sort_index, set_thread_name, set_thread_sort_index, AsyncRange, Category, Color,
+    ContextGuard, CounterUnit, Event, Flow, Frame, Id, IdKind, InstantScope, LogLevel, SliceGuard,
+    Stack, Track, TrackSliceGuard,
+};
 pub use flusher::Stats;
+#[cfg(feature = "tracing")]
+pub use layer::{layer, LayerBuilder, RingtraceLayer};
 pub use ringtrace_macros::trace;
 pub use scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use session::{
-    builder, flush, init_from_env, is_recording, Builder, Error, Format, TraceGuard,
+    builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
+    JsonScopes, TraceGuard,
 };
 pub use sink::MemoryBuffer;
 
@@ -108,6 +164,7 @@ pub fn trace_clock_ns() -> u64 {
 pub mod __private {
     pub use crate::args::{ArgList, WordSink};
     pub use crate::callsite::{Callsite, CallsiteKind};
+    pub use crate::events::log;
     pub use crate::scope::{begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture};
 }
 
@@ -280,4 +337,87 @@ macro_rules! __counter {
             $crate::__private::counter(&__RINGTRACE_SITE, $value);
         }
     }};
+}
+
+/// Records a log message on the calling thread: in Perfetto a `LogMessage`
+/// (interned body and source location, priority) on an instant of the
+/// thread track, shown in the Android-logs table and the log panel; in JSON
+/// an `i` instant named `log` with args `message`, `level` and `source`.
+///
+/// Forms: `trace_log!(level, format, args...)` (category `"log"`) or
+/// `trace_log!(category, level, format, args...)`. The message is formatted
+/// only when the category is enabled, into a reused per-thread buffer.
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::LogLevel;
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// let disk = "sda";
+/// ringtrace::trace_log!(LogLevel::Warn, "disk {disk} is {}% full", 93);
+/// ringtrace::trace_log!("storage", LogLevel::Info, "flushed");
+/// ```
+#[cfg(feature = "enable")]
+#[macro_export]
+macro_rules! trace_log {
+    ($category:literal, $level:expr, $($fmt:tt)+) => {
+        $crate::__log!($category, $level, $($fmt)+)
+    };
+    ($level:expr, $($fmt:tt)+) => {
+        $crate::__log!("log", $level, $($fmt)+)
+    };
+}
+
+#[cfg(not(feature = "enable"))]
+#[macro_export]
+macro_rules! trace_log {
+    ($($tt:tt)*) => {};
+}
+
+#[doc(hidden)]
+#[cfg(feature = "enable")]
+#[macro_export]
+macro_rules! __log {
+    ($category:expr, $level:expr, $($fmt:tt)+) => {{
+        static __RINGTRACE_SITE: $crate::__private::Callsite = $crate::__private::Callsite::new(
+            $category,
+            "log",
+            ::core::file!(),
+            ::core::line!(),
+            ::core::module_path!(),
+            &[],
+            $crate::__private::CallsiteKind::Event,
+        );
+        if __RINGTRACE_SITE.is_enabled() {
+            $crate::__private::log(&__RINGTRACE_SITE, $level, ::core::format_args!($($fmt)+));
+        }
+    }};
+}
+
+/// A `&'static` [`Category`] named by a string literal, without declaring a
+/// `static` by hand (one per use site).
+///
+/// # Examples
+///
+/// ```
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// ringtrace::category!("gpu").instant("present").emit();
+/// ```
+#[cfg(feature = "enable")]
+#[macro_export]
+macro_rules! category {
+    ($name:literal) => {{
+        static __RINGTRACE_CATEGORY: $crate::Category = $crate::Category::new($name);
+        &__RINGTRACE_CATEGORY
+    }};
+}
+
+/// A `&'static` [`Category`] (compiled out: the `enable` feature is off;
+/// every category is off and its events are no-ops).
+#[cfg(not(feature = "enable"))]
+#[macro_export]
+macro_rules! category {
+    ($name:literal) => {
+        &$crate::events::DEFAULT
+    };
 }

@@ -111,6 +111,7 @@ fn loom_tests_exiting_thread_hands_over_everything() {
             RingConfig {
                 bytes: 512,
                 overwrite: false,
+                thread_time: false,
             },
         );
         let p = {

@@ -9,9 +9,22 @@
 //! COUNTER_I64  [hdr(site), ts, value as u64]
 //! COUNTER_F64  [hdr(site), ts, value bits]
 //! ASYNC_BEGIN  [hdr(site), ts, id, args...]
-//! ASYNC_END    [hdr(site), ts, id]
+//! ASYNC_END    [hdr(site), ts, id, args...]
+//! END_ARGS     [hdr(site | depth << 24), ts, args...]   (an END with args for its slice)
+//! FLOW         [hdr, ts, flow ids...]   (flows of the next END / END_ARGS / ASYNC_END)
+//! EVENT        [hdr(site | op << 24), ts, fields...]   (the typed event API, `events`)
+//! BEGIN_TT     [hdr(site | depth << 24), ts, thread ns, args...]   (BEGIN with thread time)
+//! END_TT       [hdr(depth), ts, thread ns]                          (END with thread time)
 //! LOST         [hdr, ts, count]            (written by the ring)
 //! ```
+//!
+//! An EVENT record carries one event of any Trace Event Format phase with
+//! values known only at run time (names, ids, stacks, args with dynamic
+//! keys). `op` (8 bits) says which phase (`events::op`); the fields are a
+//! sequence of `[field id word, value]`, each value in the `args` word
+//! encoding (`events::field` lists the ids). Encoders decode them with
+//! `encode::event`. BEGIN_TT / END_TT are what the macros write instead of
+//! BEGIN / END when the session records thread CPU time.
 //!
 //! `site` is the call site id (24 bits), `depth` the number of recorded scopes
 //! open on the thread when the scope began (16 bits, saturating). Encoders use
@@ -29,6 +42,23 @@ pub(crate) const KIND_COUNTER_I64: u64 = 5;
 pub(crate) const KIND_COUNTER_F64: u64 = 6;
 pub(crate) const KIND_ASYNC_BEGIN: u64 = 7;
 pub(crate) const KIND_ASYNC_END: u64 = 8;
+// Kinds of the `tracing` layer, numbered from the top (15 down) so that
+// kinds added for the macros (9 up) never collide with them.
+/// END that also carries args (values recorded while the slice was open).
+pub(crate) const KIND_END_ARGS: u64 = 14;
+/// Flow ids bound to the slice that the thread's next end record closes.
+pub(crate) const KIND_FLOW: u64 = 15;
+/// Bit 63 of a word of a FLOW record: the flow comes *into* the slice (it
+/// is the flow's destination); clear: the slice is the flow's source. The
+/// other 63 bits are the flow id, unique in the process.
+pub(crate) const FLOW_IN: u64 = 1 << 63;
+// Kinds of the typed event API and of thread time (numbered from 9 up).
+/// An event of the typed event API (`events`): op and tagged fields.
+pub(crate) const KIND_EVENT: u64 = 9;
+/// BEGIN with the thread's CPU time after the timestamp.
+pub(crate) const KIND_BEGIN_TT: u64 = 10;
+/// END with the thread's CPU time after the timestamp.
+pub(crate) const KIND_END_TT: u64 = 11;
 
 /// Call site ids must fit in 24 bits.
 pub(crate) const MAX_SITE_ID: u32 = (1 << 24) - 1;
@@ -106,6 +136,36 @@ pub(crate) enum Record<'a> {
         ts: u64,
         site: u32,
         id: u64,
+        args: &'a [u64],
+    },
+    EndArgs {
+        ts: u64,
+        site: u32,
+        depth: u32,
+        args: &'a [u64],
+    },
+    Flow {
+        ts: u64,
+        ids: &'a [u64],
+    },
+    /// An event of the typed event API: `op` and its tagged fields.
+    Event {
+        ts: u64,
+        site: u32,
+        op: u8,
+        fields: &'a [u64],
+    },
+    BeginTt {
+        ts: u64,
+        site: u32,
+        depth: u32,
+        tts: u64,
+        args: &'a [u64],
+    },
+    EndTt {
+        ts: u64,
+        depth: u32,
+        tts: u64,
     },
     Lost {
         ts: u64,
@@ -123,6 +183,11 @@ impl Record<'_> {
             | Record::CounterF64 { ts, .. }
             | Record::AsyncBegin { ts, .. }
             | Record::AsyncEnd { ts, .. }
+            | Record::EndArgs { ts, .. }
+            | Record::Flow { ts, .. }
+            | Record::Event { ts, .. }
+            | Record::BeginTt { ts, .. }
+            | Record::EndTt { ts, .. }
             | Record::Lost { ts, .. } => ts,
         }
     }
@@ -186,7 +251,37 @@ impl<'a> Iterator for Records<'a> {
                     id: w[2],
                     args: &w[3..],
                 },
-                KIND_ASYNC_END if len >= 3 => Record::AsyncEnd { ts, site, id: w[2] },
+                KIND_ASYNC_END if len >= 3 => Record::AsyncEnd {
+                    ts,
+                    site,
+                    id: w[2],
+                    args: &w[3..],
+                },
+                KIND_END_ARGS => Record::EndArgs {
+                    ts,
+                    site,
+                    depth: (payload >> 24) as u32,
+                    args: &w[2..],
+                },
+                KIND_FLOW => Record::Flow { ts, ids: &w[2..] },
+                KIND_EVENT => Record::Event {
+                    ts,
+                    site,
+                    op: (payload >> 24) as u8,
+                    fields: &w[2..],
+                },
+                KIND_BEGIN_TT if len >= 3 => Record::BeginTt {
+                    ts,
+                    site,
+                    depth: (payload >> 24) as u32,
+                    tts: w[2],
+                    args: &w[3..],
+                },
+                KIND_END_TT if len >= 3 => Record::EndTt {
+                    ts,
+                    depth: payload as u32,
+                    tts: w[2],
+                },
                 KIND_LOST if len >= 3 => Record::Lost { ts, count: w[2] },
                 _ => continue, // unknown kinds are skipped whole
             };

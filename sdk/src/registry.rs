@@ -31,6 +31,9 @@ pub(crate) struct ThreadRing {
     pub(crate) retired: AtomicBool,
     /// Open recorded scopes on this thread. Written only by the owner.
     pub(crate) depth: AtomicU32,
+    /// Scope begins and ends also record the thread's CPU time (set once,
+    /// before the ring is shared).
+    pub(crate) thread_time: bool,
 }
 
 impl ThreadRing {
@@ -51,6 +54,7 @@ impl ThreadRing {
             name,
             retired: AtomicBool::new(false),
             depth: AtomicU32::new(0),
+            thread_time: false,
         }
     }
 
@@ -70,6 +74,8 @@ impl ThreadRing {
 pub(crate) struct RingConfig {
     pub(crate) bytes: usize,
     pub(crate) overwrite: bool,
+    /// Record thread CPU time on scope begins and ends.
+    pub(crate) thread_time: bool,
 }
 
 pub(crate) struct Registry {
@@ -87,8 +93,12 @@ struct RegistryState {
     next_seq: u32,
 }
 
-impl Registry {
-    pub(crate) fn new() -> Self {
+/// The body of `Registry::new`, which is a `const fn` (so the process-wide
+/// registry is a plain `static`, read on the hot path without the
+/// initialisation check of a lazy one) except under loom, whose atomics
+/// cannot be built in a constant.
+macro_rules! new_registry {
+    () => {
         Registry {
             session: AtomicU64::new(0),
             state: Mutex::new(RegistryState {
@@ -96,11 +106,24 @@ impl Registry {
                 config: RingConfig {
                     bytes: 1 << 20,
                     overwrite: false,
+                    thread_time: false,
                 },
                 next_seq: FIRST_THREAD_SEQ,
             }),
             teardown_dropped: AtomicU64::new(0),
         }
+    };
+}
+
+impl Registry {
+    #[cfg(not(ringtrace_loom))]
+    pub(crate) const fn new() -> Self {
+        new_registry!()
+    }
+
+    #[cfg(ringtrace_loom)]
+    pub(crate) fn new() -> Self {
+        new_registry!()
     }
 
     #[inline(always)]
@@ -133,20 +156,26 @@ impl Registry {
         tid: i64,
         name: String,
     ) -> Option<Arc<ThreadRing>> {
+        let config = {
+            let st = self.state.lock();
+            if self.session.load(Ordering::Relaxed) != session || session == 0 {
+                return None;
+            }
+            st.config
+        };
+        // Built outside the lock: a big ring takes a while to allocate and
+        // map in (see `Ring::new`), and the flusher takes this lock every
+        // few milliseconds.
+        let ring = Ring::new(config.bytes, config.overwrite);
         let mut st = self.state.lock();
-        if self.session.load(Ordering::Relaxed) != session || session == 0 {
-            return None;
+        if self.session.load(Ordering::Relaxed) != session {
+            return None; // the session ended meanwhile
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        let ring = Arc::new(ThreadRing::new(
-            Ring::new(st.config.bytes, st.config.overwrite),
-            session,
-            seq,
-            pid,
-            tid,
-            name,
-        ));
+        let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name);
+        tr.thread_time = st.config.thread_time;
+        let ring = Arc::new(tr);
         st.rings.push(ring.clone());
         Some(ring)
     }
@@ -174,9 +203,12 @@ pub(crate) use thread_local_access::*;
 /// `Registry`.)
 mod thread_local_access {
     use super::*;
-    use once_cell::sync::Lazy;
 
-    pub(crate) static REGISTRY: Lazy<Registry> = Lazy::new(Registry::new);
+    #[cfg(not(ringtrace_loom))]
+    pub(crate) static REGISTRY: Registry = Registry::new();
+    #[cfg(ringtrace_loom)]
+    pub(crate) static REGISTRY: once_cell::sync::Lazy<Registry> =
+        once_cell::sync::Lazy::new(Registry::new);
 
     /// Owns this thread's ring; dropping it (thread exit, or a new session)
     /// hands the ring over to the flusher.

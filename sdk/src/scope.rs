@@ -57,7 +57,12 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
     with_current(|tr| {
         let depth = tr.depth.load(Ordering::Relaxed);
         let payload = site.id() as u64 | ((depth.min(MAX_DEPTH) as u64) << 24);
-        if record::write(&tr.ring, record::KIND_BEGIN, payload, ticks(), &[], args) {
+        let written = if tr.thread_time {
+            begin_with_thread_time(tr, payload, args)
+        } else {
+            record::write(&tr.ring, record::KIND_BEGIN, payload, ticks(), &[], args)
+        };
+        if written {
             tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
             ScopeGuard {
                 depth,
@@ -73,20 +78,59 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
     .unwrap_or_else(ScopeGuard::inactive)
 }
 
-#[inline(always)]
+/// Out of line on purpose: it keeps `ScopeGuard`'s drop glue to a compare
+/// and a call, small enough to be inlined at every `trace_scope!`, so that a
+/// disabled scope costs no call at all (its guard's depth is the constant
+/// `INACTIVE` and the compare folds away). An enabled scope pays one call here.
+#[inline(never)]
 fn end_scope(depth: u32) {
     with_current(|tr| {
-        let ts = ticks();
-        record::write(
-            &tr.ring,
-            record::KIND_END,
-            depth.min(MAX_DEPTH) as u64,
-            ts,
-            &[],
-            &(),
-        );
+        if tr.thread_time {
+            end_with_thread_time(tr, depth);
+        } else {
+            let ts = ticks();
+            record::write(
+                &tr.ring,
+                record::KIND_END,
+                depth.min(MAX_DEPTH) as u64,
+                ts,
+                &[],
+                &(),
+            );
+        }
         tr.depth.store(depth, Ordering::Relaxed);
     });
+}
+
+/// BEGIN_TT: a begin with the thread's CPU time (opt-in; a system call).
+/// The thread time is read inside the wall-clock interval (after the begin's
+/// timestamp, before the end's), so a slice's thread duration never exceeds
+/// its duration.
+#[inline(never)]
+fn begin_with_thread_time<A: ArgList>(
+    tr: &crate::registry::ThreadRing,
+    payload: u64,
+    args: &A,
+) -> bool {
+    let ts = ticks();
+    let tts = crate::sys::thread_cpu_ns();
+    record::write(&tr.ring, record::KIND_BEGIN_TT, payload, ts, &[tts], args)
+}
+
+/// END_TT: an end with the thread's CPU time (opt-in; a system call).
+#[cold]
+#[inline(never)]
+fn end_with_thread_time(tr: &crate::registry::ThreadRing, depth: u32) {
+    let tts = crate::sys::thread_cpu_ns();
+    let ts = ticks();
+    record::write(
+        &tr.ring,
+        record::KIND_END_TT,
+        depth.min(MAX_DEPTH) as u64,
+        ts,
+        &[tts],
+        &(),
+    );
 }
 
 /// Records an instant event at `site`.

@@ -106,6 +106,34 @@ pub struct Builder {
     process_name: Option<String>,
     source_locations: bool,
     finish_on_signals: bool,
+    thread_time: bool,
+    json: crate::encode::json::JsonOptions,
+    /// A top-level JSON key that cannot be set (reported by `start`).
+    json_key_error: Option<String>,
+    process_labels: Vec<String>,
+    process_sort_index: Option<i32>,
+}
+
+/// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JsonScopes {
+    /// One complete (`X`) event per scope, written when it ends, with `dur`
+    /// (and `tts`/`tdur` when thread time is recorded). Half the size of
+    /// `B`/`E`; the default.
+    #[default]
+    Complete,
+    /// A `B` event when a scope begins and an `E` when it ends (each with
+    /// `tts` when thread time is recorded). A crash keeps the begins of the
+    /// scopes still open. Complete events given explicit times are written
+    /// as `B`/`E` pairs too: a file never mixes `X` with `B`/`E`.
+    BeginEnd,
+}
+
+/// The unit a JSON trace viewer displays times in (`displayTimeUnit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisplayTimeUnit {
+    Ms,
+    Ns,
 }
 
 /// Starts configuring a tracing session.
@@ -134,6 +162,11 @@ pub fn builder() -> Builder {
         process_name: None,
         source_locations: true,
         finish_on_signals: false,
+        thread_time: false,
+        json: Default::default(),
+        json_key_error: None,
+        process_labels: Vec::new(),
+        process_sort_index: None,
     }
 }
 
@@ -230,6 +263,143 @@ impl Builder {
         self
     }
 
+    /// Record each thread's CPU time (CLOCK_THREAD_CPUTIME_ID) at the begin
+    /// and end of every scope: JSON `tts`/`tdur`, Perfetto a thread-time
+    /// counter track per thread (`COUNTER_THREAD_TIME_NS`, values on the
+    /// slices' begin and end as `extra_counter_values`), from which readers
+    /// compute each slice's thread duration. Off by default.
+    ///
+    /// # Cost
+    ///
+    /// The vDSO does not serve this clock: each read is a system call. On
+    /// the development machine (AMD EPYC, Linux 6.18, 2 cores) one read took
+    /// 380 ns against 22 ns for a vDSO `CLOCK_BOOTTIME` read, so a scope
+    /// costs about 0.76 µs more with thread time on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("ringtrace-doc-thread-time.json");
+    /// let _trace = ringtrace::builder().output(&path).thread_time(true).start()?;
+    /// ringtrace::trace_scope!("busy"); // X event with "tts" and "tdur"
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn thread_time(mut self, on: bool) -> Self {
+        self.thread_time = on;
+        self
+    }
+
+    /// Chrome JSON: write scopes as complete `X` events (default) or as
+    /// `B`/`E` pairs. One file never mixes the two.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::JsonScopes;
+    /// let path = std::env::temp_dir().join("ringtrace-doc-be.json");
+    /// let _trace = ringtrace::builder()
+    ///     .output(&path)
+    ///     .json_scopes(JsonScopes::BeginEnd)
+    ///     .start()?;
+    /// ringtrace::trace_scope!("work"); // {"ph":"B",...} then {"ph":"E",...}
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn json_scopes(mut self, scopes: JsonScopes) -> Self {
+        self.json.scopes = match scopes {
+            JsonScopes::Complete => crate::encode::json::ScopeForm::Complete,
+            JsonScopes::BeginEnd => crate::encode::json::ScopeForm::BeginEnd,
+        };
+        self
+    }
+
+    /// Chrome JSON: write the JSON Object Format
+    /// (`{"traceEvents":[...], ...}`) instead of the bare array. Implied by
+    /// [`json_display_time_unit`](Builder::json_display_time_unit),
+    /// [`json_other_data`](Builder::json_other_data) and
+    /// [`json_metadata`](Builder::json_metadata). The object form is
+    /// completed when the session stops; unlike the default bare array, a
+    /// file cut short by a crash or kill does not load. Stack frames go to
+    /// its `stackFrames` dictionary and global samples to its `samples`.
+    pub fn json_object_form(mut self, on: bool) -> Self {
+        self.json.object = on;
+        self
+    }
+
+    /// Chrome JSON: `displayTimeUnit` ("ms" or "ns"). Selects the object form.
+    pub fn json_display_time_unit(mut self, unit: DisplayTimeUnit) -> Self {
+        self.json.display_time_unit = Some(match unit {
+            DisplayTimeUnit::Ms => "ms",
+            DisplayTimeUnit::Ns => "ns",
+        });
+        self.json.object = true;
+        self
+    }
+
+    /// Chrome JSON: an entry of the top-level `otherData` object (shown by
+    /// viewers as the trace's metadata). Selects the object form.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("ringtrace-doc-other-data.json");
+    /// let _trace = ringtrace::builder()
+    ///     .output(&path)
+    ///     .json_other_data("version", "My Application v1.0")
+    ///     .json_metadata("metadata", std::collections::BTreeMap::from([("run", 42)]))
+    ///     .start()?;
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn json_other_data(mut self, key: &str, value: impl crate::TraceValue) -> Self {
+        self.json
+            .other_data
+            .push((key.to_string(), crate::encode::json::to_json_text(&value)));
+        self.json.object = true;
+        self
+    }
+
+    /// Chrome JSON: any other top-level key of the object form (viewers keep
+    /// unknown keys as trace metadata; Perfetto imports a `metadata` object
+    /// into its metadata table). Not `traceEvents`, `displayTimeUnit`,
+    /// `stackFrames`, `samples` or `otherData`, which ringtrace writes
+    /// itself. Selects the object form.
+    pub fn json_metadata(mut self, key: &str, value: impl crate::TraceValue) -> Self {
+        const RESERVED: [&str; 5] = [
+            "traceEvents",
+            "displayTimeUnit",
+            "stackFrames",
+            "samples",
+            "otherData",
+        ];
+        if RESERVED.contains(&key) || self.json.metadata.iter().any(|(k, _)| k == key) {
+            self.json_key_error = Some(key.to_string());
+        } else {
+            self.json
+                .metadata
+                .push((key.to_string(), crate::encode::json::to_json_text(&value)));
+        }
+        self.json.object = true;
+        self
+    }
+
+    /// Extra labels of the process (JSON `M process_labels`; Perfetto
+    /// `process_labels`). See also [`set_process_labels`](crate::set_process_labels).
+    pub fn process_labels<I, S>(mut self, labels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.process_labels = labels.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Where the process sorts among processes, lower first (JSON `M
+    /// process_sort_index`; Perfetto `legacy_sort_index` and the process
+    /// track's `sibling_order_rank`).
+    pub fn process_sort_index(mut self, index: i32) -> Self {
+        self.process_sort_index = Some(index);
+        self
+    }
+
     /// Starts recording.
     ///
     /// # Errors
@@ -237,8 +407,15 @@ impl Builder {
     /// [`Error::AlreadyStarted`] if a session is recording,
     /// [`Error::Io`] if the output file cannot be created,
     /// [`Error::UnknownFormat`] if its extension names no known format,
-    /// [`Error::NoOutput`] without an output.
+    /// [`Error::NoOutput`] without an output,
+    /// [`Error::InvalidConfig`] for a top-level JSON key that
+    /// [`json_metadata`](Builder::json_metadata) cannot set.
     pub fn start(self) -> Result<TraceGuard, Error> {
+        if let Some(key) = &self.json_key_error {
+            return Err(Error::InvalidConfig(format!(
+                "json_metadata: the top-level key {key:?} is reserved or given twice"
+            )));
+        }
         let mut slot = SESSION.lock();
         if slot.is_some() {
             return Err(Error::AlreadyStarted);
@@ -277,7 +454,7 @@ impl Builder {
             Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
                 source_locations: self.source_locations,
             })),
-            Format::Json => Box::new(JsonEncoder::new()),
+            Format::Json => Box::new(JsonEncoder::with_options(self.json)),
         };
         if self.finish_on_signals {
             crate::signals::install(finish_current_session).map_err(|e| Error::Io {
@@ -292,6 +469,7 @@ impl Builder {
             RingConfig {
                 bytes: self.buffer_bytes,
                 overwrite: self.overwrite,
+                thread_time: self.thread_time,
             },
         );
         let shared = Arc::new(Shared::new());
@@ -300,7 +478,12 @@ impl Builder {
             encoder,
             sink,
             cal,
-            process: ProcessInfo::current(self.process_name),
+            process: {
+                let mut p = ProcessInfo::current(self.process_name);
+                p.labels = self.process_labels;
+                p.sort_index = self.process_sort_index;
+                p
+            },
             overwrite: self.overwrite,
             interval: self.flush_interval.max(Duration::from_millis(1)),
         };

@@ -84,7 +84,7 @@ pub fn json_events(trace: &Path) -> Vec<Value> {
 }
 
 /// Slices of `model` on the thread track of `tid`, in time order.
-pub fn thread_slices<'a>(model: &'a Value, tid: i64) -> Vec<&'a Value> {
+pub fn thread_slices(model: &Value, tid: i64) -> Vec<&Value> {
     let uuid = thread_uuid(model, tid);
     let mut v: Vec<&Value> = model["slices"]
         .as_array()
@@ -123,7 +123,7 @@ pub fn counter_values(model: &Value, name: &str) -> Vec<(u64, f64)> {
         .filter(|c| &&c["track_uuid"] == tracks.first().unwrap())
         .map(|c| (c["ts"].as_u64().unwrap(), c["value"].as_f64().unwrap()))
         .collect();
-    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v.sort_by_key(|c| c.0);
     v
 }
 

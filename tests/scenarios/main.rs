@@ -4,6 +4,8 @@
 //! `ringtrace-test-scenarios SCENARIO TRACE_PATH EXPECT_PATH`.
 
 use serde_json::{json, Value};
+
+mod phases;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -54,6 +56,9 @@ fn main() {
         "io_fault" => io_fault(),
         "attribute" => attribute(&trace),
         "random_events" => random_events(&trace, args[4].parse().unwrap()),
+        "phases" => phases::phases(&trace),
+        "cross_format" => phases::cross_format(&trace),
+        "json_endless" => phases::json_endless(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
@@ -666,7 +671,11 @@ fn worker_panic(trace: &str) -> Value {
 
 /// Records with frequent flushes, then aborts.
 fn abort(trace: &str) -> Value {
-    let _guard = ringtrace::builder().output(trace).flush_interval(Duration::from_millis(2)).start().unwrap();
+    let _guard = ringtrace::builder()
+        .output(trace)
+        .flush_interval(Duration::from_millis(2))
+        .start()
+        .unwrap();
     for i in 0..500u64 {
         ringtrace::trace_scope!("before_abort", i = i);
     }

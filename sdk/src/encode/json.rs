@@ -8,13 +8,16 @@
 //! Completed scopes are written as complete (`X`) events when they end, never
 //! mixed with `B`/`E`; scopes still open at the end of the trace are written
 //! with their duration up to that moment and `"ringtrace.unfinished": true`.
+//! Configured so (`JsonScopes::BeginEnd`), every scope is a `B`/`E` pair
+//! instead; the other phases of the format, thread times, stack frames and
+//! the JSON Object Format are written by `phases` (its module docs).
 //! `ts` and `dur` are microseconds of BOOTTIME with three decimals, so the
 //! nanoseconds survive and a JSON and a Perfetto trace of one run line up.
 //!
 //! Non-finite numbers have no JSON form: NaN and infinities are written as the
 //! strings `"NaN"`, `"Infinity"` and `"-Infinity"`.
 
-use super::{Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
+use super::{event, Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
 use crate::args::{ArgReader, ArgValue};
 use crate::callsite::Callsite;
 use crate::record::{parse, Record};
@@ -22,11 +25,16 @@ use crate::registry::ThreadRing;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+mod phases;
+pub(crate) use phases::{to_json_text, track_key, JsonOptions, ScopeForm};
+
 struct Thread {
     pid: i32,
     tid: i64,
     stack: ScopeStack,
     last_ns: u64,
+    /// Flow ids (FLOW records) waiting for the next slice end to bind to.
+    flows: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -36,9 +44,13 @@ pub(crate) struct JsonEncoder {
     /// True once the first event is written (separators go before the rest).
     wrote_event: bool,
     line: String,
+    /// Options and state of the phases of the typed API (`phases`).
+    phases: phases::Phases,
 }
 
 impl JsonEncoder {
+    /// A JSON encoder with the default options (see `with_options`).
+    #[allow(dead_code)]
     pub(crate) fn new() -> Self {
         Self::default()
     }
@@ -117,6 +129,9 @@ impl JsonEncoder {
         flag: Option<&str>,
         out: &mut Vec<u8>,
     ) {
+        if self.begin_end() || scope.site & (event::OPEN_DYNAMIC | event::OPEN_TTS) != 0 {
+            return self.complete_ext(ctx, t, scope, end_ns, None, None, flag, &[], out);
+        }
         let Some(cs) = ctx.sites.get(scope.site) else {
             return;
         };
@@ -132,7 +147,7 @@ impl JsonEncoder {
 
 impl Encoder for JsonEncoder {
     fn header(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"[\n");
+        self.file_head(out);
         self.begin_event();
         let _ = write!(
             self.line,
@@ -142,6 +157,7 @@ impl Encoder for JsonEncoder {
         escape_into(&mut self.line, &ctx.process.name);
         self.line.push_str("}}");
         self.push_event(out);
+        self.process_meta(ctx, out);
     }
 
     fn batch(&mut self, ctx: &mut Context<'_>, batch: &Batch<'_>, out: &mut Vec<u8>) {
@@ -155,6 +171,7 @@ impl Encoder for JsonEncoder {
                     tid: tr.tid,
                     stack: ScopeStack::default(),
                     last_ns: 0,
+                    flows: Vec::new(),
                 },
             );
         }
@@ -168,8 +185,18 @@ impl Encoder for JsonEncoder {
             self.lost(who, ts.max(th.last_ns), batch.overwritten, out);
         }
         for rec in parse(batch.words) {
-            let ts = ctx.cal.to_ns(rec.ts()).max(th.last_ns);
+            let raw_ns = ctx.cal.to_ns(rec.ts());
+            let ts = raw_ns.max(th.last_ns);
             th.last_ns = ts;
+            if self.begin_end()
+                && matches!(
+                    rec,
+                    Record::Begin { .. } | Record::End { .. } | Record::EndArgs { .. }
+                )
+            {
+                self.scope_record_be(ctx, &mut th, who, ts, rec, out);
+                continue;
+            }
             match rec {
                 Record::Begin {
                     site, depth, args, ..
@@ -192,10 +219,31 @@ impl Encoder for JsonEncoder {
                         self.complete(ctx, who, &orphan, ts, Some("ringtrace.end_lost"), out);
                     }
                     match m.matched {
-                        Some(scope) => self.complete(ctx, who, &scope, ts, None, out),
+                        Some(scope) => {
+                            let flows = std::mem::take(&mut th.flows);
+                            self.complete_with(ctx, who, &scope, ts, None, &flows, out)
+                        }
                         None => self.stats.unmatched_ends += 1,
                     }
                 }
+                Record::EndArgs {
+                    site, depth, args, ..
+                } => {
+                    let m = th.stack.end(depth);
+                    for orphan in m.orphaned {
+                        self.stats.ends_lost += 1;
+                        self.complete(ctx, who, &orphan, ts, Some("ringtrace.end_lost"), out);
+                    }
+                    match m.matched {
+                        Some(scope) => {
+                            let flows = std::mem::take(&mut th.flows);
+                            let extra = ctx.sites.get(site).map(|cs| (cs, args));
+                            self.complete_with(ctx, who, &scope, ts, extra, &flows, out)
+                        }
+                        None => self.stats.unmatched_ends += 1,
+                    }
+                }
+                Record::Flow { ids, .. } => th.flows.extend_from_slice(ids),
                 Record::Instant { site, args, .. } => {
                     let Some(cs) = ctx.sites.get(site) else {
                         continue;
@@ -226,22 +274,35 @@ impl Encoder for JsonEncoder {
                         continue;
                     };
                     self.stats.events += 1;
-                    self.head(cs.name, cs.category, "b", ts, who.0, who.1);
+                    // Not clamped: a range may be found async after it began
+                    // (tracing layer); readers sort by timestamp.
+                    self.head(cs.name, cs.category, "b", raw_ns, who.0, who.1);
+                    let _ = write!(self.line, ",\"id2\":{{\"local\":\"0x{id:x}\"}}");
+                    if let Some(&flow) = th.flows.first() {
+                        bind_flow(&mut self.line, flow, who.0);
+                    }
+                    th.flows.clear();
+                    self.args(cs, args, None);
+                    self.line.push('}');
+                    self.push_event(out);
+                }
+                Record::AsyncEnd { site, id, args, .. } => {
+                    let Some(cs) = ctx.sites.get(site) else {
+                        continue;
+                    };
+                    // JSON binds flows only to B/X/b/n events, not to `e`.
+                    th.flows.clear();
+                    self.stats.events += 1;
+                    self.head(cs.name, cs.category, "e", ts, who.0, who.1);
                     let _ = write!(self.line, ",\"id2\":{{\"local\":\"0x{id:x}\"}}");
                     self.args(cs, args, None);
                     self.line.push('}');
                     self.push_event(out);
                 }
-                Record::AsyncEnd { site, id, .. } => {
-                    let Some(cs) = ctx.sites.get(site) else {
-                        continue;
-                    };
-                    self.stats.events += 1;
-                    self.head(cs.name, cs.category, "e", ts, who.0, who.1);
-                    let _ = write!(self.line, ",\"id2\":{{\"local\":\"0x{id:x}\"}}}}");
-                    self.push_event(out);
-                }
                 Record::Lost { count, .. } => self.lost(who, ts, count, out),
+                Record::Event { .. } | Record::BeginTt { .. } | Record::EndTt { .. } => {
+                    self.phase_record(ctx, &mut th, who, ts, rec, out)
+                }
             }
         }
         self.threads.insert(tr.seq_id, th);
@@ -285,7 +346,7 @@ impl Encoder for JsonEncoder {
                 );
             }
         }
-        out.extend_from_slice(b"\n]\n");
+        self.file_tail(out);
     }
 
     fn stats(&self) -> EncodeStats {
@@ -318,6 +379,86 @@ impl JsonEncoder {
         );
         self.push_event(out);
     }
+}
+
+/// Slice ends with args and flows (what the `tracing` layer writes).
+impl JsonEncoder {
+    /// As `complete`, with the args of the end record (`extra`, merged into
+    /// the slice's: a name in both takes the end's value) and the flows bound
+    /// to this slice. A JSON event binds one flow (v2 `bind_id` with
+    /// `flow_out` or `flow_in`); further flows of the same slice are left out.
+    #[allow(clippy::too_many_arguments)]
+    fn complete_with(
+        &mut self,
+        ctx: &mut Context<'_>,
+        t: (i32, i64),
+        scope: &OpenScope,
+        end_ns: u64,
+        extra: Option<(&'static Callsite, &[u64])>,
+        flows: &[u64],
+        out: &mut Vec<u8>,
+    ) {
+        if scope.site & (event::OPEN_DYNAMIC | event::OPEN_TTS) != 0 {
+            return self.complete_ext(ctx, t, scope, end_ns, None, None, None, flows, out);
+        }
+        let Some(cs) = ctx.sites.get(scope.site) else {
+            return;
+        };
+        self.stats.events += 1;
+        self.head(cs.name, cs.category, "X", scope.ts_ns, t.0, t.1);
+        self.line.push_str(",\"dur\":");
+        micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
+        if let Some(&flow) = flows.first() {
+            bind_flow(&mut self.line, flow, t.0);
+        }
+        match extra {
+            Some((end_cs, end_args)) if !end_cs.arg_names.is_empty() => {
+                let l = &mut self.line;
+                l.push_str(",\"args\":{");
+                let mut first = true;
+                let mut value = String::new();
+                let mut r = ArgReader::new(&scope.args);
+                for name in cs.arg_names {
+                    value.clear();
+                    value_into(&mut value, &mut r, 0);
+                    if end_cs.arg_names.contains(name) {
+                        continue;
+                    }
+                    if !std::mem::take(&mut first) {
+                        l.push(',');
+                    }
+                    escape_into(l, name);
+                    l.push(':');
+                    l.push_str(&value);
+                }
+                let mut r = ArgReader::new(end_args);
+                for name in end_cs.arg_names {
+                    if !std::mem::take(&mut first) {
+                        l.push(',');
+                    }
+                    escape_into(l, name);
+                    l.push(':');
+                    value_into(l, &mut r, 0);
+                }
+                l.push('}');
+            }
+            _ => self.args(cs, &scope.args, None),
+        }
+        self.line.push('}');
+        self.push_event(out);
+    }
+}
+
+/// Appends a v2 flow binding (`bind_id` and `flow_out` or `flow_in`) for a
+/// FLOW record word; ids are made unique across processes with the pid.
+fn bind_flow(l: &mut String, flow: u64, pid: i32) {
+    let id = (flow & !crate::record::FLOW_IN) ^ ((pid as u32 as u64) << 40);
+    let dir = if flow & crate::record::FLOW_IN != 0 {
+        "flow_in"
+    } else {
+        "flow_out"
+    };
+    let _ = write!(l, ",\"bind_id\":\"0x{id:x}\",\"{dir}\":true");
 }
 
 /// Appends `ns` as microseconds with exactly three decimals.
@@ -362,6 +503,11 @@ pub(crate) fn double_into(l: &mut String, v: f64) {
 }
 
 fn value_into(l: &mut String, r: &mut ArgReader<'_>, depth: usize) {
+    if depth > crate::args::MAX_NESTING {
+        r.skip_value();
+        escape_into(l, crate::args::TOO_DEEP);
+        return;
+    }
     match r.next() {
         ArgValue::Null => l.push_str("null"),
         ArgValue::Int(v) => {
@@ -418,6 +564,28 @@ mod tests {
         let mut l = String::new();
         micros(&mut l, 1_234_567_890);
         assert_eq!(l, "1234567.890");
+    }
+
+    #[test]
+    fn values_nested_too_deep_become_a_placeholder() {
+        use crate::args::TraceValue;
+        let mut v: Vec<Vec<u8>> = vec![vec![1]];
+        let mut words = Vec::new();
+        // 100 levels of arrays around one value, then a sibling value.
+        for _ in 0..99 {
+            words.push(crate::args::T_ARRAY | (1 << 8));
+        }
+        v.remove(0).encode(&mut words);
+        5u8.encode(&mut words);
+        let mut l = String::new();
+        let mut r = ArgReader::new(&words);
+        value_into(&mut l, &mut r, 0);
+        assert!(l.contains("<nested too deep>"), "{l}");
+        assert_eq!(
+            r.next(),
+            ArgValue::Uint(5),
+            "the next value is still read correctly"
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! pieces here: the process identity, the tick conversion, and the pairing of
 //! scope ends with their begins.
 
+pub(crate) mod event;
 pub(crate) mod json;
 pub(crate) mod perfetto;
 pub(crate) mod protowire;
@@ -18,6 +19,10 @@ pub(crate) struct ProcessInfo {
     pub(crate) cmdline: Vec<String>,
     /// Track uuid of the process (random per session, 63 bits).
     pub(crate) uuid: u64,
+    /// Extra labels (`process_labels`).
+    pub(crate) labels: Vec<String>,
+    /// Sort order among processes (`process_sort_index`).
+    pub(crate) sort_index: Option<i32>,
 }
 
 impl ProcessInfo {
@@ -31,6 +36,8 @@ impl ProcessInfo {
             name: name.unwrap_or_else(crate::sys::process_name),
             cmdline: crate::sys::cmdline(),
             uuid: mix(seed) & UUID_MASK,
+            labels: Vec::new(),
+            sort_index: None,
         }
     }
 

@@ -21,6 +21,8 @@ use crate::registry::{ThreadRing, SESSION_SEQ};
 use crate::sys;
 use std::collections::{HashMap, HashSet};
 
+mod events;
+
 // TracePacket
 const P_TIMESTAMP: u32 = 8;
 const P_CLOCK_SNAPSHOT: u32 = 6;
@@ -126,6 +128,9 @@ struct Seq {
     lost_unreported: u64,
     last_ns: u64,
     name_iids: Vec<u32>,
+    /// Category iid by call site id (0: not yet): saves hashing the
+    /// category name on every event.
+    site_cat_iids: Vec<u32>,
     loc_iids: Vec<u32>,
     cat_iids: HashMap<&'static str, u32>,
     ann_iids: HashMap<&'static str, u32>,
@@ -136,6 +141,10 @@ struct Seq {
     /// Track uuids (counter, async) described since the last reset.
     described: HashSet<u64>,
     stack: ScopeStack,
+    /// Flow ids (FLOW records) waiting for the next slice end to bind to.
+    flows: Vec<u64>,
+    /// State of the typed event API's events (`events`).
+    ext: events::SeqExt,
 }
 
 impl Seq {
@@ -152,6 +161,7 @@ impl Seq {
             lost_unreported: 0,
             last_ns: 0,
             name_iids: Vec::new(),
+            site_cat_iids: Vec::new(),
             loc_iids: Vec::new(),
             cat_iids: HashMap::new(),
             ann_iids: HashMap::new(),
@@ -161,11 +171,14 @@ impl Seq {
             next_loc_iid: 1,
             described: HashSet::new(),
             stack: ScopeStack::default(),
+            flows: Vec::new(),
+            ext: events::SeqExt::default(),
         }
     }
 
     fn clear_interning(&mut self) {
         self.name_iids.iter_mut().for_each(|v| *v = 0);
+        self.site_cat_iids.iter_mut().for_each(|v| *v = 0);
         self.loc_iids.iter_mut().for_each(|v| *v = 0);
         self.cat_iids.clear();
         self.ann_iids.clear();
@@ -174,6 +187,7 @@ impl Seq {
         self.next_ann_iid = 1;
         self.next_loc_iid = 1;
         self.described.clear();
+        self.ext.clear_interning();
     }
 }
 
@@ -191,6 +205,8 @@ pub(crate) struct PerfettoEncoder {
     /// Scratch buffers reused for every packet.
     te: Vec<u8>,
     interned: Vec<u8>,
+    /// Process metadata set at run time (typed event API).
+    proc_meta: events::ProcMeta,
 }
 
 impl PerfettoEncoder {
@@ -201,6 +217,7 @@ impl PerfettoEncoder {
             stats: EncodeStats::default(),
             te: Vec::new(),
             interned: Vec::new(),
+            proc_meta: events::ProcMeta::default(),
         }
     }
 }
@@ -229,27 +246,13 @@ fn global_snapshot(out: &mut Vec<u8>) {
     });
 }
 
-fn process_descriptor(buf: &mut Vec<u8>, ctx: &Context<'_>) {
-    let p = ctx.process;
-    nested(buf, P_TRACK_DESCRIPTOR, |td| {
-        uint(td, TD_UUID, p.uuid);
-        nested(td, TD_PROCESS, |pd| {
-            int(pd, PD_PID, p.pid as i64);
-            for arg in &p.cmdline {
-                string(pd, PD_CMDLINE, arg);
-            }
-            string(pd, PD_PROCESS_NAME, &p.name);
-        });
-    });
-}
-
 impl Encoder for PerfettoEncoder {
     fn header(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>) {
         global_snapshot(out);
         nested(out, 1, |p| {
             uint(p, P_TIMESTAMP, sys::boottime_ns());
             uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
-            process_descriptor(p, ctx);
+            events::process_descriptor_with(p, ctx, &self.proc_meta);
         });
     }
 
@@ -324,7 +327,8 @@ impl Encoder for PerfettoEncoder {
 
 impl PerfettoEncoder {
     fn record(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, rec: Record<'_>, out: &mut Vec<u8>) {
-        let ts = ctx.cal.to_ns(rec.ts()).max(seq.last_ns);
+        let raw_ns = ctx.cal.to_ns(rec.ts());
+        let ts = raw_ns.max(seq.last_ns);
         match rec {
             Record::Lost { count, .. } => {
                 seq.valid = false;
@@ -359,7 +363,7 @@ impl PerfettoEncoder {
                     self.end_orphan(seq, ts, orphan, out);
                 }
                 if m.matched.is_some() {
-                    self.event(seq, ts, TYPE_SLICE_END, None, None, &[], out);
+                    self.end_event(ctx, seq, ts, None, None, out);
                 } else {
                     self.stats.unmatched_ends += 1;
                 }
@@ -398,16 +402,44 @@ impl PerfettoEncoder {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
+                if raw_ns < seq.last_ns {
+                    // A range found to be async after it began (tracing layer).
+                    self.async_begin_at(ctx, seq, cs, id, raw_ns, args, out);
+                    return;
+                }
                 let uuid = self.async_track(ctx, seq, cs, id, ts, out);
                 self.event(seq, ts, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args, out);
             }
-            Record::AsyncEnd { site, id, .. } => {
+            Record::AsyncEnd { site, id, args, .. } => {
                 let Some(cs) = ctx.sites.get(site) else {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
                 let uuid = self.async_track(ctx, seq, cs, id, ts, out);
-                self.event(seq, ts, TYPE_SLICE_END, Some(uuid), None, &[], out);
+                self.end_event(ctx, seq, ts, Some(uuid), Some((cs, args)), out);
+            }
+            Record::EndArgs {
+                site, depth, args, ..
+            } => {
+                let m = seq.stack.end(depth);
+                if m.matched.is_none() && m.orphaned.is_empty() {
+                    self.stats.unmatched_ends += 1;
+                    return;
+                }
+                self.ensure_valid(ctx, seq, ts, out);
+                for orphan in m.orphaned {
+                    self.end_orphan(seq, ts, orphan, out);
+                }
+                if m.matched.is_some() {
+                    let ann = ctx.sites.get(site).map(|cs| (cs, args));
+                    self.end_event(ctx, seq, ts, None, ann, out);
+                } else {
+                    self.stats.unmatched_ends += 1;
+                }
+            }
+            Record::Flow { ids, .. } => seq.flows.extend_from_slice(ids),
+            Record::Event { .. } | Record::BeginTt { .. } | Record::EndTt { .. } => {
+                self.phase_record(ctx, seq, ts, raw_ns, rec, out)
             }
         }
     }
@@ -485,23 +517,11 @@ impl PerfettoEncoder {
         seq.loss_flags = 0;
         seq.last_ns = ts;
         // The process and this thread's track, re-described after every reset.
-        self.descriptor_packet(seq, out, |td| process_descriptor(td, ctx));
-        let (pid, tid, parent, uuid) = (seq.pid, seq.tid, ctx.process.uuid, seq.track_uuid);
-        let name = std::mem::take(&mut seq.name);
-        self.descriptor_packet(seq, out, |p| {
-            nested(p, P_TRACK_DESCRIPTOR, |td| {
-                uint(td, TD_UUID, uuid);
-                uint(td, TD_PARENT_UUID, parent);
-                nested(td, TD_THREAD, |th| {
-                    int(th, THD_PID, pid as i64);
-                    int(th, THD_TID, tid);
-                    if !name.is_empty() {
-                        string(th, THD_THREAD_NAME, &name);
-                    }
-                });
-            });
+        let meta = self.proc_meta.clone();
+        self.descriptor_packet(seq, out, |td| {
+            events::process_descriptor_with(td, ctx, &meta)
         });
-        seq.name = name;
+        self.describe_thread(ctx, seq, out);
     }
 
     /// A packet on `seq` at the current clock position carrying what `f` writes.
@@ -551,6 +571,22 @@ impl PerfettoEncoder {
     ) {
         self.stats.events += 1;
         let delta = self.advance(seq, ts);
+        self.fill_event(seq, ty, track, site, args);
+        if ty == TYPE_SLICE_BEGIN && track.is_none() {
+            self.next_flows(seq); // flows (`f`) waiting for this thread's next slice
+        }
+        self.emit(seq, delta, out);
+    }
+
+    /// Fills the `te` and `interned` scratch buffers with an event.
+    fn fill_event(
+        &mut self,
+        seq: &mut Seq,
+        ty: u64,
+        track: Option<u64>,
+        site: Option<&'static Callsite>,
+        args: &[u64],
+    ) {
         self.te.clear();
         self.interned.clear();
         if let Some(cs) = site {
@@ -579,7 +615,6 @@ impl PerfettoEncoder {
                 }
             }
         }
-        self.emit(seq, delta, out);
     }
 
     fn counter(
@@ -607,14 +642,15 @@ impl PerfettoEncoder {
         ctx: &Context<'_>,
         seq: &mut Seq,
         cs: &Callsite,
-        ts: u64,
+        _ts: u64,
         out: &mut Vec<u8>,
     ) -> u64 {
         let uuid = ctx
             .process
             .derived_uuid(UUID_KIND_COUNTER, super::hash_str(cs.name));
         if seq.described.insert(uuid) {
-            let _ = self.advance(seq, ts);
+            // A descriptor packet sits at the clock's current position
+            // (delta 0); the event after it carries the whole delta.
             let parent = ctx.process.uuid;
             self.descriptor_packet(seq, out, |p| {
                 nested(p, P_TRACK_DESCRIPTOR, |td| {
@@ -635,7 +671,7 @@ impl PerfettoEncoder {
         seq: &mut Seq,
         cs: &Callsite,
         id: u64,
-        ts: u64,
+        _ts: u64,
         out: &mut Vec<u8>,
     ) -> u64 {
         let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
@@ -643,7 +679,8 @@ impl PerfettoEncoder {
             seq.described.clear(); // re-describing is harmless; keep memory bounded
         }
         if seq.described.insert(uuid) {
-            let _ = self.advance(seq, ts);
+            // A descriptor packet sits at the clock's current position
+            // (delta 0); the event after it carries the whole delta.
             let parent = ctx.process.uuid;
             self.descriptor_packet(seq, out, |p| {
                 nested(p, P_TRACK_DESCRIPTOR, |td| {
@@ -654,6 +691,101 @@ impl PerfettoEncoder {
             });
         }
         uuid
+    }
+}
+
+/// TracePacket.timestamp_clock_id: the clock of this packet's timestamp.
+const P_TIMESTAMP_CLOCK_ID: u32 = 58;
+/// TrackEvent.flow_ids: repeated fixed64, one tag per id (never packed).
+const TE_FLOW_IDS: u32 = 47;
+
+/// Slice ends with args and flows, and ranges that begin in the past (what
+/// the `tracing` layer writes).
+impl PerfettoEncoder {
+    /// A SLICE_END on the thread track (or `track`) with the args of `ann`
+    /// (merged by readers into the slice) and the pending flows of the
+    /// sequence. Never a name or category: readers would match on them.
+    fn end_event(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        ts: u64,
+        track: Option<u64>,
+        ann: Option<(&'static Callsite, &[u64])>,
+        out: &mut Vec<u8>,
+    ) {
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        self.te.clear();
+        self.interned.clear();
+        uint(&mut self.te, TE_TYPE, TYPE_SLICE_END);
+        if let Some(uuid) = track {
+            uint(&mut self.te, TE_TRACK_UUID, uuid);
+        }
+        if let Some((cs, args)) = ann {
+            let mut reader = ArgReader::new(args);
+            for &arg_name in cs.arg_names {
+                let iid = intern_annotation_name(seq, arg_name, &mut self.interned);
+                nested(&mut self.te, TE_DEBUG_ANNOTATIONS, |a| {
+                    uint(a, DA_NAME_IID, iid as u64);
+                    annotation_value(a, &mut reader, 0);
+                });
+            }
+        }
+        for id in seq.flows.drain(..) {
+            // Process-scoped ids, made trace-global as Perfetto's SDK does.
+            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
+            super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
+        }
+        self.emit(seq, delta, out);
+    }
+
+    /// The SLICE_BEGIN of async range `id` at `abs_ns`, earlier than the
+    /// sequence clock: written with an absolute BOOTTIME timestamp (the
+    /// sequence clock only moves forward), and its track described at the
+    /// same time, so the descriptor precedes its first event.
+    #[allow(clippy::too_many_arguments)]
+    fn async_begin_at(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        cs: &'static Callsite,
+        id: u64,
+        abs_ns: u64,
+        args: &[u64],
+        out: &mut Vec<u8>,
+    ) {
+        let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
+        let (seq_id, parent) = (seq.seq_id as u64, ctx.process.uuid);
+        seq.described.insert(uuid);
+        nested(out, 1, |p| {
+            uint(p, P_TIMESTAMP, abs_ns);
+            uint(p, P_TIMESTAMP_CLOCK_ID, BOOTTIME);
+            uint(p, P_SEQUENCE_ID, seq_id);
+            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            nested(p, P_TRACK_DESCRIPTOR, |td| {
+                uint(td, TD_UUID, uuid);
+                string(td, TD_NAME, cs.name);
+                uint(td, TD_PARENT_UUID, parent);
+            });
+        });
+        self.stats.events += 1;
+        self.fill_event(seq, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args);
+        for id in seq.flows.drain(..) {
+            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
+            super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
+        }
+        let (te, interned) = (&self.te, &self.interned);
+        nested(out, 1, |p| {
+            uint(p, P_TIMESTAMP, abs_ns);
+            uint(p, P_TIMESTAMP_CLOCK_ID, BOOTTIME);
+            uint(p, P_SEQUENCE_ID, seq_id);
+            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            if !interned.is_empty() {
+                bytes(p, P_INTERNED_DATA, interned);
+            }
+            bytes(p, P_TRACK_EVENT, te);
+        });
     }
 }
 
@@ -672,6 +804,21 @@ fn intern_name(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
 }
 
 fn intern_category(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
+    let idx = cs.id() as usize;
+    match seq.site_cat_iids.get(idx) {
+        Some(&iid) if iid != 0 => iid,
+        _ => {
+            let iid = intern_category_name(seq, cs, interned);
+            if seq.site_cat_iids.len() <= idx {
+                seq.site_cat_iids.resize(idx + 1, 0);
+            }
+            seq.site_cat_iids[idx] = iid;
+            iid
+        }
+    }
+}
+
+fn intern_category_name(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
     if let Some(&iid) = seq.cat_iids.get(cs.category) {
         return iid;
     }
@@ -721,6 +868,11 @@ fn intern_entry(interned: &mut Vec<u8>, field: u32, iid: u32, name: &str) {
 
 /// Writes the value fields of the next argument value as a DebugAnnotation.
 fn annotation_value(a: &mut Vec<u8>, r: &mut ArgReader<'_>, depth: usize) {
+    if depth > crate::args::MAX_NESTING {
+        r.skip_value();
+        string(a, DA_STRING, crate::args::TOO_DEEP);
+        return;
+    }
     match r.next() {
         // Perfetto has no null: an annotation without a value reads as absent.
         ArgValue::Null => {}

@@ -1,0 +1,865 @@
+//! One in-memory model of a trace, decoded from ringtrace's Perfetto output
+//! (prost types of `ringtrace-protos`) or from Chrome JSON.
+//!
+//! Perfetto decoding resolves what a reader must: per-sequence interning
+//! (event names, categories, debug-annotation names; cleared when a packet
+//! says `SEQ_INCREMENTAL_STATE_CLEARED`), `TracePacketDefaults`
+//! (timestamp clock, track uuid), incremental sequence clocks (ids 64..127:
+//! every packet with a timestamp on it accumulates, the snapshot anchors it
+//! to BOOTTIME), absolute timestamps on BOOTTIME or, through the global
+//! snapshots, on another builtin clock. Track descriptors give processes,
+//! threads, counter tracks and the other (async) tracks; events are resolved
+//! against them once the whole file is read.
+//!
+//! All timestamps in the model are BOOTTIME nanoseconds (the trace clock of
+//! both ringtrace formats; JSON `ts` is that value in microseconds).
+
+use prost::Message;
+use ringtrace_protos::track_descriptor::StaticOrDynamicName;
+use ringtrace_protos::{debug_annotation, track_event, DebugAnnotation, TracePacket};
+use serde_json::{Map, Number, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// The instant ringtrace writes where events were lost.
+pub const LOST_EVENT_NAME: &str = "ringtrace: events lost";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Perfetto,
+    Json,
+}
+
+/// Where an event is drawn.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Track {
+    Thread {
+        pid: i64,
+        tid: i64,
+    },
+    Process {
+        pid: i64,
+    },
+    /// An async track: `id` identifies it within the process.
+    Async {
+        pid: i64,
+        id: String,
+        name: String,
+    },
+    Counter {
+        pid: i64,
+        name: String,
+    },
+    Global,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Begin,
+    End,
+    /// A complete slice (JSON `X`, or a matched begin/end).
+    Complete {
+        dur: i64,
+    },
+    Instant,
+    Counter(Number),
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub ts: i64,
+    pub kind: Kind,
+    pub name: String,
+    pub category: Option<String>,
+    pub track: Track,
+    /// The thread that emitted it (for async events in JSON output).
+    pub thread: Option<(i64, i64)>,
+    pub args: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SeqSummary {
+    pub packets: u64,
+    pub resets: u64,
+    pub loss_marks: u64,
+    pub first_packet_flag: bool,
+    pub thread: Option<(i64, i64)>,
+    pub default_track: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ClockInfo {
+    /// Builtin or sequence clock ids seen in snapshots.
+    pub ids: Vec<u32>,
+    pub snapshots: u64,
+    pub primary: Option<u32>,
+    /// (BOOTTIME, REALTIME) of the first snapshot holding both.
+    pub boot_realtime: Option<(i64, i64)>,
+}
+
+/// A decoded trace.
+#[derive(Debug, Clone)]
+pub struct TraceModel {
+    pub format: Format,
+    pub size: usize,
+    pub packets: u64,
+    pub truncated: bool,
+    pub processes: BTreeMap<i64, Option<String>>,
+    pub threads: BTreeMap<(i64, i64), Option<String>>,
+    pub events: Vec<Event>,
+    pub sequences: BTreeMap<u32, SeqSummary>,
+    pub clocks: ClockInfo,
+    pub loss_packets: u64,
+    pub warnings: Vec<String>,
+}
+
+impl TraceModel {
+    fn new(format: Format, size: usize) -> Self {
+        TraceModel {
+            format,
+            size,
+            packets: 0,
+            truncated: false,
+            processes: BTreeMap::new(),
+            threads: BTreeMap::new(),
+            events: Vec::new(),
+            sequences: BTreeMap::new(),
+            clocks: ClockInfo::default(),
+            loss_packets: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn warn(&mut self, w: String) {
+        if self.warnings.len() < 20 {
+            self.warnings.push(w);
+        }
+    }
+
+    /// Decodes a Perfetto or JSON trace, told apart by content.
+    pub fn decode(bytes: &[u8]) -> Result<TraceModel, String> {
+        if bytes.first() == Some(&0x0a) {
+            return decode_perfetto(bytes);
+        }
+        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') | Some(b'{') => decode_json(bytes),
+            _ => Err(
+                "not a Perfetto protobuf trace (first byte 0x0A) nor a Chrome JSON trace".into(),
+            ),
+        }
+    }
+}
+
+// ------------------------------------------------------------- Perfetto
+
+#[derive(Default)]
+struct SeqClock {
+    incremental: bool,
+    mult: i64,
+    last: i64,
+    /// (clock value, BOOTTIME) at the snapshot.
+    anchor: Option<(i64, i64)>,
+}
+
+#[derive(Default)]
+struct SeqState {
+    names: HashMap<u64, String>,
+    cats: HashMap<u64, String>,
+    ann: HashMap<u64, String>,
+    /// Interned debug-annotation string values.
+    strings: HashMap<u64, String>,
+    default_clock: Option<u32>,
+    default_track: Option<u64>,
+    clocks: HashMap<u32, SeqClock>,
+}
+
+#[derive(Default, Clone)]
+struct TrackDesc {
+    parent: Option<u64>,
+    name: Option<String>,
+    process: Option<i64>,
+    thread: Option<(i64, i64)>,
+    counter: bool,
+}
+
+struct RawEvent {
+    ts: i64,
+    ty: i32,
+    name: Option<String>,
+    category: Option<String>,
+    track: Option<u64>,
+    seq_track: Option<u64>,
+    args: Map<String, Value>,
+    counter: Option<Number>,
+}
+
+/// The packets of a `Trace` (field 1, length-delimited); `true` if the file
+/// ends inside one.
+fn frames(mut data: &[u8]) -> (Vec<&[u8]>, bool) {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let Some((key, rest)) = varint(data) else {
+            return (out, true);
+        };
+        let wire = key & 7;
+        let (len, rest) = match wire {
+            2 => match varint(rest) {
+                Some((l, r)) => (l as usize, r),
+                None => return (out, true),
+            },
+            0 => match varint(rest) {
+                Some((_, r)) => (0, r),
+                None => return (out, true),
+            },
+            1 => (8, rest),
+            5 => (4, rest),
+            _ => return (out, true),
+        };
+        if rest.len() < len {
+            return (out, true);
+        }
+        if key >> 3 == 1 && wire == 2 {
+            out.push(&rest[..len]);
+        }
+        data = &rest[len..];
+    }
+    (out, false)
+}
+
+fn varint(data: &[u8]) -> Option<(u64, &[u8])> {
+    let mut v = 0u64;
+    for (i, &b) in data.iter().enumerate().take(10) {
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, &data[i + 1..]));
+        }
+    }
+    None
+}
+
+pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
+    let mut m = TraceModel::new(Format::Perfetto, bytes.len());
+    let (packets, truncated) = frames(bytes);
+    m.truncated = truncated;
+    let mut seqs: HashMap<u32, SeqState> = HashMap::new();
+    let mut tracks: HashMap<u64, TrackDesc> = HashMap::new();
+    // Global snapshots: clock id -> BOOTTIME per snapshot.
+    let mut globals: Vec<HashMap<u32, i64>> = Vec::new();
+    let mut raw: Vec<RawEvent> = Vec::new();
+    let mut last_boot = 0i64;
+    for (index, bytes) in packets.iter().enumerate() {
+        let p = TracePacket::decode(*bytes).map_err(|e| format!("packet {index}: {e}"))?;
+        m.packets += 1;
+        let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
+        let summary = m.sequences.entry(seq_id).or_default();
+        summary.packets += 1;
+        if p.first_packet_on_sequence == Some(true) {
+            summary.first_packet_flag = true;
+        }
+        if p.previous_packet_dropped.unwrap_or(0) != 0 {
+            summary.loss_marks += 1;
+            m.loss_packets += 1;
+        }
+        let seq = seqs.entry(seq_id).or_default();
+        if p.sequence_flags.unwrap_or(0) & 1 != 0 || p.incremental_state_cleared == Some(true) {
+            summary.resets += 1;
+            seq.names.clear();
+            seq.cats.clear();
+            seq.ann.clear();
+            seq.strings.clear();
+            seq.default_clock = None;
+            seq.default_track = None;
+        }
+        if let Some(d) = &p.trace_packet_defaults {
+            seq.default_clock = d.timestamp_clock_id;
+            seq.default_track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
+            summary.default_track = seq.default_track;
+        }
+        if let Some(cs) = &p.clock_snapshot {
+            m.clocks.snapshots += 1;
+            if let Some(pc) = cs.primary_trace_clock {
+                m.clocks.primary = Some(pc as u32);
+            }
+            let boot = cs
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(6))
+                .and_then(|c| c.timestamp)
+                .map(|t| t as i64);
+            let mut global = HashMap::new();
+            for c in &cs.clocks {
+                let (Some(id), Some(ts)) = (c.clock_id, c.timestamp) else {
+                    continue;
+                };
+                if !m.clocks.ids.contains(&id) {
+                    m.clocks.ids.push(id);
+                }
+                let mult = c.unit_multiplier_ns.unwrap_or(1).max(1) as i64;
+                let v = ts as i64 * mult;
+                if (64..128).contains(&id) {
+                    let sc = seq.clocks.entry(id).or_default();
+                    sc.incremental = c.is_incremental.unwrap_or(false);
+                    sc.mult = mult;
+                    sc.last = v;
+                    sc.anchor = boot.map(|b| (v, b));
+                } else if let Some(b) = boot {
+                    global.insert(id, v - b);
+                }
+            }
+            if let Some(b) = boot {
+                let real = cs
+                    .clocks
+                    .iter()
+                    .find(|c| c.clock_id == Some(1))
+                    .and_then(|c| c.timestamp);
+                if let (Some(r), None) = (real, m.clocks.boot_realtime) {
+                    m.clocks.boot_realtime = Some((b, r as i64));
+                }
+                if !global.is_empty() {
+                    globals.push(global);
+                }
+            }
+            continue; // a snapshot packet's own timestamp and payload are not read
+        }
+        // The packet's time.
+        let ts = match p.timestamp {
+            None => None,
+            Some(t) => {
+                let clock = p.timestamp_clock_id.or(seq.default_clock).unwrap_or(6);
+                if (64..128).contains(&clock) {
+                    match seq.clocks.get_mut(&clock) {
+                        Some(sc) => {
+                            let v = if sc.incremental {
+                                sc.last += t as i64 * sc.mult;
+                                sc.last
+                            } else {
+                                t as i64 * sc.mult
+                            };
+                            sc.anchor.map(|(cv, b)| b + (v - cv))
+                        }
+                        None => None,
+                    }
+                } else if clock == 6 {
+                    Some(t as i64)
+                } else {
+                    // clock value - (clock - BOOTTIME) of the last snapshot holding it.
+                    globals
+                        .iter()
+                        .rev()
+                        .find_map(|g| g.get(&clock))
+                        .map(|d| t as i64 - d)
+                }
+            }
+        };
+        if p.timestamp.is_some() && ts.is_none() {
+            let clock = p.timestamp_clock_id.or(seq.default_clock).unwrap_or(6);
+            m.warn(format!(
+                "packet {index}: timestamp on clock {clock}, which no snapshot relates to BOOTTIME"
+            ));
+        }
+        if let Some(t) = ts {
+            last_boot = t;
+        }
+        if let Some(i) = &p.interned_data {
+            for e in &i.event_names {
+                if let (Some(iid), Some(n)) = (e.iid, &e.name) {
+                    seq.names.insert(iid, n.clone());
+                }
+            }
+            for e in &i.event_categories {
+                if let (Some(iid), Some(n)) = (e.iid, &e.name) {
+                    seq.cats.insert(iid, n.clone());
+                }
+            }
+            for e in &i.debug_annotation_names {
+                if let (Some(iid), Some(n)) = (e.iid, &e.name) {
+                    seq.ann.insert(iid, n.clone());
+                }
+            }
+            for e in &i.debug_annotation_string_values {
+                if let (Some(iid), Some(v)) = (e.iid, &e.str) {
+                    seq.strings
+                        .insert(iid, String::from_utf8_lossy(v).into_owned());
+                }
+            }
+        }
+        if let Some(td) = &p.track_descriptor {
+            if let Some(uuid) = td.uuid {
+                let d = TrackDesc {
+                    parent: td.parent_uuid,
+                    name: td.static_or_dynamic_name.as_ref().map(|n| match n {
+                        StaticOrDynamicName::Name(n)
+                        | StaticOrDynamicName::StaticName(n)
+                        | StaticOrDynamicName::AtraceName(n) => n.clone(),
+                    }),
+                    process: td.process.as_ref().and_then(|p| p.pid).map(i64::from),
+                    thread: td
+                        .thread
+                        .as_ref()
+                        .map(|t| (t.pid.unwrap_or(0) as i64, t.tid.unwrap_or(0))),
+                    counter: td.counter.is_some(),
+                };
+                if let Some(pr) = &td.process {
+                    let pid = pr.pid.unwrap_or(0) as i64;
+                    let slot = m.processes.entry(pid).or_default();
+                    if pr.process_name.is_some() {
+                        *slot = pr.process_name.clone();
+                    }
+                }
+                if let Some(th) = &td.thread {
+                    let key = (th.pid.unwrap_or(0) as i64, th.tid.unwrap_or(0));
+                    m.processes.entry(key.0).or_default();
+                    let slot = m.threads.entry(key).or_default();
+                    if th.thread_name.is_some() {
+                        *slot = th.thread_name.clone();
+                    }
+                }
+                tracks.insert(uuid, d);
+            }
+        }
+        if let Some(te) = &p.track_event {
+            let Some(ts) = ts.or(if p.timestamp.is_none() {
+                None
+            } else {
+                Some(last_boot)
+            }) else {
+                m.warn(format!(
+                    "packet {index}: track event without a timestamp, dropped"
+                ));
+                continue;
+            };
+            let name = te
+                .name
+                .clone()
+                .or_else(|| te.name_iid.and_then(|i| seq.names.get(&i).cloned()));
+            let category = if !te.categories.is_empty() {
+                Some(te.categories.join(","))
+            } else {
+                let c: Vec<String> = te
+                    .category_iids
+                    .iter()
+                    .filter_map(|i| seq.cats.get(i).cloned())
+                    .collect();
+                (!c.is_empty()).then(|| c.join(","))
+            };
+            let mut args = Map::new();
+            for a in &te.debug_annotations {
+                let key = annotation_name(a, &seq.ann);
+                if let Some(v) = annotation_value(a, &seq.ann, &seq.strings) {
+                    args.insert(key, v);
+                }
+            }
+            let counter = match te.counter_value_field {
+                Some(track_event::CounterValueField::CounterValue(v)) => Some(Number::from(v)),
+                Some(track_event::CounterValueField::DoubleCounterValue(v)) => Number::from_f64(v),
+                None => None,
+            };
+            raw.push(RawEvent {
+                ts,
+                ty: te.r#type.unwrap_or(0),
+                name,
+                category,
+                track: te.track_uuid.or(seq.default_track),
+                seq_track: seq.default_track,
+                args,
+                counter,
+            });
+        }
+    }
+    // Threads of the sequences.
+    for s in m.sequences.values_mut() {
+        s.thread = s
+            .default_track
+            .and_then(|u| tracks.get(&u))
+            .and_then(|t| t.thread);
+    }
+    // Resolve the events against the tracks.
+    let pid_of = |mut uuid: Option<u64>| -> Option<i64> {
+        for _ in 0..16 {
+            let t = tracks.get(&uuid?)?;
+            if let Some(p) = t.process.or(t.thread.map(|t| t.0)) {
+                return Some(p);
+            }
+            uuid = t.parent;
+        }
+        None
+    };
+    for r in raw {
+        let desc = r.track.and_then(|u| tracks.get(&u));
+        let thread = r
+            .seq_track
+            .and_then(|u| tracks.get(&u))
+            .and_then(|t| t.thread);
+        let track = match desc {
+            Some(TrackDesc {
+                thread: Some((pid, tid)),
+                ..
+            }) => Track::Thread {
+                pid: *pid,
+                tid: *tid,
+            },
+            Some(TrackDesc {
+                process: Some(pid), ..
+            }) => Track::Process { pid: *pid },
+            Some(d) if d.counter || r.ty == 4 => Track::Counter {
+                pid: pid_of(d.parent).unwrap_or(0),
+                name: d.name.clone().unwrap_or_default(),
+            },
+            Some(d) => Track::Async {
+                pid: pid_of(d.parent).unwrap_or(0),
+                id: format!("0x{:x}", r.track.unwrap_or(0)),
+                name: d.name.clone().unwrap_or_default(),
+            },
+            None => Track::Global,
+        };
+        let kind = match r.ty {
+            1 => Kind::Begin,
+            2 => Kind::End,
+            3 => Kind::Instant,
+            4 => match r.counter {
+                Some(v) => Kind::Counter(v),
+                None => continue,
+            },
+            other => {
+                m.warn(format!("track event of type {other} skipped"));
+                continue;
+            }
+        };
+        let name = match (&kind, &track, r.name) {
+            (_, _, Some(n)) => n,
+            (Kind::Counter(_), Track::Counter { name, .. }, None) => name.clone(),
+            _ => String::new(),
+        };
+        m.events.push(Event {
+            ts: r.ts,
+            kind,
+            name,
+            category: r.category,
+            track,
+            thread,
+            args: r.args,
+        });
+    }
+    pair_slices(&mut m);
+    Ok(m)
+}
+
+/// Turns each begin and the end that closes it (the innermost open begin of
+/// the same track) into one complete slice; an end's args (such as
+/// `ringtrace.end_lost`) join the slice's. Begins never closed stay begins.
+fn pair_slices(m: &mut TraceModel) {
+    let mut open: HashMap<Track, Vec<usize>> = HashMap::new();
+    let mut drop = vec![false; m.events.len()];
+    let mut unmatched = 0;
+    for (i, dropped) in drop.iter_mut().enumerate() {
+        match m.events[i].kind {
+            Kind::Begin => open.entry(m.events[i].track.clone()).or_default().push(i),
+            Kind::End => {
+                *dropped = true;
+                match open.get_mut(&m.events[i].track).and_then(Vec::pop) {
+                    Some(b) => {
+                        let end = m.events[i].clone();
+                        let begin = &mut m.events[b];
+                        begin.kind = Kind::Complete {
+                            dur: end.ts - begin.ts,
+                        };
+                        begin.args.extend(end.args);
+                    }
+                    None => unmatched += 1,
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut keep = drop.iter().map(|d| !d);
+    m.events.retain(|_| keep.next().unwrap());
+    if unmatched > 0 {
+        m.warn(format!("{unmatched} slice end(s) without a begin, skipped"));
+    }
+}
+
+fn annotation_name(a: &DebugAnnotation, names: &HashMap<u64, String>) -> String {
+    match &a.name_field {
+        Some(debug_annotation::NameField::Name(n)) => n.clone(),
+        Some(debug_annotation::NameField::NameIid(i)) => {
+            names.get(i).cloned().unwrap_or_else(|| format!("iid{i}"))
+        }
+        None => String::new(),
+    }
+}
+
+fn annotation_value(
+    a: &DebugAnnotation,
+    names: &HashMap<u64, String>,
+    strings: &HashMap<u64, String>,
+) -> Option<Value> {
+    use debug_annotation::Value as V;
+    if !a.dict_entries.is_empty() {
+        let mut o = Map::new();
+        for e in &a.dict_entries {
+            if let Some(v) = annotation_value(e, names, strings) {
+                o.insert(annotation_name(e, names), v);
+            }
+        }
+        return Some(Value::Object(o));
+    }
+    if !a.array_values.is_empty() {
+        return Some(Value::Array(
+            a.array_values
+                .iter()
+                .map(|e| annotation_value(e, names, strings).unwrap_or(Value::Null))
+                .collect(),
+        ));
+    }
+    Some(match a.value.as_ref()? {
+        V::BoolValue(b) => Value::Bool(*b),
+        V::UintValue(u) => Value::from(*u),
+        V::IntValue(i) => Value::from(*i),
+        V::DoubleValue(d) => Number::from_f64(*d)
+            .map(Value::Number)
+            .unwrap_or_else(|| Value::String(d.to_string())),
+        V::StringValue(s) => Value::String(s.clone()),
+        V::PointerValue(p) => Value::String(format!("0x{p:x}")),
+        V::LegacyJsonValue(s) => {
+            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+        }
+        V::StringValueIid(i) => Value::String(strings.get(i).cloned().unwrap_or_default()),
+        _ => return None,
+    })
+}
+
+// ------------------------------------------------------------------ JSON
+
+/// Parses a JSON trace; a bare array cut short by a crash (no closing `]`, a
+/// partial last event) is read up to its last whole event.
+fn parse_json_events(bytes: &[u8]) -> Result<(Vec<Value>, bool), String> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Array(a)) => Ok((a, false)),
+        Ok(Value::Object(mut o)) => match o.remove("traceEvents") {
+            Some(Value::Array(a)) => Ok((a, false)),
+            _ => Err("a JSON object without a traceEvents array".into()),
+        },
+        Ok(_) => Err("JSON that is neither an array nor an object".into()),
+        Err(e) => {
+            let text = String::from_utf8_lossy(bytes);
+            if !text.trim_start().starts_with('[') {
+                return Err(format!("invalid JSON: {e}"));
+            }
+            // Cut after the last complete event and close the array.
+            let mut end = text.len();
+            while let Some(pos) = text[..end].rfind('}') {
+                let candidate = format!(
+                    "{}]",
+                    text[..=pos].trim_end_matches(|c: char| c == ',' || c.is_whitespace())
+                );
+                if let Ok(Value::Array(a)) = serde_json::from_str::<Value>(&candidate) {
+                    return Ok((a, true));
+                }
+                end = pos;
+            }
+            Err(format!("invalid JSON: {e}"))
+        }
+    }
+}
+
+fn num_i64(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Microseconds (number or numeric string) to nanoseconds.
+fn micros_to_ns(v: &Value) -> Option<i64> {
+    let f = match v {
+        Value::Number(n) => n.as_f64()?,
+        Value::String(s) => s.trim().parse().ok()?,
+        _ => return None,
+    };
+    f.is_finite().then(|| (f * 1000.0).round() as i64)
+}
+
+pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {
+    let mut m = TraceModel::new(Format::Json, bytes.len());
+    let (events, truncated) = parse_json_events(bytes)?;
+    m.truncated = truncated;
+    // Open B events per thread, to pair with E.
+    let mut open: HashMap<(i64, i64), Vec<usize>> = HashMap::new();
+    let mut async_open: HashMap<(i64, String, String), Vec<usize>> = HashMap::new();
+    for e in &events {
+        let Some(ph) = e
+            .get("ph")
+            .and_then(Value::as_str)
+            .and_then(|p| p.chars().next())
+        else {
+            continue;
+        };
+        let pid = e.get("pid").and_then(num_i64).unwrap_or(0);
+        let tid = e.get("tid").and_then(num_i64).unwrap_or(pid);
+        let name = e
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let category = e
+            .get("cat")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned);
+        let args = e
+            .get("args")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        if ph == 'M' {
+            let value = args.get("name").and_then(Value::as_str).map(str::to_owned);
+            match name.as_str() {
+                "process_name" => {
+                    m.processes.insert(pid, value);
+                }
+                "thread_name" => {
+                    m.processes.entry(pid).or_default();
+                    m.threads.insert((pid, tid), value);
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let Some(ts) = e.get("ts").and_then(micros_to_ns) else {
+            m.warn(format!("event {name:?} without a valid ts, skipped"));
+            continue;
+        };
+        m.processes.entry(pid).or_default();
+        let thread_track = Track::Thread { pid, tid };
+        let ev = |kind, track| Event {
+            ts,
+            kind,
+            name: name.clone(),
+            category: category.clone(),
+            track,
+            thread: Some((pid, tid)),
+            args: args.clone(),
+        };
+        match ph {
+            'X' => {
+                m.threads.entry((pid, tid)).or_default();
+                let dur = e.get("dur").and_then(micros_to_ns).unwrap_or(0);
+                m.events.push(ev(Kind::Complete { dur }, thread_track));
+            }
+            'B' => {
+                m.threads.entry((pid, tid)).or_default();
+                open.entry((pid, tid)).or_default().push(m.events.len());
+                m.events.push(ev(Kind::Begin, thread_track));
+            }
+            'E' => {
+                // Close the innermost open B with that name (or any, unnamed E).
+                let stack = open.entry((pid, tid)).or_default();
+                let at = stack
+                    .iter()
+                    .rposition(|&i| name.is_empty() || m.events[i].name == name);
+                match at {
+                    Some(pos) => {
+                        let i = stack.remove(pos);
+                        let b = &mut m.events[i];
+                        b.kind = Kind::Complete { dur: ts - b.ts };
+                        b.args.extend(args.clone());
+                    }
+                    None => m.warn(format!("E event {name:?} closes nothing")),
+                }
+            }
+            'i' | 'I' | 'R' => {
+                let track = match e.get("s").and_then(Value::as_str) {
+                    Some("g") => Track::Global,
+                    Some("p") => Track::Process { pid },
+                    _ => {
+                        m.threads.entry((pid, tid)).or_default();
+                        thread_track
+                    }
+                };
+                m.events.push(ev(Kind::Instant, track));
+            }
+            'C' => {
+                let only_value = args.len() == 1 && args.contains_key("value");
+                for (k, v) in &args {
+                    let n = match v {
+                        Value::Number(n) => n.clone(),
+                        Value::String(s) => {
+                            match s.parse::<f64>().ok().and_then(Number::from_f64) {
+                                Some(n) => n,
+                                None => continue,
+                            }
+                        }
+                        _ => continue,
+                    };
+                    let track_name = if only_value {
+                        name.clone()
+                    } else {
+                        format!("{name} {k}")
+                    };
+                    let mut c = ev(
+                        Kind::Counter(n),
+                        Track::Counter {
+                            pid,
+                            name: track_name.clone(),
+                        },
+                    );
+                    c.name = track_name;
+                    c.args = Map::new();
+                    m.events.push(c);
+                }
+            }
+            'b' | 'e' | 'n' => {
+                let id = e
+                    .get("id2")
+                    .and_then(|i| i.get("local").or_else(|| i.get("global")))
+                    .or_else(|| e.get("id"))
+                    .map(|v| {
+                        v.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| v.to_string())
+                    });
+                let Some(id) = id else {
+                    m.warn(format!("async event {name:?} without an id, skipped"));
+                    continue;
+                };
+                let key = (pid, category.clone().unwrap_or_default(), id.clone());
+                match ph {
+                    'b' => {
+                        async_open.entry(key).or_default().push(m.events.len());
+                        let track = Track::Async {
+                            pid,
+                            id,
+                            name: name.clone(),
+                        };
+                        m.events.push(ev(Kind::Begin, track));
+                    }
+                    'e' => {
+                        let stack = async_open.entry(key).or_default();
+                        let at = stack
+                            .iter()
+                            .rposition(|&i| name.is_empty() || m.events[i].name == name);
+                        match at {
+                            Some(pos) => {
+                                let i = stack.remove(pos);
+                                let b = &mut m.events[i];
+                                b.kind = Kind::Complete { dur: ts - b.ts };
+                                b.args.extend(args.clone());
+                            }
+                            None => m.warn(format!("e event {name:?} closes nothing")),
+                        }
+                    }
+                    _ => {
+                        let track = Track::Async {
+                            pid,
+                            id,
+                            name: name.clone(),
+                        };
+                        m.events.push(ev(Kind::Instant, track));
+                    }
+                }
+            }
+            other => m.warn(format!("phase {other:?} is not converted")),
+        }
+    }
+    Ok(m)
+}

@@ -1,0 +1,776 @@
+//! The `ringtrace` command on real traces.
+//!
+//! Traces are recorded by child processes (this test binary re-executed with
+//! `RT_CLI_CHILD_*` set, test `child_process`): nested slices with args,
+//! instants, integer and float counters, an `async fn`, a named worker thread,
+//! and a thread flooding a small ring so events are lost. The command's
+//! output is checked against what the children report and against the
+//! official Perfetto schema (`tests/support/perfetto_model.py`).
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringtrace");
+
+fn scratch(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ringtrace-cli-{}-{n}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn python() -> String {
+    std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn ringtrace(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run ringtrace")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = ringtrace(args);
+    assert!(
+        out.status.success(),
+        "ringtrace {args:?} failed ({:?}):\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `ringtrace` expecting exit status `code`; returns stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = ringtrace(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "ringtrace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn inspect_json(path: &Path) -> Value {
+    serde_json::from_str(&ok(&["inspect", "--json", path.to_str().unwrap()])).unwrap()
+}
+
+/// What a child recorded.
+#[derive(Debug)]
+struct Recorded {
+    pid: i64,
+    worker_tid: i64,
+    start: i64,
+    end: i64,
+    lost: u64,
+}
+
+/// Records the standard workload into `path` (format by extension) in a child.
+fn record(path: &Path, flood: bool) -> Recorded {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        // Timestamps straight from CLOCK_BOOTTIME, so the child's own
+        // readings bracket them exactly.
+        .env("RINGTRACE_CLOCK", "boottime")
+        .env("RT_CLI_CHILD_OUT", path)
+        .env("RT_CLI_CHILD_FLOOD", if flood { "1" } else { "0" })
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let at = stdout.find("RT-DONE ").expect("child report");
+    let f: Vec<i64> = stdout[at..]
+        .split_whitespace()
+        .skip(1)
+        .take(5)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    Recorded {
+        pid: f[0],
+        worker_tid: f[1],
+        start: f[2],
+        end: f[3],
+        lost: f[4] as u64,
+    }
+}
+
+#[ringtrace::trace]
+async fn fetch(n: u32) -> u32 {
+    n + 1
+}
+
+/// The child side of `record` (a no-op in a normal test run).
+#[test]
+fn child_process() {
+    let Ok(out) = std::env::var("RT_CLI_CHILD_OUT") else {
+        return;
+    };
+    let flood = std::env::var("RT_CLI_CHILD_FLOOD").as_deref() == Ok("1");
+    let guard = ringtrace::builder()
+        .output(&out)
+        .buffer_bytes_per_thread(16 << 10)
+        .start()
+        .unwrap();
+    let start = ringtrace::trace_clock_ns() as i64;
+    for i in 0..5i64 {
+        ringtrace::trace_scope!("outer", i = i);
+        {
+            ringtrace::trace_scope!("cat", "inner");
+            ringtrace::trace_instant!("tick", n = i);
+        }
+        ringtrace::trace_counter!("depth", i);
+        ringtrace::trace_counter!("ratio", i as f64 * 0.5);
+    }
+    let v = std::pin::pin!(fetch(41));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut v = v;
+    assert_eq!(v.as_mut().poll(&mut cx), std::task::Poll::Ready(42));
+    let worker = std::thread::Builder::new()
+        .name("worker".into())
+        .spawn(|| {
+            for j in 0..3 {
+                ringtrace::trace_scope!("job", j = j);
+            }
+            os_tid()
+        })
+        .unwrap();
+    let worker_tid = worker.join().unwrap();
+    if flood {
+        std::thread::Builder::new()
+            .name("flood".into())
+            .spawn(|| {
+                for k in 0..200_000u64 {
+                    ringtrace::trace_instant!("spam", k = k);
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+    let stats = guard.stop().unwrap();
+    // After the stop: losses are marked when the trace is finished.
+    let end = ringtrace::trace_clock_ns() as i64;
+    println!(
+        "RT-DONE {} {worker_tid} {start} {end} {}",
+        std::process::id(),
+        stats.events_lost
+    );
+    std::process::exit(0);
+}
+
+/// The calling thread's OS id, read from /proc.
+fn os_tid() -> i64 {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn perfetto_model(path: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support/perfetto_model.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .arg(path)
+        .output()
+        .unwrap();
+    let model: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "decoder output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success() && model["errors"].as_array().unwrap().is_empty(),
+        "decoder: {:#}",
+        model["errors"]
+    );
+    model
+}
+
+fn json_events(path: &Path) -> Vec<Value> {
+    match serde_json::from_slice::<Value>(&std::fs::read(path).unwrap()).unwrap() {
+        Value::Array(a) => a,
+        Value::Object(mut o) => o.remove("traceEvents").unwrap().as_array().unwrap().clone(),
+        _ => panic!(),
+    }
+}
+
+fn ns(v: &Value) -> i64 {
+    (v.as_f64().unwrap() * 1000.0).round() as i64
+}
+
+type Slices = BTreeMap<(String, i64, i64), usize>;
+/// Slices, instants, counter values.
+type Shapes = (
+    Slices,
+    BTreeMap<(String, i64), usize>,
+    BTreeMap<(String, i64), String>,
+);
+
+/// (name, ts, dur) of every slice (thread `X` and async `b`/`e` pairs) and
+/// (name, ts) of every instant, counted.
+fn json_shapes(events: &[Value]) -> Shapes {
+    let mut slices = Slices::new();
+    let mut instants = BTreeMap::new();
+    let mut counters = BTreeMap::new();
+    let mut open: BTreeMap<(String, String), Vec<(String, i64)>> = BTreeMap::new();
+    for e in events {
+        let name = e["name"].as_str().unwrap_or("").to_owned();
+        match e["ph"].as_str().unwrap_or("") {
+            "X" => {
+                *slices
+                    .entry((name, ns(&e["ts"]), ns(&e["dur"])))
+                    .or_default() += 1
+            }
+            "i" => *instants.entry((name, ns(&e["ts"]))).or_default() += 1,
+            "C" => {
+                counters.insert((name, ns(&e["ts"])), e["args"]["value"].to_string());
+            }
+            "b" => open
+                .entry((e["cat"].to_string(), e["id2"].to_string()))
+                .or_default()
+                .push((name, ns(&e["ts"]))),
+            "e" => {
+                let (n, ts) = open
+                    .get_mut(&(e["cat"].to_string(), e["id2"].to_string()))
+                    .unwrap()
+                    .pop()
+                    .unwrap();
+                *slices.entry((n, ts, ns(&e["ts"]) - ts)).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    (slices, instants, counters)
+}
+
+/// The same shapes from the official decoder's model of a Perfetto file.
+fn model_shapes(m: &Value) -> Shapes {
+    let mut slices = Slices::new();
+    let mut instants = BTreeMap::new();
+    for s in m["slices"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap_or("").to_owned();
+        let ts = s["ts"].as_i64().unwrap();
+        if s["instant"] == true {
+            *instants.entry((name, ts)).or_default() += 1;
+        } else {
+            *slices
+                .entry((name, ts, s["dur"].as_i64().unwrap()))
+                .or_default() += 1;
+        }
+    }
+    let tracks = m["tracks"].as_object().unwrap();
+    let mut counters = BTreeMap::new();
+    for c in m["counters"].as_array().unwrap() {
+        let name = tracks[&c["track_uuid"].to_string()]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let v = &c["value"];
+        // The JSON side writes integers as integers, doubles as doubles.
+        let text = if v.as_f64().unwrap().fract() == 0.0 && !v.to_string().contains('.') {
+            v.to_string()
+        } else {
+            format!("{:?}", v.as_f64().unwrap())
+        };
+        counters.insert((name, c["ts"].as_i64().unwrap()), text);
+    }
+    (slices, instants, counters)
+}
+
+// ------------------------------------------------------------------ tests
+
+#[test]
+fn inspect_a_perfetto_trace() {
+    let dir = scratch("inspect-pf");
+    let trace = dir.join("t.pftrace");
+    let r = record(&trace, true);
+    assert!(r.lost > 0, "the flood loses events");
+    let s = inspect_json(&trace);
+    assert_eq!(s["format"], "perfetto");
+    let threads = s["threads"].as_array().unwrap();
+    assert!(
+        threads
+            .iter()
+            .any(|t| t["tid"] == r.worker_tid && t["name"] == "worker" && t["pid"] == r.pid),
+        "{threads:?}"
+    );
+    assert!(threads.iter().any(|t| t["name"] == "flood"));
+    assert_eq!(s["processes"][0]["pid"], r.pid);
+    let e = &s["events"];
+    // 5 outer + 5 inner + 3 jobs + fetch's slice on the thread track; fetch's
+    // async range; 5 ticks and the spam that was kept; 10 counter values.
+    let m = perfetto_model(&trace);
+    let (slices, instants, counters) = model_shapes(&m);
+    let thread_and_async: usize = slices.values().sum();
+    assert_eq!(
+        e["slices"].as_u64().unwrap() + e["async_slices"].as_u64().unwrap(),
+        thread_and_async as u64
+    );
+    assert!(e["async_slices"].as_u64().unwrap() >= 1);
+    assert!(e["slices"].as_u64().unwrap() >= 14);
+    assert_eq!(e["counters"].as_u64().unwrap(), counters.len() as u64);
+    assert_eq!(counters.len(), 10);
+    let spam_kept = instants.keys().filter(|(n, _)| n == "spam").count() as u64;
+    assert_eq!(e["instants"].as_u64().unwrap(), 5 + spam_kept);
+    // Losses: the count the session reported, marked in the trace.
+    let lost = &s["lost_events"];
+    assert_eq!(lost["count"].as_u64().unwrap(), r.lost);
+    assert!(lost["markers"].as_u64().unwrap() >= 1);
+    assert!(
+        lost["packets_with_previous_packet_dropped"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    let seqs = s["sequences"].as_array().unwrap();
+    assert!(seqs
+        .iter()
+        .any(|q| q["loss_marks"].as_u64().unwrap() >= 1 && q["thread"]["name"] == "flood"));
+    assert!(seqs.iter().any(|q| q["thread"]["tid"] == r.worker_tid));
+    // Time range inside the child's own bracket; clocks as written.
+    let tr = &s["time_range"];
+    assert!(
+        tr["start_ns"].as_i64().unwrap() >= r.start && tr["end_ns"].as_i64().unwrap() <= r.end,
+        "{tr} vs {r:?}"
+    );
+    let clocks: Vec<&str> = s["clocks"]["clocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for c in ["BOOTTIME", "REALTIME", "MONOTONIC"] {
+        assert!(clocks.contains(&c), "{clocks:?}");
+    }
+    assert_eq!(s["clocks"]["trace_clock"], "BOOTTIME");
+    assert!(s["clocks"]["realtime_at_start"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    // Gzipped (by Python's gzip module), it reads the same.
+    let gz = dir.join("t.pftrace.gz");
+    let zipped = Command::new(python())
+        .args(["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))"])
+        .arg(&trace)
+        .arg(&gz)
+        .status()
+        .unwrap();
+    assert!(zipped.success());
+    assert_eq!(inspect_json(&gz)["events"], s["events"]);
+    // The text form says the same.
+    let text = ok(&["inspect", trace.to_str().unwrap()]);
+    assert!(
+        text.contains("\"worker\"") && text.contains(&format!("lost events: {}", r.lost)),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn inspect_a_json_trace() {
+    let dir = scratch("inspect-json");
+    let trace = dir.join("t.json");
+    let r = record(&trace, true);
+    let s = inspect_json(&trace);
+    assert_eq!(s["format"], "json");
+    assert!(s["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["tid"] == r.worker_tid && t["name"] == "worker"));
+    assert_eq!(s["lost_events"]["count"].as_u64().unwrap(), r.lost);
+    assert!(s["events"]["slices"].as_u64().unwrap() >= 14);
+    assert_eq!(s["events"]["counters"], 10);
+    let tr = &s["time_range"];
+    assert!(tr["start_ns"].as_i64().unwrap() >= r.start && tr["end_ns"].as_i64().unwrap() <= r.end);
+    assert!(s["clocks"]["trace_clock"].is_null());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn convert_perfetto_to_json_keeps_every_event() {
+    let dir = scratch("pf2json");
+    let trace = dir.join("t.pftrace");
+    record(&trace, false);
+    let out = dir.join("t.json");
+    ok(&["convert", trace.to_str().unwrap(), out.to_str().unwrap()]);
+    // Python's json module reads it.
+    let py = Command::new(python())
+        .args(["-c", "import json,sys; json.load(open(sys.argv[1]))"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(py.success());
+    let events = json_events(&out);
+    let model = perfetto_model(&trace);
+    let expected = model_shapes(&model);
+    let got = json_shapes(&events);
+    assert_eq!(got.0, expected.0, "slices");
+    assert_eq!(got.1, expected.1, "instants");
+    assert_eq!(got.2, expected.2, "counters");
+    // Args and names survive.
+    let outer: Vec<&Value> = events.iter().filter(|e| e["name"] == "outer").collect();
+    assert_eq!(outer.len(), 5);
+    assert_eq!(
+        outer
+            .iter()
+            .map(|e| e["args"]["i"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"] == "worker"));
+    assert!(events
+        .iter()
+        .any(|e| e["name"] == "inner" && e["cat"] == "cat"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn convert_json_to_perfetto_and_back() {
+    let dir = scratch("json2pf");
+    let trace = dir.join("t.json");
+    record(&trace, false);
+    let original = json_events(&trace);
+    let pf = dir.join("t.pftrace");
+    ok(&["convert", trace.to_str().unwrap(), pf.to_str().unwrap()]);
+    // The official schema reads it without a single error, with every event.
+    let model = perfetto_model(&pf);
+    let want = json_shapes(&original);
+    assert_eq!(model_shapes(&model).0, want.0, "slices");
+    assert_eq!(model_shapes(&model).1, want.1, "instants");
+    assert_eq!(model_shapes(&model).2, want.2, "counters");
+    let tick: Vec<&Value> = model["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "tick")
+        .collect();
+    assert_eq!(tick.len(), 5);
+    assert!(tick.iter().all(|s| s["args"]["n"].is_i64()));
+    let tracks = model["tracks"].as_object().unwrap();
+    assert!(tracks
+        .values()
+        .any(|t| t["kind"] == "thread" && t["thread_name"] == "worker"));
+    // And back: the same events as the original.
+    let back = dir.join("back.json");
+    ok(&["convert", pf.to_str().unwrap(), back.to_str().unwrap()]);
+    assert_eq!(json_shapes(&json_events(&back)), want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn convert_reads_a_json_trace_cut_short() {
+    let dir = scratch("cut");
+    let trace = dir.join("t.json");
+    record(&trace, false);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    // As after a crash: no closing bracket, half an event at the end.
+    let cut = &text[..text.trim_end().trim_end_matches(']').trim_end().len() - 10];
+    let cut_path = dir.join("cut.json");
+    std::fs::write(&cut_path, cut).unwrap();
+    let s = inspect_json(&cut_path);
+    assert_eq!(s["truncated"], true);
+    let pf = dir.join("cut.pftrace");
+    ok(&["convert", cut_path.to_str().unwrap(), pf.to_str().unwrap()]);
+    perfetto_model(&pf);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pack_inspect_tar_and_zip() {
+    let dir = scratch("pack");
+    let a = dir.join("app.pftrace");
+    let b = dir.join("log.json");
+    let ra = record(&a, false);
+    let rb = record(&b, false);
+    let tar = dir.join("run.tar");
+    let out = ok(&[
+        "pack",
+        "-o",
+        tar.to_str().unwrap(),
+        "--attr",
+        "run_id=42",
+        "--attr",
+        "who=ci",
+        "--trace-time",
+        "BOOTTIME@app.pftrace",
+        "--print-manifest",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("log.json: pinned to app.pftrace, offset 0 ns"),
+        "{out}"
+    );
+    assert!(out.contains("ui.perfetto.dev"));
+    // Standard readers.
+    let listing = Command::new("tar").arg("-tf").arg(&tar).output().unwrap();
+    let names = String::from_utf8(listing.stdout).unwrap();
+    assert_eq!(
+        names.lines().collect::<Vec<_>>(),
+        ["perfetto_manifest.json", "app.pftrace", "log.json"]
+    );
+    let py = r#"
+import json, sys, tarfile
+t = tarfile.open(sys.argv[1])
+m = json.loads(t.extractfile("perfetto_manifest.json").read())["perfetto_manifest"]
+assert m["version"] == 1 and m["attributes"] == {"run_id": 42, "who": "ci"}, m
+assert m["trace_time"] == {"clock": "BOOTTIME", "file": "app.pftrace"}, m
+log = [f for f in m["files"] if f["path"] == "log.json"][0]
+assert log["clocks"] == {"sync_to": {"file": "app.pftrace", "clock": "BOOTTIME"}, "offset_ns": 0}, log
+print("ok")
+"#;
+    let o = Command::new(python())
+        .args(["-c", py])
+        .arg(&tar)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // inspect of the archive: valid, both traces summarised.
+    let s = inspect_json(&tar);
+    assert_eq!(s["valid"], true);
+    assert_eq!(s["container"], "tar");
+    let members = s["members"].as_array().unwrap();
+    assert_eq!(members[0]["kind"], "manifest");
+    assert_eq!(members[1]["trace"]["processes"][0]["pid"], ra.pid);
+    assert_eq!(members[2]["trace"]["processes"][0]["pid"], rb.pid);
+    let text = ok(&["inspect", tar.to_str().unwrap()]);
+    assert!(
+        text.contains("manifest check: ok") && text.contains("PIN"),
+        "{text}"
+    );
+
+    // ZIP, with machines and an explicit relation and offset.
+    let zip = dir.join("run.zip");
+    ok(&[
+        "pack",
+        "-o",
+        zip.to_str().unwrap(),
+        "--machine",
+        "app.pftrace=phone",
+        "--machine",
+        "log.json=phone",
+        "--sync",
+        "log.json=app.pftrace@250000",
+        "--stored",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]);
+    let py = r#"
+import json, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+assert z.testzip() is None
+assert [i.compress_type for i in z.infolist()] == [0, 0, 0]
+m = json.loads(z.read("perfetto_manifest.json"))["perfetto_manifest"]
+f = {e["path"]: e for e in m["files"]}
+assert f["app.pftrace"]["machine"] == {"name": "phone"}
+assert f["log.json"]["clocks"] == {"sync_to": {"file": "app.pftrace", "clock": "BOOTTIME"}, "offset_ns": 250000}, f
+"#;
+    let o = Command::new(python())
+        .args(["-c", py])
+        .arg(&zip)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(inspect_json(&zip)["valid"], true);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pack_refuses_what_the_manifest_rules_reject() {
+    let dir = scratch("refuse");
+    let a = dir.join("app.pftrace");
+    let b = dir.join("log.json");
+    record(&a, false);
+    std::fs::copy(&a, dir.join("other.pftrace")).unwrap();
+    record(&b, false);
+    let out = dir.join("x.tar");
+    let (o, pa, pb) = (
+        out.to_str().unwrap(),
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    );
+    let other = dir.join("other.pftrace");
+    let po = other.to_str().unwrap();
+    // Manifest rules: exit 1, nothing written.
+    let e = fails(
+        &["pack", "-o", o, "--sync", "log.json=phone.pftrace", pa, pb],
+        1,
+    );
+    assert!(
+        e.contains("sync_to.file names unknown file 'phone.pftrace'"),
+        "{e}"
+    );
+    let e = fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            "--sync",
+            "other.pftrace=app.pftrace",
+            pa,
+            po,
+        ],
+        1,
+    );
+    assert!(
+        e.contains("clock overrides require the trace to use a single clock"),
+        "{e}"
+    );
+    let e = fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            "--sync",
+            "log.json=app.pftrace:BOOTTIME",
+            pa,
+            pb,
+        ],
+        1,
+    );
+    assert!(e.contains("clockless"), "{e}");
+    let e = fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            "--machines",
+            "app.pftrace=0:host,4294967296:vm",
+            pa,
+        ],
+        1,
+    );
+    assert!(e.contains("machines: id must be in [0, 4294967295]"), "{e}");
+    let e = fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            "--machine",
+            "app.pftrace=phone",
+            "--machine",
+            "log.json=watch",
+            pa,
+            pb,
+        ],
+        1,
+    );
+    assert!(
+        e.contains("cannot compute the clock offset of 'log.json'"),
+        "{e}"
+    );
+    assert!(!out.exists());
+    // Usage errors: exit 2.
+    let e = fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            "--sync",
+            "log.json=app.pftrace:UTC",
+            pa,
+            pb,
+        ],
+        2,
+    );
+    assert!(e.contains("unknown clock name: UTC"), "{e}");
+    fails(&["pack", "-o", o, "--machine", "app.pftrace", pa], 2);
+    fails(&["pack", "-o", o, "--machine", "nope.pftrace=x", pa], 2);
+    fails(&["pack", pa], 2);
+    fails(&["pack", "-o", dir.join("x.rar").to_str().unwrap(), pa], 2);
+    fails(&["pack", "-o", o], 2);
+    fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            "--sync",
+            "log.json=app.pftrace@1.5",
+            pa,
+            pb,
+        ],
+        2,
+    );
+    assert!(!out.exists());
+    // Unreadable input: exit 1.
+    fails(
+        &[
+            "pack",
+            "-o",
+            o,
+            dir.join("missing.pftrace").to_str().unwrap(),
+        ],
+        1,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn usage_errors_and_bad_inputs() {
+    let e = fails(&[], 2);
+    assert!(e.contains("usage:"));
+    fails(&["frobnicate"], 2);
+    fails(&["inspect"], 2);
+    fails(&["inspect", "--bogus", "x"], 2);
+    fails(&["convert", "only-one"], 2);
+    fails(&["convert", "a.json", "b.txt"], 2);
+    assert!(ok(&["help"]).contains("ringtrace pack"));
+    let dir = scratch("bad");
+    let junk = dir.join("junk.pftrace");
+    std::fs::write(&junk, b"hello").unwrap();
+    fails(&["inspect", junk.to_str().unwrap()], 1);
+    fails(
+        &[
+            "convert",
+            junk.to_str().unwrap(),
+            dir.join("o.json").to_str().unwrap(),
+        ],
+        1,
+    );
+    fails(&["inspect", dir.join("missing").to_str().unwrap()], 1);
+    // An archive whose manifest the spec rejects (written by Python's tarfile).
+    let py = r#"
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w") as t:
+    for name, data in [("perfetto_manifest.json", b'{"perfetto_manifest": {"version": 2}}'), ("a.json", b'[{"ph":"i","ts":1,"pid":1,"tid":1,"name":"x","s":"t"}]')]:
+        i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))
+"#;
+    let bad = dir.join("bad.tar");
+    assert!(Command::new(python())
+        .args(["-c", py])
+        .arg(&bad)
+        .status()
+        .unwrap()
+        .success());
+    let e = fails(&["inspect", bad.to_str().unwrap()], 1);
+    assert!(e.contains("unsupported version: 2"), "{e}");
+    let out = ringtrace(&["inspect", "--json", bad.to_str().unwrap()]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["valid"], false);
+    assert_eq!(
+        s["members"][1]["trace"]["events"]["instants"], 1,
+        "the traces are still summarised"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,138 @@
+//! No heap allocation per event after a thread's first event.
+//!
+//! A counting global allocator counts allocations made by the thread under
+//! test only (a thread-local switch: the flusher thread allocates, and that
+//! is allowed). The thread records one of every event kind once (its first
+//! event creates its ring; each call site registers on first use), then
+//! switches counting on and records 100,000 iterations of enabled scopes
+//! with an int and a string argument, a plain scope, an instant with an
+//! argument and two counters: the count must stay 0.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+
+struct CountingAlloc;
+
+thread_local! {
+    // Const-initialised, no destructor: reading them never allocates and
+    // works during thread teardown.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note_allocation() {
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+// SAFETY: every method forwards to the system allocator with the caller's
+// arguments unchanged; the bookkeeping touches only thread-local cells.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: forwarded as is; the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_allocation();
+        // SAFETY: as above; `ptr` came from this allocator, i.e. from System.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+/// Allocations made by this thread while `f` runs.
+fn allocations_during(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+/// One iteration of every event kind; the same call sites every time.
+#[inline(never)]
+fn events(i: u64, name: &str) {
+    ringtrace::trace_scope!("alloc", "with_args", n = i, label = name);
+    {
+        ringtrace::trace_scope!("alloc", "plain");
+        ringtrace::trace_instant!("alloc", "tick", n = i as i64, ok = true);
+    }
+    ringtrace::trace_counter!("alloc", "int_counter", i);
+    ringtrace::trace_counter!("alloc", "float_counter", i as f64 * 0.5);
+    black_box(i);
+}
+
+#[test]
+fn no_heap_allocation_per_event_after_the_first() {
+    const N: u64 = 100_000;
+    let out = ringtrace::MemoryBuffer::new();
+    let guard = ringtrace::builder()
+        .writer(out.clone())
+        .buffer_bytes_per_thread(64 << 20) // holds every event: nothing dropped
+        .enable_categories(["alloc"])
+        .start()
+        .expect("start a session");
+
+    // The counter sees allocations: a control.
+    assert!(allocations_during(|| drop(black_box(Box::new(7u64)))) >= 1);
+
+    let label = String::from("a label longer than one ring word");
+    events(0, &label); // the thread's first events: ring and call sites
+    let during = allocations_during(|| {
+        for i in 1..=N {
+            events(i, &label);
+        }
+    });
+
+    let stats = guard.stop().expect("stop");
+    assert_eq!(
+        during, 0,
+        "the recording thread allocated {during} times in {N} iterations"
+    );
+    assert_eq!(stats.events_lost, 0, "{stats:?}");
+    // 2 scopes (begin + end each), 1 instant, 2 counters per iteration.
+    assert_eq!(stats.events_written, (N + 1) * 7, "{stats:?}");
+    assert!(!out.contents().is_empty());
+}
+
+#[test]
+fn disabled_events_do_not_allocate_either() {
+    // Runs in its own thread: the session of the other test may be active.
+    std::thread::spawn(|| {
+        ringtrace::disable_categories(["off"]);
+        let during = allocations_during(|| {
+            for i in 0..10_000u64 {
+                ringtrace::trace_scope!("off", "disabled", n = i, s = "x");
+                ringtrace::trace_instant!("off", "disabled_instant", n = i);
+                black_box(i);
+            }
+        });
+        // Call sites register on first use (a lock and one push to the site
+        // list, which may grow): a handful at most, never per event.
+        assert!(
+            during <= 4,
+            "{during} allocations for 20,000 disabled events"
+        );
+    })
+    .join()
+    .unwrap();
+}
