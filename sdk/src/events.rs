@@ -417,14 +417,18 @@ impl Id {
         }
     }
 
+    /// The id's numeric value.
     pub fn value(&self) -> u64 {
         self.value
     }
 
+    /// How the id is scoped: plain `id`, `id2.local` or `id2.global`.
     pub fn kind(&self) -> IdKind {
         self.kind
     }
 
+    /// The id's named scope (`"scope"`), if [`with_scope`](Id::with_scope)
+    /// gave it one.
     pub fn scope(&self) -> Option<&'static str> {
         self.scope
     }
@@ -455,20 +459,25 @@ impl Id {
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub enum Stack<'a> {
+    /// Named frames, rootmost first.
     Frames(&'a [Frame<'a>]),
+    /// Any strings, rootmost first (`"0x…"` strings read as program counters).
     Raw(&'a [&'a str]),
+    /// Program counters, rootmost first.
     Addresses(&'a [u64]),
 }
 
 /// A named stack frame: `{"name": …, "category": …}` in `stackFrames`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Frame<'a> {
+    /// The frame's name (usually a function name).
     pub name: &'a str,
     /// What the frame belongs to (a library, a module).
     pub category: &'a str,
 }
 
 impl<'a> Frame<'a> {
+    /// A frame named `name` in `category`.
     pub const fn new(name: &'a str, category: &'a str) -> Frame<'a> {
         Frame { name, category }
     }
@@ -476,37 +485,77 @@ impl<'a> Frame<'a> {
 
 /// A fixed color for an event (`cname`): one of the trace viewer's reserved
 /// color names. JSON only (Perfetto colors slices by name).
+///
+/// Each constant's documentation gives the name written as `cname`.
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::{Category, Color};
+/// static BUILD: Category = Category::new("build");
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// BUILD.instant("tests failed").color(Color::BAD).emit();
+/// assert_eq!(Color::BAD.name(), "bad");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Color(&'static str);
 
 impl Color {
+    /// `"good"`.
     pub const GOOD: Color = Color("good");
+    /// `"bad"`.
     pub const BAD: Color = Color("bad");
+    /// `"terrible"`.
     pub const TERRIBLE: Color = Color("terrible");
+    /// `"generic_work"`.
     pub const GENERIC_WORK: Color = Color("generic_work");
+    /// `"black"`.
     pub const BLACK: Color = Color("black");
+    /// `"grey"`.
     pub const GREY: Color = Color("grey");
+    /// `"white"`.
     pub const WHITE: Color = Color("white");
+    /// `"yellow"`.
     pub const YELLOW: Color = Color("yellow");
+    /// `"olive"`.
     pub const OLIVE: Color = Color("olive");
+    /// `"startup"`.
     pub const STARTUP: Color = Color("startup");
+    /// `"vsync_highlight_color"`.
     pub const VSYNC_HIGHLIGHT: Color = Color("vsync_highlight_color");
+    /// `"rail_response"`.
     pub const RAIL_RESPONSE: Color = Color("rail_response");
+    /// `"rail_animation"`.
     pub const RAIL_ANIMATION: Color = Color("rail_animation");
+    /// `"rail_idle"`.
     pub const RAIL_IDLE: Color = Color("rail_idle");
+    /// `"rail_load"`.
     pub const RAIL_LOAD: Color = Color("rail_load");
+    /// `"thread_state_running"`.
     pub const THREAD_STATE_RUNNING: Color = Color("thread_state_running");
+    /// `"thread_state_runnable"`.
     pub const THREAD_STATE_RUNNABLE: Color = Color("thread_state_runnable");
+    /// `"thread_state_sleeping"`.
     pub const THREAD_STATE_SLEEPING: Color = Color("thread_state_sleeping");
+    /// `"thread_state_iowait"`.
     pub const THREAD_STATE_IOWAIT: Color = Color("thread_state_iowait");
+    /// `"thread_state_uninterruptible"`.
     pub const THREAD_STATE_UNINTERRUPTIBLE: Color = Color("thread_state_uninterruptible");
+    /// `"thread_state_unknown"`.
     pub const THREAD_STATE_UNKNOWN: Color = Color("thread_state_unknown");
+    /// `"light_memory_dump"`.
     pub const LIGHT_MEMORY_DUMP: Color = Color("light_memory_dump");
+    /// `"detailed_memory_dump"`.
     pub const DETAILED_MEMORY_DUMP: Color = Color("detailed_memory_dump");
+    /// `"background_memory_dump"`.
     pub const BACKGROUND_MEMORY_DUMP: Color = Color("background_memory_dump");
+    /// `"cq_build_running"`.
     pub const CQ_BUILD_RUNNING: Color = Color("cq_build_running");
+    /// `"cq_build_passed"`.
     pub const CQ_BUILD_PASSED: Color = Color("cq_build_passed");
+    /// `"cq_build_failed"`.
     pub const CQ_BUILD_FAILED: Color = Color("cq_build_failed");
+    /// `"cq_build_abandoned"`.
     pub const CQ_BUILD_ABANDONED: Color = Color("cq_build_abandoned");
 
     /// The reserved name written as `cname`.
@@ -519,9 +568,13 @@ impl Color {
 /// threads of its process, or the whole trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum InstantScope {
+    /// The calling thread (`"s": "t"`; the thread's track in Perfetto).
     #[default]
     Thread = 0,
+    /// Every thread of the process (`"s": "p"`; the process's track in
+    /// Perfetto).
     Process = 1,
+    /// The whole trace (`"s": "g"`; the global track in Perfetto).
     Global = 2,
 }
 
@@ -555,11 +608,17 @@ impl CounterUnit {
 /// are Perfetto's `LogMessage.prio` (Android log priorities).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {
+    /// Priority 2 (`PRIO_VERBOSE`).
     Verbose = 2,
+    /// Priority 3 (`PRIO_DEBUG`).
     Debug = 3,
+    /// Priority 4 (`PRIO_INFO`).
     Info = 4,
+    /// Priority 5 (`PRIO_WARN`).
     Warn = 5,
+    /// Priority 6 (`PRIO_ERROR`).
     Error = 6,
+    /// Priority 7 (`PRIO_FATAL`).
     Fatal = 7,
 }
 
@@ -576,7 +635,14 @@ impl LogLevel {
         }
     }
 
-    /// `"VERBOSE"`, `"DEBUG"`, `"INFO"`, `"WARN"`, `"ERROR"`, `"FATAL"`.
+    /// `"VERBOSE"`, `"DEBUG"`, `"INFO"`, `"WARN"`, `"ERROR"`, `"FATAL"`: the
+    /// `level` arg of a JSON log event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(ringtrace::LogLevel::Warn.as_str(), "WARN");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             LogLevel::Verbose => "VERBOSE",
@@ -703,6 +769,16 @@ pub mod phase {
 /// An event being built; `P` is its phase (see [`phase`]). Nothing is
 /// recorded until [`emit`](Event::emit) (or [`begin`](Event::begin) for a
 /// slice). A builder of a disabled category does nothing.
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::{Category, Frame, Stack};
+/// static APP: Category = Category::new("app");
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// let frames = [Frame::new("main", "app"), Frame::new("load", "app")];
+/// APP.instant("loaded").arg("files", 3).stack(Stack::Frames(&frames)).emit();
+/// ```
 #[must_use = "an event is recorded only when emitted"]
 pub struct Event<P> {
     /// None when the category is off.
@@ -1020,6 +1096,7 @@ impl Track {
         }
     }
 
+    /// The track's own name (not its parents').
     pub fn name(&self) -> &'static str {
         self.name
     }
@@ -1047,6 +1124,19 @@ const INACTIVE: u32 = u32::MAX;
 /// Ends a slice begun with [`Event::begin`] when dropped. `!Send`: a slice
 /// begins and ends on one thread (use [`Category::async_begin`] for work
 /// that moves).
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::{Category, Stack};
+/// static DB: Category = Category::new("db");
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// let mut slice = DB.scope("query").arg("table", "users").begin();
+/// let rows = 12;
+/// slice.end_arg("rows", rows); // known only at the end
+/// slice.end_stack(Stack::Raw(&["main", "run_query"]));
+/// slice.end();
+/// ```
 #[must_use = "the slice ends when the guard is dropped; bind it with `let _guard = ...`"]
 pub struct SliceGuard {
     depth: u32,
@@ -1135,6 +1225,20 @@ impl Drop for SliceGuard {
 /// An async range begun with [`Category::async_begin`]: records its steps
 /// and its end with the same category, id and (for the end) name, as the
 /// format requires for the `n` / `e` events to match the `b`.
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::{Category, Id};
+/// static NET: Category = Category::new("net");
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// let req = NET.async_begin("request", Id::local(1)).emit();
+/// if let Some(id) = req.id() {
+///     assert_eq!(id, Id::local(1)); // recorded: the category is on
+/// }
+/// req.instant("headers received").arg("status", 200).emit();
+/// std::thread::spawn(move || req.end_with().arg("bytes", 512).emit()).join().unwrap();
+/// ```
 #[must_use = "an async range ends only when `end` is called"]
 pub struct AsyncRange {
     site: u32,
@@ -1251,6 +1355,7 @@ impl fmt::Debug for Flow {
 }
 
 impl Flow {
+    /// The flow's id.
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -1288,7 +1393,8 @@ impl Flow {
     }
 }
 
-/// Leaves a context entered with [`Category::context`] when dropped.
+/// Leaves a context entered with [`Category::context`] when dropped. `!Send`:
+/// a context is entered and left on one thread.
 #[must_use = "the context is left when the guard is dropped"]
 pub struct ContextGuard {
     cat: &'static Category,
@@ -1365,6 +1471,17 @@ impl Category {
     /// ([`trace_clock_ns`](crate::trace_clock_ns)): `X` with `dur` (`B`+`E`
     /// in [`JsonScopes::BeginEnd`](crate::JsonScopes) files). It must nest
     /// properly with the other slices of the calling thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// static GC: ringtrace::Category = ringtrace::Category::new("gc");
+    /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+    /// let start = ringtrace::trace_clock_ns();
+    /// // ... the work, measured elsewhere ...
+    /// let dur = ringtrace::trace_clock_ns() - start;
+    /// GC.complete("collect", start, dur).arg("freed", 4096).emit();
+    /// ```
     pub fn complete(
         &'static self,
         name: &str,
@@ -1385,6 +1502,16 @@ impl Category {
 
     /// A counter (`C`) with one or more series: see [`Event::series`].
     /// Counters are process-wide.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::{Category, CounterUnit};
+    /// static MEM: Category = Category::new("mem");
+    /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+    /// MEM.counter("heap").value(1u64 << 20).unit(CounterUnit::Bytes).emit();
+    /// MEM.counter("pools").series("small", 10).series("large", 2.5).emit();
+    /// ```
     pub fn counter(&'static self, name: &str) -> Event<phase::Counter> {
         self.event(op::COUNTER, Some(name))
     }
@@ -1441,18 +1568,43 @@ impl Category {
     }
 
     /// A sample (`P`): a point of a sampling profile on the calling thread,
-    /// usually with a [`stack`](Event::stack).
+    /// usually with a [`stack`](Event::stack). JSON only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::{Category, Frame, Stack};
+    /// static PROF: Category = Category::new("profiler");
+    /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+    /// let frames = [Frame::new("main", "app"), Frame::new("hash", "app")];
+    /// PROF.sample("cpu").stack(Stack::Frames(&frames)).emit();
+    /// ```
     pub fn sample(&'static self, name: &str) -> Event<phase::Sample> {
         self.event(op::SAMPLE, Some(name))
     }
 
-    /// Object `id` of type `name` was created (`N`).
+    /// Object `id` of type `name` was created (`N`). JSON only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::{Category, Id};
+    /// use std::collections::BTreeMap;
+    /// static OBJ: Category = Category::new("objects");
+    /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+    /// let cache = vec![0u8; 64];
+    /// let id = Id::from_ptr(cache.as_ptr());
+    /// OBJ.object_created("Cache", id).emit();
+    /// OBJ.object_snapshot("Cache", id, BTreeMap::from([("len", cache.len())])).emit();
+    /// OBJ.object_destroyed("Cache", id).emit();
+    /// ```
     pub fn object_created(&'static self, name: &str, id: Id) -> Event<phase::Object> {
         self.event::<phase::Object>(op::OBJECT_NEW, Some(name))
             .with(|f| f.id(id))
     }
 
-    /// A snapshot of object `id` (`O`): `snapshot` is its state, usually a map.
+    /// A snapshot of object `id` (`O`): `snapshot` is its state, usually a
+    /// map. JSON only.
     pub fn object_snapshot(
         &'static self,
         name: &str,
@@ -1466,20 +1618,32 @@ impl Category {
             })
     }
 
-    /// Object `id` of type `name` was destroyed (`D`).
+    /// Object `id` of type `name` was destroyed (`D`). JSON only.
     pub fn object_destroyed(&'static self, name: &str, id: Id) -> Event<phase::Object> {
         self.event::<phase::Object>(op::OBJECT_DELETE, Some(name))
             .with(|f| f.id(id))
     }
 
     /// A global memory dump (`V`): system-wide memory figures as args; all
-    /// dumps taken together share `dump_id`.
+    /// dumps taken together share `dump_id`. JSON only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::{Category, Id};
+    /// static MEM: Category = Category::new("memory");
+    /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+    /// let dump = Id::global(9);
+    /// MEM.global_memory_dump("periodic", dump).arg("total_kb", 8_000_000u64).emit();
+    /// MEM.process_memory_dump("periodic", dump).arg("rss_kb", 120_000u64).emit();
+    /// ```
     pub fn global_memory_dump(&'static self, name: &str, dump_id: Id) -> Event<phase::MemoryDump> {
         self.event::<phase::MemoryDump>(op::MEMORY_GLOBAL, Some(name))
             .with(|f| f.id(dump_id))
     }
 
     /// A process memory dump (`v`): this process's memory figures as args.
+    /// JSON only.
     pub fn process_memory_dump(&'static self, name: &str, dump_id: Id) -> Event<phase::MemoryDump> {
         self.event::<phase::MemoryDump>(op::MEMORY_PROCESS, Some(name))
             .with(|f| f.id(dump_id))
@@ -1491,7 +1655,19 @@ impl Category {
     }
 
     /// Enters context `id` of type `name` on this thread (`(`) until the
-    /// guard drops (`)`).
+    /// guard drops (`)`). JSON only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::{Category, Id};
+    /// static FRAMES: Category = Category::new("frames");
+    /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+    /// {
+    ///     let _ctx = FRAMES.context("FrameContext", Id::new(0x42));
+    ///     ringtrace::trace_scope!("layout"); // inside the context
+    /// } // left here
+    /// ```
     pub fn context(&'static self, name: &'static str, id: Id) -> ContextGuard {
         self.context_enter(name, id);
         ContextGuard {
@@ -1512,7 +1688,7 @@ impl Category {
         self.one_off(op::CONTEXT_LEAVE, name, id, None)
     }
 
-    /// Declares that `id` and `linked` name the same thing (`=`).
+    /// Declares that `id` and `linked` name the same thing (`=`). JSON only.
     pub fn link_ids(&'static self, name: &str, id: Id, linked: Id) {
         self.one_off(op::LINK_IDS, name, id, Some(linked))
     }
@@ -1566,6 +1742,19 @@ pub fn clock_sync_issued(sync_id: &str, issue_ts_ns: u64) {
 /// Names the calling thread in the trace (`M thread_name`; the thread's
 /// descriptor in Perfetto), overriding its `std::thread` name from now on.
 /// Recorded only while a session records.
+///
+/// # Examples
+///
+/// ```
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// std::thread::spawn(|| {
+///     ringtrace::set_thread_name("io worker");
+///     ringtrace::set_thread_sort_index(-1); // above the other threads
+///     ringtrace::trace_instant!("started");
+/// })
+/// .join()
+/// .unwrap();
+/// ```
 pub fn set_thread_name(name: &str) {
     write_now(0, op::THREAD_NAME, |f| f.str(field::NAME, name));
 }
@@ -1581,7 +1770,16 @@ pub fn set_thread_sort_index(index: i32) {
 
 /// Renames the process from now on (`M process_name`; the process
 /// descriptor in Perfetto). [`Builder::process_name`](crate::Builder::process_name)
-/// sets it from the start.
+/// sets it from the start. Recorded only while a session records.
+///
+/// # Examples
+///
+/// ```
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// ringtrace::set_process_name("renderer");
+/// ringtrace::set_process_labels(&["gpu", "tab 3"]);
+/// ringtrace::set_process_sort_index(2);
+/// ```
 pub fn set_process_name(name: &str) {
     write_now(0, op::PROCESS_NAME, |f| f.str(field::NAME, name));
 }
@@ -1605,6 +1803,16 @@ pub fn set_process_sort_index(index: i32) {
 /// and optional `cpu`, on the calling thread. In the bare-array form, which
 /// has no `samples` list, it is written as a `P` event with the same fields
 /// as args. JSON only.
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::Stack;
+/// let path = std::env::temp_dir().join("ringtrace-doc-global-sample.json");
+/// let _trace = ringtrace::builder().output(&path).json_object_form(true).start()?;
+/// ringtrace::global_sample("cpu-clock", 1, Some(0), Stack::Addresses(&[0x401000, 0x401234]));
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
 pub fn global_sample(name: &str, weight: u64, cpu: Option<u32>, stack: Stack<'_>) {
     write_now(0, op::GLOBAL_SAMPLE, |f| {
         f.str(field::NAME, name);

@@ -54,7 +54,8 @@ impl Shared {
     }
 }
 
-/// Totals of a finished session.
+/// Totals of a finished session, returned by
+/// [`TraceGuard::stop`](crate::TraceGuard::stop).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Events written to the trace.

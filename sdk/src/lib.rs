@@ -101,7 +101,6 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
-#![allow(missing_docs)] // TODO(docs): document every public item (issue: adoption)
 
 pub mod archive;
 mod args;
@@ -267,6 +266,7 @@ macro_rules! trace_instant {
     };
 }
 
+/// Records an instant event on the calling thread (compiled out: the `enable` feature is off).
 #[cfg(not(feature = "enable"))]
 #[macro_export]
 macro_rules! trace_instant {
@@ -296,6 +296,11 @@ macro_rules! __instant {
 /// Records a counter value (integer or float) on a process-wide counter
 /// track named after the counter.
 ///
+/// Forms: `trace_counter!(name, value)` or `trace_counter!(category, name,
+/// value)`; names and categories are string literals and `value` is any
+/// [`IntoCounterValue`]. The value is evaluated only when the category is
+/// enabled.
+///
 /// # Examples
 ///
 /// ```
@@ -313,6 +318,7 @@ macro_rules! trace_counter {
     };
 }
 
+/// Records a counter value (compiled out: the `enable` feature is off).
 #[cfg(not(feature = "enable"))]
 #[macro_export]
 macro_rules! trace_counter {
@@ -368,6 +374,7 @@ macro_rules! trace_log {
     };
 }
 
+/// Records a log message on the calling thread (compiled out: the `enable` feature is off).
 #[cfg(not(feature = "enable"))]
 #[macro_export]
 macro_rules! trace_log {

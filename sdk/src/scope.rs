@@ -19,6 +19,17 @@ const INACTIVE: u32 = u32::MAX;
 /// It is `!Send`: a slice begins and ends on one thread. For work that moves
 /// between threads use `#[trace]` on an `async fn`, which records an async
 /// range.
+///
+/// `trace_scope!` keeps its guard in a hidden local variable, so code
+/// rarely names this type.
+///
+/// # Examples
+///
+/// ```
+/// let guard = ringtrace::ScopeGuard::inactive();
+/// assert!(!guard.is_recording());
+/// drop(guard); // records nothing
+/// ```
 #[must_use = "the slice ends when the guard is dropped; bind it with `let _guard = ...`"]
 pub struct ScopeGuard {
     depth: u32,
@@ -157,7 +168,18 @@ pub enum CounterValue {
     Float(f64),
 }
 
-/// Types `trace_counter!` accepts.
+/// Types [`trace_counter!`](crate::trace_counter) and
+/// [`Event::series`](crate::Event::series) accept: every primitive integer
+/// (recorded exactly as an `i64`; `u64` and `usize` values above
+/// `i64::MAX` wrap) and `f32` / `f64` (recorded as `f64`).
+///
+/// # Examples
+///
+/// ```
+/// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
+/// ringtrace::trace_counter!("threads", 8u8);
+/// ringtrace::trace_counter!("load", 0.75f32);
+/// ```
 pub trait IntoCounterValue {
     #[doc(hidden)]
     fn into_counter_value(self) -> CounterValue;

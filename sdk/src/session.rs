@@ -21,12 +21,31 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// What can go wrong starting or stopping a session.
+///
+/// Returned by [`Builder::start`], [`TraceGuard::stop`] and
+/// [`init_from_env`]. It implements [`std::error::Error`]; [`Error::Io`]
+/// has the underlying I/O error as its [`source`](std::error::Error::source).
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::Error;
+/// // No output configured:
+/// assert!(matches!(ringtrace::builder().start(), Err(Error::NoOutput)));
+/// // An extension that names no format:
+/// let path = std::env::temp_dir().join("ringtrace-doc-error.txt");
+/// assert!(matches!(ringtrace::builder().output(&path).start(), Err(Error::UnknownFormat(_))));
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// The output could not be created or written.
     Io {
+        /// The trace file, or `None` when the output is a writer (or the
+        /// failure was installing the signal handlers of
+        /// [`Builder::finish_on_signals`]).
         path: Option<PathBuf>,
+        /// The I/O error (the first one, when several writes failed).
         source: std::io::Error,
     },
     /// A session is already recording; stop it first.
@@ -36,7 +55,7 @@ pub enum Error {
     UnknownFormat(PathBuf),
     /// No output was configured.
     NoOutput,
-    /// A setting is out of range.
+    /// A setting is out of range or malformed (the message says which).
     InvalidConfig(String),
     /// The flusher thread could not be started or died.
     Flusher(String),
@@ -70,6 +89,19 @@ impl std::error::Error for Error {
 }
 
 /// The file format of a trace.
+///
+/// Chosen by the output's extension (see [`Format::from_path`]) or
+/// explicitly with [`Builder::format`].
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::Format;
+/// let path = std::env::temp_dir().join("ringtrace-doc-format.trace");
+/// let _trace = ringtrace::builder().output(&path).format(Format::Json).start()?;
+/// ringtrace::trace_instant!("hello");
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Perfetto protobuf (`.pftrace`): opens in ui.perfetto.dev and trace_processor.
@@ -79,7 +111,19 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format a file name implies, if any.
+    /// The format a file name implies, if any: `.pftrace`,
+    /// `.perfetto-trace`, `.pb` and `.perfetto` are Perfetto, `.json` is
+    /// Chrome JSON (extensions compared case-insensitively).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::Format;
+    /// use std::path::Path;
+    /// assert_eq!(Format::from_path(Path::new("run.pftrace")), Some(Format::Perfetto));
+    /// assert_eq!(Format::from_path(Path::new("run.JSON")), Some(Format::Json));
+    /// assert_eq!(Format::from_path(Path::new("run.txt")), None);
+    /// ```
     pub fn from_path(path: &Path) -> Option<Format> {
         match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
             "pftrace" | "perfetto-trace" | "pb" | "perfetto" => Some(Format::Perfetto),
@@ -95,7 +139,24 @@ enum Output {
     Writer(Box<dyn Write + Send>),
 }
 
-/// Configures a session. Made by [`builder()`].
+/// Configures a session. Made by [`builder()`]; every option takes and
+/// returns the builder, and [`Builder::start`] starts recording.
+///
+/// # Examples
+///
+/// ```
+/// use ringtrace::{Format, MemoryBuffer};
+/// let buf = MemoryBuffer::new();
+/// let trace = ringtrace::builder()
+///     .writer(buf.clone())
+///     .format(Format::Json)
+///     .process_name("doc-test")
+///     .start()?;
+/// ringtrace::trace_instant!("hello");
+/// trace.stop()?;
+/// assert!(buf.contents().starts_with(b"[")); // a JSON array of events
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
 pub struct Builder {
     output: Output,
     format: Option<Format>,
@@ -132,7 +193,9 @@ pub enum JsonScopes {
 /// The unit a JSON trace viewer displays times in (`displayTimeUnit`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DisplayTimeUnit {
+    /// Milliseconds (`"displayTimeUnit": "ms"`).
     Ms,
+    /// Nanoseconds (`"displayTimeUnit": "ns"`).
     Ns,
 }
 
@@ -179,8 +242,10 @@ impl Builder {
         self
     }
 
-    /// Writes the trace to any writer (a socket, a pipe, a [`MemoryBuffer`]).
-    /// The format defaults to Perfetto.
+    /// Writes the trace to any writer (a socket, a pipe, a
+    /// [`MemoryBuffer`](crate::MemoryBuffer)). The format defaults to
+    /// Perfetto. The writer is used as is (wrap a slow one in a
+    /// [`BufWriter`](std::io::BufWriter)).
     pub fn writer(mut self, w: impl Write + Send + 'static) -> Self {
         self.output = Output::Writer(Box::new(w));
         self
@@ -193,7 +258,8 @@ impl Builder {
     }
 
     /// Size of each thread's ring buffer (rounded up to a power of two; at
-    /// least 512 bytes). Default 1 MiB.
+    /// least 512 bytes). Default 1 MiB. More than 1 TiB makes
+    /// [`start`](Builder::start) fail with [`Error::InvalidConfig`].
     pub fn buffer_bytes_per_thread(mut self, bytes: usize) -> Self {
         self.buffer_bytes = bytes;
         self
@@ -208,7 +274,10 @@ impl Builder {
     }
 
     /// Records only categories matching these patterns (`"*"`, exact names,
-    /// `"prefix*"`). Default: all.
+    /// `"prefix*"`). Default: all. The builder's filter replaces the
+    /// process-wide one when the session starts; change it while recording
+    /// with [`enable_categories`](crate::enable_categories) and
+    /// [`disable_categories`](crate::disable_categories).
     pub fn enable_categories<I, S>(mut self, patterns: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -400,16 +469,40 @@ impl Builder {
         self
     }
 
-    /// Starts recording.
+    /// Starts recording: creates the output, starts the flusher thread and
+    /// replaces the process-wide category filter with this builder's. The
+    /// session is process-global and records until the returned guard is
+    /// dropped or [stopped](TraceGuard::stop); the trace is also finished at
+    /// `exit` (including `std::process::exit` and the return from `main`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("ringtrace-doc-start.json");
+    /// let trace = ringtrace::builder().output(&path).start()?;
+    /// assert!(ringtrace::is_recording());
+    /// // A second session cannot start while this one records.
+    /// assert!(matches!(
+    ///     ringtrace::builder().output(&path).start(),
+    ///     Err(ringtrace::Error::AlreadyStarted)
+    /// ));
+    /// trace.stop()?;
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
     /// [`Error::AlreadyStarted`] if a session is recording,
-    /// [`Error::Io`] if the output file cannot be created,
+    /// [`Error::Io`] if the output file cannot be created (or the signal
+    /// handlers of [`finish_on_signals`](Builder::finish_on_signals) cannot
+    /// be installed),
     /// [`Error::UnknownFormat`] if its extension names no known format,
     /// [`Error::NoOutput`] without an output,
     /// [`Error::InvalidConfig`] for a top-level JSON key that
-    /// [`json_metadata`](Builder::json_metadata) cannot set.
+    /// [`json_metadata`](Builder::json_metadata) cannot set or a
+    /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread) over
+    /// 1 TiB,
+    /// [`Error::Flusher`] if the flusher thread cannot be spawned.
     pub fn start(self) -> Result<TraceGuard, Error> {
         if let Some(key) = &self.json_key_error {
             return Err(Error::InvalidConfig(format!(
@@ -579,6 +672,23 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
 
 /// Keeps a session recording; dropping it stops the session and finishes
 /// the trace file. Returned by [`Builder::start`].
+///
+/// Dropping the guard reports a failure to write the trace on stderr; call
+/// [`TraceGuard::stop`] to get it as an [`Error`] instead, along with the
+/// session's [`Stats`].
+///
+/// # Examples
+///
+/// ```
+/// let path = std::env::temp_dir().join("ringtrace-doc-guard.pftrace");
+/// let trace = ringtrace::builder().output(&path).start()?;
+/// assert_eq!(trace.path(), Some(path.as_path()));
+/// ringtrace::trace_instant!("tick");
+/// let stats = trace.stop()?;
+/// println!("{} events, {} bytes", stats.events_written, stats.bytes_written);
+/// assert_eq!(stats.events_lost, 0);
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
 #[must_use = "the session stops when the guard is dropped; bind it with `let _trace = ...`"]
 pub struct TraceGuard {
     id: u64,
@@ -592,11 +702,15 @@ impl TraceGuard {
         self.path.as_deref()
     }
 
-    /// Stops the session, finishes the trace and returns its totals.
+    /// Stops the session, waits for the flusher to write everything,
+    /// finishes the trace and returns its totals. If the session was already
+    /// finished another way (a signal with
+    /// [`Builder::finish_on_signals`]), the totals are all zero.
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] if writing the trace failed at any point (the first error).
+    /// [`Error::Io`] if writing the trace failed at any point (the first error);
+    /// [`Error::Flusher`] if the flusher thread panicked.
     pub fn stop(mut self) -> Result<Stats, Error> {
         self.stopped = true;
         stop_session(self.id)
@@ -621,6 +735,17 @@ impl Drop for TraceGuard {
 /// Drains every thread's ring to the output now and waits until it is written
 /// (at most 10 s). In flight-recorder mode this is the dump. No-op without a
 /// session.
+///
+/// # Examples
+///
+/// ```
+/// let buf = ringtrace::MemoryBuffer::new();
+/// let _trace = ringtrace::builder().writer(buf.clone()).start()?;
+/// ringtrace::trace_instant!("before the dump");
+/// ringtrace::flush();
+/// assert!(!buf.contents().is_empty()); // written while still recording
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
 pub fn flush() {
     let shared = match SESSION.lock().as_ref() {
         Some(s) => s.shared.clone(),
@@ -638,6 +763,17 @@ pub fn flush() {
 }
 
 /// Whether a session is recording.
+///
+/// # Examples
+///
+/// ```
+/// assert!(!ringtrace::is_recording());
+/// let trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start()?;
+/// assert!(ringtrace::is_recording());
+/// drop(trace);
+/// assert!(!ringtrace::is_recording());
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
 pub fn is_recording() -> bool {
     SESSION.lock().is_some()
 }
@@ -650,7 +786,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_OUTPUT` | output path; the extension picks the format |
 /// | `RINGTRACE_CATEGORIES` | comma-separated patterns to enable (default `*`); `-name` disables |
 /// | `RINGTRACE_BUFFER_BYTES` | ring size per thread |
-/// | `RINGTRACE_OVERWRITE` | `1`/`true`: flight-recorder mode |
+/// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
 ///
 /// # Examples
 ///
@@ -662,7 +798,8 @@ pub fn is_recording() -> bool {
 ///
 /// # Errors
 ///
-/// As [`Builder::start`], and [`Error::InvalidConfig`] for a malformed variable.
+/// As [`Builder::start`], and [`Error::InvalidConfig`] if
+/// `RINGTRACE_BUFFER_BYTES` is not a number.
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
         return Ok(None);

@@ -21,6 +21,8 @@ use std::sync::Arc;
 pub struct MemoryBuffer(Arc<Mutex<Vec<u8>>>);
 
 impl MemoryBuffer {
+    /// An empty buffer. Clones share the same bytes: give one clone to
+    /// [`Builder::writer`](crate::Builder::writer) and read another.
     pub fn new() -> Self {
         Self::default()
     }
