@@ -342,3 +342,53 @@ fn unwritable_output_fails_at_start() {
         .expect("must fail");
     assert!(matches!(err, ringtrace::Error::UnknownFormat(_)));
 }
+
+#[test]
+fn compact_packets_decode_the_same_and_stay_small() {
+    let dir = scratch("compact");
+    let mut per_scope = Vec::new();
+    for mode in ["default", "compact"] {
+        let trace = dir.join(format!("{mode}.pftrace"));
+        let expect = dir.join(format!("{mode}.expect"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+            .args([
+                "size",
+                trace.to_str().unwrap(),
+                expect.to_str().unwrap(),
+                mode,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expect: Value = serde_json::from_slice(&std::fs::read(&expect).unwrap()).unwrap();
+        assert_eq!(expect["events_lost"], 0);
+        let model = perfetto_model(&trace);
+        assert_eq!(model["skipped_packets"], 0);
+        let slices = model["slices"].as_array().unwrap();
+        assert_eq!(slices.len() as u64, expect["scopes"].as_u64().unwrap());
+        let outer = slices
+            .iter()
+            .filter(|s| s["name"] == "outer" && s["depth"] == 0)
+            .count();
+        let inner = slices
+            .iter()
+            .filter(|s| s["name"] == "inner" && s["depth"] == 1)
+            .count();
+        assert_eq!((outer, inner), (3_000, 3_000), "{mode}");
+        assert!(slices
+            .iter()
+            .all(|s| s["category"] == "bench" && s["dur"].as_i64().unwrap() >= 0));
+        let bytes = std::fs::metadata(&trace).unwrap().len() as f64;
+        per_scope.push(bytes / expect["scopes"].as_f64().unwrap());
+    }
+    assert!(
+        per_scope[1] <= 26.0,
+        "compact: {:.1} bytes per scope",
+        per_scope[1]
+    );
+    assert!(per_scope[1] < per_scope[0], "{per_scope:?}");
+}

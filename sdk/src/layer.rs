@@ -207,6 +207,11 @@ impl LayerBuilder {
         self.map(|b| b.source_locations(on))
     }
 
+    /// As [`Builder::compact_packets`].
+    pub fn compact_packets(self, on: bool) -> Self {
+        self.map(|b| b.compact_packets(on))
+    }
+
     /// Applies any [`Builder`] option, including ones added after this type.
     pub fn configure(self, f: impl FnOnce(Builder) -> Builder) -> Self {
         self.map(f)

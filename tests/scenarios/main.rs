@@ -48,6 +48,7 @@ fn main() {
         "oversized" => oversized(&trace),
         "worker_panic" => worker_panic(&trace),
         "abort" => abort(&trace),
+        "size" => size(&trace, args[4] == "compact"),
         "signal_wait" => signal_wait(&trace),
         "endless" => endless(&trace),
         "load" => load(&trace, &args[4]),
@@ -684,4 +685,21 @@ fn abort(trace: &str) -> Value {
         ringtrace::trace_scope!("maybe_lost", i = i);
     }
     std::process::abort();
+}
+
+/// Nested scopes with static names, for the trace size per scope.
+fn size(trace: &str, compact: bool) -> Value {
+    let guard = ringtrace::builder()
+        .output(trace)
+        .buffer_bytes_per_thread(16 << 20)
+        .compact_packets(compact)
+        .start()
+        .unwrap();
+    let pairs = 3_000u64;
+    for _ in 0..pairs {
+        ringtrace::trace_scope!("bench", "outer");
+        ringtrace::trace_scope!("bench", "inner");
+    }
+    let stats = guard.stop().unwrap();
+    json!({"scopes": pairs * 2, "bytes": stats.bytes_written, "events_lost": stats.events_lost})
 }

@@ -196,6 +196,8 @@ impl Seq {
 pub(crate) struct PerfettoOptions {
     /// Intern and reference each call site's file:line on its events.
     pub(crate) source_locations: bool,
+    /// Leave the NEEDS_INCREMENTAL_STATE flag off plain event packets.
+    pub(crate) omit_needs_flag: bool,
 }
 
 pub(crate) struct PerfettoEncoder {
@@ -546,10 +548,13 @@ impl PerfettoEncoder {
     #[inline]
     fn emit(&mut self, seq: &Seq, delta: u64, out: &mut Vec<u8>) {
         let (te, interned) = (&self.te, &self.interned);
+        let omit_flag = self.opts.omit_needs_flag;
         nested(out, 1, |p| {
             uint(p, P_TIMESTAMP, delta);
             uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            if !omit_flag {
+                uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            }
             if !interned.is_empty() {
                 bytes(p, P_INTERNED_DATA, interned);
             }
