@@ -344,10 +344,10 @@ fn unwritable_output_fails_at_start() {
 }
 
 #[test]
-fn compact_packets_decode_the_same_and_stay_small() {
+fn compact_and_compressed_packets_decode_the_same_and_stay_small() {
     let dir = scratch("compact");
     let mut per_scope = Vec::new();
-    for mode in ["default", "compact"] {
+    for mode in ["default", "compact", "compressed"] {
         let trace = dir.join(format!("{mode}.pftrace"));
         let expect = dir.join(format!("{mode}.expect"));
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
@@ -391,4 +391,9 @@ fn compact_packets_decode_the_same_and_stay_small() {
         per_scope[1]
     );
     assert!(per_scope[1] < per_scope[0], "{per_scope:?}");
+    assert!(
+        per_scope[2] <= 8.0,
+        "compressed: {:.1} bytes per scope",
+        per_scope[2]
+    );
 }

@@ -212,6 +212,11 @@ impl LayerBuilder {
         self.map(|b| b.compact_packets(on))
     }
 
+    /// As [`Builder::compressed_packets`].
+    pub fn compressed_packets(self, on: bool) -> Self {
+        self.map(|b| b.compressed_packets(on))
+    }
+
     /// Applies any [`Builder`] option, including ones added after this type.
     pub fn configure(self, f: impl FnOnce(Builder) -> Builder) -> Self {
         self.map(f)

@@ -48,7 +48,7 @@ fn main() {
         "oversized" => oversized(&trace),
         "worker_panic" => worker_panic(&trace),
         "abort" => abort(&trace),
-        "size" => size(&trace, args[4] == "compact"),
+        "size" => size(&trace, &args[4]),
         "signal_wait" => signal_wait(&trace),
         "endless" => endless(&trace),
         "load" => load(&trace, &args[4]),
@@ -688,11 +688,12 @@ fn abort(trace: &str) -> Value {
 }
 
 /// Nested scopes with static names, for the trace size per scope.
-fn size(trace: &str, compact: bool) -> Value {
+fn size(trace: &str, mode: &str) -> Value {
     let guard = ringtrace::builder()
         .output(trace)
         .buffer_bytes_per_thread(16 << 20)
-        .compact_packets(compact)
+        .compact_packets(mode != "default")
+        .compressed_packets(mode == "compressed")
         .start()
         .unwrap();
     let pairs = 3_000u64;
