@@ -366,7 +366,7 @@ fn every_phase_in_the_bare_array_with_complete_events() {
     assert!(log["args"]["source"]
         .as_str()
         .unwrap()
-        .starts_with("tests/scenarios/phases.rs:"));
+        .starts_with("src/bin/ringtrace-test-scenarios/phases.rs:"));
 
     // Escaping round-trips; non-finite numbers are the documented strings.
     let odd = t

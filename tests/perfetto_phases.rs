@@ -291,7 +291,10 @@ fn every_phase_with_a_perfetto_counterpart() {
         (&log["body"], &log["prio"]),
         (&json!("disk sda is 93% full"), &json!(5))
     );
-    assert_eq!(log["source_location"]["file"], "tests/scenarios/phases.rs");
+    assert_eq!(
+        log["source_location"]["file"],
+        "src/bin/ringtrace-test-scenarios/phases.rs"
+    );
     assert_eq!(logs[0]["track_uuid"], main_uuid);
 
     // JSON-only phases are not in the Perfetto trace.

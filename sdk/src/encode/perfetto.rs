@@ -191,6 +191,27 @@ impl Seq {
     }
 }
 
+/// Where a packet sits in time.
+#[derive(Debug, Clone, Copy)]
+enum PacketTime {
+    /// Nanoseconds after the previous packet, on the sequence clock.
+    Delta(u64),
+    /// Absolute BOOTTIME nanoseconds (explicit `timestamp_clock_id`).
+    Boottime(u64),
+}
+
+impl PacketTime {
+    fn write(self, p: &mut Vec<u8>) {
+        match self {
+            PacketTime::Delta(d) => uint(p, P_TIMESTAMP, d),
+            PacketTime::Boottime(ns) => {
+                uint(p, P_TIMESTAMP, ns);
+                uint(p, P_TIMESTAMP_CLOCK_ID, BOOTTIME);
+            }
+        }
+    }
+}
+
 /// Options of the Perfetto output.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PerfettoOptions {
@@ -544,13 +565,22 @@ impl PerfettoEncoder {
         delta
     }
 
-    /// Writes a packet with the current `te` and `interned` scratch contents.
+    /// Writes a packet with the current `te` and `interned` scratch contents,
+    /// `delta` after the previous one on the sequence clock.
     #[inline]
     fn emit(&mut self, seq: &Seq, delta: u64, out: &mut Vec<u8>) {
+        self.emit_at(seq, PacketTime::Delta(delta), out);
+    }
+
+    /// As [`Self::emit`], at `time` (delta on the sequence clock, or an
+    /// absolute BOOTTIME timestamp for events older than the sequence clock,
+    /// which only moves forward).
+    #[inline]
+    fn emit_at(&mut self, seq: &Seq, time: PacketTime, out: &mut Vec<u8>) {
         let (te, interned) = (&self.te, &self.interned);
         let omit_flag = self.opts.omit_needs_flag;
         nested(out, 1, |p| {
-            uint(p, P_TIMESTAMP, delta);
+            time.write(p);
             uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
             if !omit_flag {
                 uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
@@ -737,12 +767,17 @@ impl PerfettoEncoder {
                 });
             }
         }
+        self.push_pending_flows(ctx, seq);
+        self.emit(seq, delta, out);
+    }
+
+    /// Binds the flows waiting on this sequence to the event in `te`.
+    fn push_pending_flows(&mut self, ctx: &Context<'_>, seq: &mut Seq) {
         for id in seq.flows.drain(..) {
             // Process-scoped ids, made trace-global as Perfetto's SDK does.
             let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
             super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
-        self.emit(seq, delta, out);
     }
 
     /// The SLICE_BEGIN of async range `id` at `abs_ns`, earlier than the
@@ -776,21 +811,8 @@ impl PerfettoEncoder {
         });
         self.stats.events += 1;
         self.fill_event(seq, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args);
-        for id in seq.flows.drain(..) {
-            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
-            super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
-        }
-        let (te, interned) = (&self.te, &self.interned);
-        nested(out, 1, |p| {
-            uint(p, P_TIMESTAMP, abs_ns);
-            uint(p, P_TIMESTAMP_CLOCK_ID, BOOTTIME);
-            uint(p, P_SEQUENCE_ID, seq_id);
-            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
-            if !interned.is_empty() {
-                bytes(p, P_INTERNED_DATA, interned);
-            }
-            bytes(p, P_TRACK_EVENT, te);
-        });
+        self.push_pending_flows(ctx, seq);
+        self.emit_at(seq, PacketTime::Boottime(abs_ns), out);
     }
 }
 

@@ -401,23 +401,6 @@ impl PerfettoEncoder {
         dict_annotations(&mut self.te, v.args);
     }
 
-    /// A packet with an absolute BOOTTIME timestamp (an event in the past
-    /// of the sequence clock, which only moves forward), with the current
-    /// `te` and `interned` scratch contents.
-    fn emit_abs(&mut self, seq: &Seq, abs_ns: u64, out: &mut Vec<u8>) {
-        let (te, interned) = (&self.te, &self.interned);
-        nested(out, 1, |p| {
-            uint(p, P_TIMESTAMP, abs_ns);
-            uint(p, P_TIMESTAMP_CLOCK_ID, BOOTTIME);
-            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
-            if !interned.is_empty() {
-                bytes(p, P_INTERNED_DATA, interned);
-            }
-            bytes(p, P_TRACK_EVENT, te);
-        });
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn event_record(
         &mut self,
@@ -468,7 +451,7 @@ impl PerfettoEncoder {
                     extra_counter(&mut self.te, tt, t);
                 }
                 self.next_flows(seq);
-                self.emit_abs(seq, start, out);
+                self.emit_at(seq, PacketTime::Boottime(start), out);
                 self.te.clear();
                 self.interned.clear();
                 uint(&mut self.te, TE_TYPE, TYPE_SLICE_END);
@@ -476,7 +459,7 @@ impl PerfettoEncoder {
                 if let Some(t) = v.tts {
                     extra_counter(&mut self.te, tt, t + v.tdur.unwrap_or(0));
                 }
-                self.emit_abs(seq, end, out);
+                self.emit_at(seq, PacketTime::Boottime(end), out);
             }
             op::INSTANT | op::MARK => {
                 self.ensure_valid(ctx, seq, ts, out);
