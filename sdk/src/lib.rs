@@ -104,6 +104,8 @@
 
 pub mod archive;
 mod args;
+#[cfg(feature = "tracing")]
+mod bridge;
 mod callsite;
 mod clock;
 mod encode;
@@ -118,6 +120,10 @@ mod scope;
 mod session;
 mod signals;
 mod sink;
+#[cfg(feature = "tracing")]
+mod span_table;
+#[cfg(feature = "tracing")]
+mod subscriber;
 mod sync;
 mod sys;
 
@@ -134,7 +140,10 @@ pub use events::{
 };
 pub use flusher::Stats;
 #[cfg(feature = "tracing")]
-pub use layer::{layer, LayerBuilder, RingtraceLayer};
+pub use layer::{
+    layer, subscriber, LayerBuilder, RingtraceLayer, SubscriberBuilder, TracingBuilder,
+    TracingRecorder,
+};
 pub use ringtrace_macros::trace;
 pub use scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use session::{
@@ -142,6 +151,8 @@ pub use session::{
     JsonScopes, TraceGuard,
 };
 pub use sink::MemoryBuffer;
+#[cfg(feature = "tracing")]
+pub use subscriber::RingtraceSubscriber;
 
 /// The trace clock now: CLOCK_BOOTTIME in nanoseconds (MONOTONIC where there
 /// is no BOOTTIME). Event timestamps in both formats are on this clock

@@ -348,6 +348,29 @@ fn query(table: &str, limit: u32) -> u64 {
     42
 }
 
+/// How spans reach ringtrace: its layer on the registry, or its own subscriber.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Layer,
+    Subscriber,
+}
+
+fn start(trace: &Path, via: Via) -> (Dispatch, ringtrace::TraceGuard) {
+    match via {
+        Via::Layer => {
+            let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
+            (
+                Dispatch::new(tracing_subscriber::registry().with(layer)),
+                guard,
+            )
+        }
+        Via::Subscriber => {
+            let (subscriber, guard) = ringtrace::subscriber().output(trace).build().unwrap();
+            (Dispatch::new(subscriber), guard)
+        }
+    }
+}
+
 fn workload() {
     let request = info_span!(
         target: "app",
@@ -410,9 +433,8 @@ fn check_workload(trace: &Path) {
     );
 }
 
-fn run_workload(trace: &Path) {
-    let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+fn run_workload(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
     on_thread("layer-workload", &dispatch, workload);
     guard.stop().unwrap();
 }
@@ -421,7 +443,7 @@ fn run_workload(trace: &Path) {
 fn spans_events_and_records_perfetto() {
     let _s = serial();
     let trace = scratch("workload-pf").join("workload.pftrace");
-    run_workload(&trace);
+    run_workload(&trace, Via::Layer);
     check_workload(&trace);
 }
 
@@ -429,7 +451,7 @@ fn spans_events_and_records_perfetto() {
 fn spans_events_and_records_json() {
     let _s = serial();
     let trace = scratch("workload-json").join("workload.json");
-    run_workload(&trace);
+    run_workload(&trace, Via::Layer);
     check_workload(&trace);
 }
 
@@ -554,9 +576,8 @@ fn per_layer_filters_compose() {
 // ---------------------------------------------------------------------------
 // Spans across threads and out of stack order
 
-fn run_cross_thread(trace: &Path) {
-    let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+fn run_cross_thread(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
     // A span entered on one thread, then on another: async.
     let moved = on_thread("layer-a", &dispatch, || {
         let span = info_span!(target: "app", "moved", n = 1u64);
@@ -652,7 +673,7 @@ fn check_cross_thread(trace: &Path) {
 fn spans_across_threads_and_out_of_order_perfetto() {
     let _s = serial();
     let trace = scratch("cross-pf").join("cross.pftrace");
-    run_cross_thread(&trace);
+    run_cross_thread(&trace, Via::Layer);
     check_cross_thread(&trace);
 }
 
@@ -660,16 +681,15 @@ fn spans_across_threads_and_out_of_order_perfetto() {
 fn spans_across_threads_and_out_of_order_json() {
     let _s = serial();
     let trace = scratch("cross-json").join("cross.json");
-    run_cross_thread(&trace);
+    run_cross_thread(&trace, Via::Layer);
     check_cross_thread(&trace);
 }
 
 // ---------------------------------------------------------------------------
 // follows_from
 
-fn run_flows(trace: &Path) {
-    let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+fn run_flows(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
     on_thread("layer-flows", &dispatch, || {
         // The source is entered when the flow is made.
         let producer = info_span!(target: "app", "producer");
@@ -719,7 +739,7 @@ fn check_flows(trace: &Path) {
 fn follows_from_is_a_flow_perfetto() {
     let _s = serial();
     let trace = scratch("flows-pf").join("flows.pftrace");
-    run_flows(&trace);
+    run_flows(&trace, Via::Layer);
     check_flows(&trace);
 }
 
@@ -727,7 +747,7 @@ fn follows_from_is_a_flow_perfetto() {
 fn follows_from_is_a_flow_json() {
     let _s = serial();
     let trace = scratch("flows-json").join("flows.json");
-    run_flows(&trace);
+    run_flows(&trace, Via::Layer);
     check_flows(&trace);
 }
 
@@ -753,9 +773,8 @@ async fn task(
     sum
 }
 
-fn run_tokio(trace: &Path) -> u64 {
-    let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+fn run_tokio(trace: &Path, via: Via) -> u64 {
+    let (dispatch, guard) = start(trace, via);
     let d = dispatch.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -853,7 +872,7 @@ fn check_tokio(trace: &Path) {
 fn tokio_tasks_hopping_threads_perfetto() {
     let _s = serial();
     let trace = scratch("tokio-pf").join("tokio.pftrace");
-    assert!(run_tokio(&trace) > 0);
+    assert!(run_tokio(&trace, Via::Layer) > 0);
     check_tokio(&trace);
 }
 
@@ -861,6 +880,153 @@ fn tokio_tasks_hopping_threads_perfetto() {
 fn tokio_tasks_hopping_threads_json() {
     let _s = serial();
     let trace = scratch("tokio-json").join("tokio.json");
-    assert!(run_tokio(&trace) > 0);
+    assert!(run_tokio(&trace, Via::Layer) > 0);
     check_tokio(&trace);
+}
+
+// ---------------------------------------------------------------------------
+// The registry-free subscriber: the same workloads give the same traces
+
+#[test]
+fn subscriber_spans_events_and_records_perfetto() {
+    let _s = serial();
+    let trace = scratch("sub-workload-pf").join("workload.pftrace");
+    run_workload(&trace, Via::Subscriber);
+    check_workload(&trace);
+}
+
+#[test]
+fn subscriber_spans_events_and_records_json() {
+    let _s = serial();
+    let trace = scratch("sub-workload-json").join("workload.json");
+    run_workload(&trace, Via::Subscriber);
+    check_workload(&trace);
+}
+
+#[test]
+fn subscriber_spans_across_threads_and_out_of_order() {
+    let _s = serial();
+    let trace = scratch("sub-cross-pf").join("cross.pftrace");
+    run_cross_thread(&trace, Via::Subscriber);
+    check_cross_thread(&trace);
+}
+
+#[test]
+fn subscriber_follows_from_is_a_flow() {
+    let _s = serial();
+    let trace = scratch("sub-flows-json").join("flows.json");
+    run_flows(&trace, Via::Subscriber);
+    check_flows(&trace);
+}
+
+#[test]
+fn subscriber_tokio_tasks_hopping_threads() {
+    let _s = serial();
+    let trace = scratch("sub-tokio-pf").join("tokio.pftrace");
+    assert!(run_tokio(&trace, Via::Subscriber) > 0);
+    check_tokio(&trace);
+}
+
+#[test]
+fn subscriber_composes_with_filters_and_tracks_the_current_span() {
+    let _s = serial();
+    let trace = scratch("sub-filters").join("env.pftrace");
+    let (subscriber, guard) = ringtrace::subscriber()
+        .output(&trace)
+        .disable_categories(["app::quiet"])
+        .build()
+        .unwrap();
+    let filter = EnvFilter::new("app=debug,app::noisy=off,other=warn");
+    let dispatch = Dispatch::new(subscriber.with(filter));
+    let current = on_thread("sub-env", &dispatch, || {
+        filtered_workload();
+        let outer = info_span!(target: "app", "outer");
+        let _o = outer.enter();
+        let names = |s: tracing::Span| s.metadata().map(|m| m.name());
+        let mut seen = vec![names(tracing::Span::current())];
+        {
+            let inner = info_span!(target: "app", "inner");
+            let _i = inner.enter();
+            seen.push(names(tracing::Span::current()));
+            let kept = tracing::Span::current(); // a second handle
+            drop(_i);
+            drop(inner);
+            seen.push(kept.metadata().map(|m| m.name())); // still alive
+        }
+        seen.push(names(tracing::Span::current()));
+        seen
+    });
+    assert_eq!(
+        current,
+        [Some("outer"), Some("inner"), Some("inner"), Some("outer")]
+    );
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    assert_eq!(
+        instants(&slices),
+        set(&[
+            "INFO app kept",
+            "DEBUG app app debug",
+            "WARN other other warn"
+        ])
+    );
+    let spans: BTreeSet<&str> = slices
+        .iter()
+        .filter(|s| !s.instant)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        spans,
+        BTreeSet::from(["kept_span", "debug_span", "outer", "inner"])
+    );
+    assert_well_nested(&slices);
+}
+
+#[test]
+fn subscriber_frees_every_span() {
+    // Spans made and dropped on many threads, some closed on another thread
+    // than their own: every slot comes back (the table does not grow).
+    let _s = serial();
+    let trace = scratch("sub-free").join("free.pftrace");
+    let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
+    let dispatch = Dispatch::new(subscriber);
+    let round = || {
+        let mut handles = Vec::new();
+        for t in 0..8 {
+            let d = dispatch.clone();
+            handles.push(std::thread::spawn(move || {
+                dispatcher::with_default(&d, || {
+                    let mut spans: Vec<_> = (0..500)
+                        .map(|i| info_span!(target: "app", "s", t, i))
+                        .collect();
+                    for s in &spans[..250] {
+                        s.in_scope(|| {});
+                    }
+                    spans.truncate(250); // half dropped here
+                    spans // half on the joining thread
+                })
+            }));
+        }
+        let moved: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        dispatcher::with_default(&dispatch, || drop(moved));
+    };
+    // A new span takes a free slot; its id's low half is the slot index + 1.
+    let probe = || {
+        dispatcher::with_default(&dispatch, || {
+            info_span!(target: "app", "probe").id().unwrap().into_u64() as u32
+        })
+    };
+    round();
+    let before = probe();
+    for _ in 0..5 {
+        round();
+    }
+    let after = probe();
+    assert!(
+        after as usize <= 8 * 500 + 9 * 128,
+        "slots are reused: index {after} after six rounds of 4000 spans (first probe {before})"
+    );
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    assert_eq!(slices.iter().filter(|s| s.name == "s").count(), 6 * 8 * 250);
 }

@@ -1,0 +1,334 @@
+//! The [subscriber](crate::subscriber())'s table of live spans: span ids to
+//! slots, in safe code, with no shared write on the common path.
+//!
+//! * Slots live in pages that are never freed or moved: page `k` holds
+//!   `FIRST_PAGE << k` slots, made on first use (`OnceLock`), so a slot's
+//!   address is fixed and lookups take no table-wide lock.
+//! * Each slot is its own small mutex; everything about a span (generation,
+//!   handle count, metadata, state) is read and written under it, which makes
+//!   a stale or forged id harmless: its generation does not match, and the
+//!   lookup finds nothing.
+//! * A span id is `generation << 32 | (index + 1)`: never 0, as `tracing`
+//!   requires, and different for each reuse of a slot (until the slot's
+//!   generation wraps after 2^32 reuses).
+//! * Freed slots go to the freeing thread's list and are reused by that
+//!   thread first (spans are mostly closed where they were made); a thread
+//!   that exits, or holds more than `2 * BATCH`, gives slots back to a shared
+//!   list, which threads draw from in batches before taking fresh slots. So
+//!   the table never holds more than the peak of live spans plus
+//!   `2 * BATCH` per thread.
+
+#![forbid(unsafe_code)]
+
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use tracing::Metadata;
+
+/// Slots in page 0; page `k` has `FIRST_PAGE << k`.
+const FIRST_PAGE: usize = 256;
+/// Pages: room for `FIRST_PAGE * (2^PAGES - 1)` live spans (over 10^9).
+const PAGES: usize = 22;
+/// Slots a thread takes from the shared free list at once.
+const BATCH: usize = 64;
+
+/// A live span as the table keeps it: `T` is the recorder's state.
+pub(crate) struct Entry<T> {
+    generation: u32,
+    /// Handles not dropped yet; 0: the slot is free.
+    pub(crate) refs: u32,
+    pub(crate) meta: Option<&'static Metadata<'static>>,
+    pub(crate) state: Option<T>,
+}
+
+/// A page of slots, each its own lock.
+type Page<T> = Box<[Mutex<Entry<T>>]>;
+
+/// What dropping a handle did.
+pub(crate) enum Release<T> {
+    /// Other handles remain (or the id was not live).
+    Alive,
+    /// That was the last handle: the slot is free; here is its state.
+    Freed(Option<T>),
+    /// The last handle, and the state has something to write on close.
+    MustClose,
+}
+
+pub(crate) struct SpanTable<T> {
+    pages: [OnceLock<Page<T>>; PAGES],
+    /// Slots handed out fresh so far.
+    fresh: AtomicU32,
+    /// Free slots of threads that exited.
+    shared_free: Mutex<Vec<u32>>,
+}
+
+/// A thread's free slots; given back to the shared list when the thread exits.
+struct LocalFree {
+    slots: Vec<u32>,
+    shared: &'static Mutex<Vec<u32>>,
+}
+
+impl Drop for LocalFree {
+    fn drop(&mut self) {
+        self.shared.lock().append(&mut self.slots);
+    }
+}
+
+thread_local! {
+    // The free list of the table this thread used first (there is one table
+    // per process; a second one, in tests, uses its shared list only).
+    static LOCAL_FREE: RefCell<Option<LocalFree>> = const { RefCell::new(None) };
+}
+
+/// Page and offset of slot `index`.
+fn locate(index: u32) -> (usize, usize) {
+    let n = index as usize / FIRST_PAGE + 1;
+    let page = (usize::BITS - 1 - n.leading_zeros()) as usize;
+    let offset = index as usize - FIRST_PAGE * ((1 << page) - 1);
+    (page, offset)
+}
+
+impl<T> SpanTable<T> {
+    pub(crate) const fn new() -> Self {
+        SpanTable {
+            pages: [const { OnceLock::new() }; PAGES],
+            fresh: AtomicU32::new(0),
+            shared_free: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn slot(&self, index: u32) -> Option<&Mutex<Entry<T>>> {
+        let (page, offset) = locate(index);
+        self.pages.get(page)?.get()?.get(offset)
+    }
+
+    fn slot_or_make(&self, index: u32) -> Option<&Mutex<Entry<T>>> {
+        let (page, offset) = locate(index);
+        let page = self.pages.get(page)?.get_or_init(|| {
+            (0..FIRST_PAGE << page)
+                .map(|_| {
+                    Mutex::new(Entry {
+                        generation: 0,
+                        refs: 0,
+                        meta: None,
+                        state: None,
+                    })
+                })
+                .collect()
+        });
+        page.get(offset)
+    }
+
+    /// A free slot's index: this thread's, then the shared list's, then fresh.
+    fn take_index(&'static self) -> Option<u32> {
+        let local = LOCAL_FREE.try_with(|l| {
+            let mut l = l.borrow_mut();
+            let l = l.get_or_insert_with(|| LocalFree {
+                slots: Vec::new(),
+                shared: &self.shared_free,
+            });
+            if !std::ptr::eq(l.shared, &self.shared_free) {
+                return self.shared_free.lock().pop(); // a second table (tests)
+            }
+            if l.slots.is_empty() {
+                let mut shared = self.shared_free.lock();
+                let n = shared.len().min(BATCH);
+                let at = shared.len() - n;
+                l.slots.extend(shared.drain(at..));
+            }
+            l.slots.pop()
+        });
+        if let Ok(Some(index)) = local {
+            return Some(index);
+        }
+        let capacity = (FIRST_PAGE * ((1 << PAGES) - 1)) as u32;
+        let index = self.fresh.fetch_add(1, Ordering::Relaxed);
+        (index < capacity).then_some(index)
+    }
+
+    fn give_back(&'static self, index: u32) {
+        let kept = LOCAL_FREE.try_with(|l| {
+            match l.borrow_mut().as_mut() {
+                Some(l) if std::ptr::eq(l.shared, &self.shared_free) => {
+                    l.slots.push(index);
+                    if l.slots.len() >= 2 * BATCH {
+                        // A thread that closes more spans than it makes
+                        // (one that joins workers, say) passes them on.
+                        let at = l.slots.len() - BATCH;
+                        self.shared_free.lock().extend(l.slots.drain(at..));
+                    }
+                    true
+                }
+                _ => false,
+            }
+        });
+        if kept != Ok(true) {
+            self.shared_free.lock().push(index); // thread exiting, or never took a slot
+        }
+    }
+
+    /// Stores a new span with one handle; its id, or `None` when the table
+    /// is full.
+    /// `init` makes the state in the slot (no move of it afterwards).
+    #[inline]
+    pub(crate) fn insert(
+        &'static self,
+        meta: &'static Metadata<'static>,
+        init: impl FnOnce(&mut Option<T>),
+    ) -> Option<u64> {
+        let index = self.take_index()?;
+        let slot = self.slot_or_make(index)?;
+        let mut e = slot.lock();
+        e.generation = e.generation.wrapping_add(1).max(1);
+        e.refs = 1;
+        e.meta = Some(meta);
+        init(&mut e.state);
+        Some((e.generation as u64) << 32 | (index as u64 + 1))
+    }
+
+    /// Runs `f` on the live span `id`; `None` if there is none (closed, or
+    /// an id this table never gave).
+    #[inline]
+    pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(&mut Entry<T>) -> R) -> Option<R> {
+        let index = (id as u32).checked_sub(1)?;
+        let slot = self.slot(index)?;
+        let mut e = slot.lock();
+        if e.generation != (id >> 32) as u32 || e.refs == 0 {
+            return None;
+        }
+        Some(f(&mut e))
+    }
+
+    /// Drops a handle of span `id`. The last one frees its slot, unless
+    /// `must_close` says its state has something to write when it closes:
+    /// then the slot stays, for the caller to close and [`remove`](Self::remove).
+    pub(crate) fn release(
+        &'static self,
+        id: u64,
+        must_close: impl FnOnce(&T) -> bool,
+    ) -> Release<T> {
+        let released = self.with(id, |e| {
+            if e.refs > 1 {
+                e.refs -= 1;
+                return Release::Alive;
+            }
+            if e.state.as_ref().is_some_and(must_close) {
+                return Release::MustClose;
+            }
+            e.refs = 0;
+            e.meta = None;
+            Release::Freed(e.state.take())
+        });
+        match released {
+            None => Release::Alive,
+            Some(Release::Freed(state)) => {
+                self.give_back(id as u32 - 1);
+                Release::Freed(state)
+            }
+            Some(r) => r,
+        }
+    }
+
+    /// Frees span `id`'s slot; returns its state (dropped by the caller,
+    /// outside the slot's lock).
+    pub(crate) fn remove(&'static self, id: u64) -> Option<T> {
+        let state = self.with(id, |e| {
+            e.refs = 0;
+            e.meta = None;
+            e.state.take()
+        })?;
+        self.give_back(id as u32 - 1);
+        state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TestSite;
+    static SITE: TestSite = TestSite;
+    static META: Metadata<'static> = tracing::metadata! {
+        name: "t",
+        target: "t",
+        level: tracing::Level::INFO,
+        fields: &[],
+        callsite: &SITE,
+        kind: tracing::metadata::Kind::SPAN,
+    };
+    impl tracing::Callsite for TestSite {
+        fn set_interest(&self, _: tracing::subscriber::Interest) {}
+        fn metadata(&self) -> &Metadata<'_> {
+            &META
+        }
+    }
+
+    fn meta() -> &'static Metadata<'static> {
+        &META
+    }
+
+    #[test]
+    fn pages_cover_indices_without_gaps() {
+        assert_eq!(locate(0), (0, 0));
+        assert_eq!(locate(255), (0, 255));
+        assert_eq!(locate(256), (1, 0));
+        assert_eq!(locate(256 + 511), (1, 511));
+        assert_eq!(locate(256 + 512), (2, 0));
+        let mut next = (0, 0);
+        for i in 0..100_000u32 {
+            let at = locate(i);
+            assert_eq!(at, next, "index {i}");
+            next = if at.1 + 1 == FIRST_PAGE << at.0 {
+                (at.0 + 1, 0)
+            } else {
+                (at.0, at.1 + 1)
+            };
+        }
+    }
+
+    #[test]
+    fn stale_and_forged_ids_find_nothing() {
+        static TABLE: SpanTable<u32> = SpanTable::new();
+        let a = TABLE.insert(meta(), |s| *s = Some(7)).unwrap();
+        assert_eq!(TABLE.with(a, |e| *e.state.as_ref().unwrap()), Some(7));
+        assert_eq!(TABLE.remove(a), Some(7));
+        assert_eq!(TABLE.with(a, |_| ()), None, "closed");
+        let b = TABLE.insert(meta(), |s| *s = Some(8)).unwrap();
+        assert_eq!(b as u32, a as u32, "the slot is reused by this thread");
+        assert_ne!(b, a, "with a new generation");
+        assert_eq!(TABLE.with(a, |_| ()), None, "the old id stays dead");
+        for forged in [0, 1, u64::MAX, 5 << 32 | 3, 1 << 32 | 4_000_000_000] {
+            assert_eq!(TABLE.with(forged, |_| ()), None, "{forged:#x}");
+        }
+        assert_eq!(TABLE.with(b, |e| e.refs), Some(1));
+    }
+
+    #[test]
+    fn slots_freed_by_exited_threads_are_reused() {
+        static TABLE: SpanTable<u32> = SpanTable::new();
+        let ids: Vec<u64> = (0..1000)
+            .map(|i| TABLE.insert(meta(), |s| *s = Some(i)).unwrap())
+            .collect();
+        std::thread::spawn(move || {
+            for id in ids {
+                TABLE.remove(id);
+            }
+        })
+        .join()
+        .unwrap();
+        let fresh = TABLE.fresh.load(Ordering::Relaxed);
+        std::thread::spawn(|| {
+            for i in 0..1000 {
+                TABLE.insert(meta(), |s| *s = Some(i)).unwrap();
+            }
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            TABLE.fresh.load(Ordering::Relaxed),
+            fresh,
+            "no fresh slot taken"
+        );
+    }
+}
