@@ -1,13 +1,14 @@
-//! The ringtrace `tracing` layer against the other `tracing` layers that
-//! write Chrome JSON or Perfetto (tracing-chrome, tracing-perfetto), and
-//! against `tracing` with no layer at all, in one run.
+//! The ringtrace `tracing` layer and ringtrace's own subscriber against the
+//! other `tracing` layers that write Chrome JSON or Perfetto (tracing-chrome,
+//! tracing-perfetto), and against `tracing` with no layer at all, in one run.
 //!
 //! Run: `cargo bench --bench layer` (about 20 s). Prints a Markdown table of
 //! ns per operation (median of the repetitions, and the minimum) and how many
-//! times faster ringtrace (Perfetto output) is than each peer.
+//! times faster ringtrace (Perfetto output; layer and subscriber) is than
+//! each peer.
 //!
 //! Operations, all through `tracing`'s macros and a `tracing_subscriber`
-//! registry with one layer:
+//! registry with one layer (or ringtrace's subscriber alone):
 //! * `span`: create a span with two fields, enter, exit, close
 //!   (`info_span!("work", i, kind = "x").in_scope(|| {})`);
 //! * `enter/exit`: enter and exit a span that already exists;
@@ -129,20 +130,32 @@ fn main() {
             .collect(),
     ));
 
-    // ringtrace, both formats.
-    for (label, name) in [
-        ("ringtrace layer (Perfetto)", "rt.pftrace"),
-        ("ringtrace layer (JSON)", "rt.json"),
+    // ringtrace: the layer in both formats, and its own subscriber.
+    for (label, name, own_subscriber) in [
+        ("ringtrace layer (Perfetto)", "rt.pftrace", false),
+        ("ringtrace layer (JSON)", "rt.json", false),
+        ("ringtrace subscriber (Perfetto)", "rt-sub.pftrace", true),
     ] {
         let mut samples = Vec::new();
         let mut lost = 0;
         for &(op, _) in &ops {
-            let (layer, guard) = ringtrace::layer()
+            let session = ringtrace::builder()
                 .output(file(name))
-                .buffer_bytes_per_thread(8 << 20)
-                .build()
-                .expect("start a ringtrace session");
-            let d = Dispatch::new(tracing_subscriber::registry().with(layer));
+                .buffer_bytes_per_thread(8 << 20);
+            let (d, guard) = if own_subscriber {
+                let (sub, guard) = ringtrace::SubscriberBuilder::from(session)
+                    .build()
+                    .expect("start a ringtrace session");
+                (Dispatch::new(sub), guard)
+            } else {
+                let (layer, guard) = ringtrace::LayerBuilder::from(session)
+                    .build()
+                    .expect("start a ringtrace session");
+                (
+                    Dispatch::new(tracing_subscriber::registry().with(layer)),
+                    guard,
+                )
+            };
             samples.push(run(&d, op, reps, iters, ringtrace::flush));
             drop(d);
             lost += guard.stop().expect("finish the trace").events_lost;
@@ -193,14 +206,19 @@ fn main() {
         print!(" ---: |");
     }
     println!();
-    let ours = rows[1].1.clone();
+    let layer = rows[1].1.clone();
+    let subscriber = rows[3].1.clone();
     for (label, samples) in &rows {
         print!("| {label} |");
         for (i, s) in samples.iter().enumerate() {
             let vs = if label.starts_with("ringtrace") || label.starts_with("tracing,") {
                 String::new()
             } else {
-                format!(", ringtrace {:.1}x faster", s.median / ours[i].median)
+                format!(
+                    "; ringtrace layer {:.1}x, subscriber {:.1}x faster",
+                    s.median / layer[i].median,
+                    s.median / subscriber[i].median
+                )
             };
             print!(" {:.0} ({:.0}){vs} |", s.median, s.min);
         }

@@ -447,22 +447,44 @@ mod tr {
     }
 
     pub fn ringtrace_layer(cfg: &Cfg) -> Peer {
+        ringtrace_tracing(cfg, false)
+    }
+
+    pub fn ringtrace_subscriber(cfg: &Cfg) -> Peer {
+        ringtrace_tracing(cfg, true)
+    }
+
+    /// ringtrace through `tracing`: its layer on the registry, or its own
+    /// subscriber (no registry).
+    fn ringtrace_tracing(cfg: &Cfg, own_subscriber: bool) -> Peer {
+        let info = || tracing_subscriber::filter::LevelFilter::INFO;
+        let tag = if own_subscriber {
+            "subscriber"
+        } else {
+            "layer"
+        };
         let mut p = Peer {
-            name: "ringtrace layer",
+            name: if own_subscriber {
+                "ringtrace subscriber"
+            } else {
+                "ringtrace layer"
+            },
             tracing_layer: true,
             ..Default::default()
         };
         if cfg.timing {
-            let (layer, guard) = ringtrace::layer()
-                .output(out_path("peers-ringtrace-layer-timing.pftrace"))
+            let session = ringtrace::builder()
+                .output(out_path(&format!("peers-ringtrace-{tag}-timing.pftrace")))
                 .buffer_bytes_per_thread(64 << 20)
-                .flush_interval(Duration::from_secs(3600))
-                .build()
-                .expect("ringtrace layer");
-            let dispatch = tracing::Dispatch::new(
-                tracing_subscriber::registry()
-                    .with(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO)),
-            );
+                .flush_interval(Duration::from_secs(3600));
+            let (dispatch, guard) = if own_subscriber {
+                let (sub, guard) = ringtrace::SubscriberBuilder::from(session).build().unwrap();
+                (tracing::Dispatch::new(sub.with(info())), guard)
+            } else {
+                let (layer, guard) = ringtrace::LayerBuilder::from(session).build().unwrap();
+                let registry = tracing_subscriber::registry().with(layer.with_filter(info()));
+                (tracing::Dispatch::new(registry), guard)
+            };
             workloads(cfg, &mut p, &dispatch, ringtrace::flush);
             drop(dispatch);
             let stats = guard.stop().unwrap();
@@ -472,14 +494,21 @@ mod tr {
             }
         }
         if cfg.file {
-            let path = out_path("peers-ringtrace-layer.pftrace");
+            let path = out_path(&format!("peers-ringtrace-{tag}.pftrace"));
             let rss = reset_peak();
-            let (layer, guard) = ringtrace::layer()
+            let session = ringtrace::builder()
                 .output(&path)
-                .buffer_bytes_per_thread(16 << 20)
-                .build()
-                .unwrap();
-            let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+                .buffer_bytes_per_thread(16 << 20);
+            let (dispatch, guard) = if own_subscriber {
+                let (sub, guard) = ringtrace::SubscriberBuilder::from(session).build().unwrap();
+                (tracing::Dispatch::new(sub), guard)
+            } else {
+                let (layer, guard) = ringtrace::LayerBuilder::from(session).build().unwrap();
+                (
+                    tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+                    guard,
+                )
+            };
             tracing::dispatcher::with_default(&dispatch, || nested(cfg.file_scopes));
             drop(dispatch);
             let t = Instant::now();
@@ -1077,6 +1106,7 @@ const FILE_PEERS: &[&str] = &[
     #[cfg(feature = "perfetto-sdk")]
     "perfetto-sdk",
     "ringtrace-layer",
+    "ringtrace-subscriber",
     "tracing-chrome",
     "tracing-perfetto",
     #[cfg(feature = "perfetto-sdk")]
@@ -1094,6 +1124,7 @@ fn run_peer(key: &str, cfg: &Cfg) -> Option<Peer> {
         #[cfg(feature = "perfetto-sdk")]
         "perfetto-sdk" => gsdk::native(cfg),
         "ringtrace-layer" => tr::ringtrace_layer(cfg),
+        "ringtrace-subscriber" => tr::ringtrace_subscriber(cfg),
         "registry" => tr::registry_only(cfg),
         "tracing-chrome" => tr::chrome(cfg),
         "tracing-perfetto" => tr::perfetto(cfg),
@@ -1190,6 +1221,7 @@ fn main() {
     keys.push("perfetto-sdk");
     keys.extend([
         "ringtrace-layer",
+        "ringtrace-subscriber",
         "registry",
         "tracing-chrome",
         "tracing-perfetto",
@@ -1227,6 +1259,7 @@ fn main() {
         peers
             .iter()
             .find(|p| p.tracing_layer == layer && p.name.starts_with("ringtrace"))
+            // (the layer: the base of the other layers)
             .map(|p| {
                 (
                     p.scope,
@@ -1265,6 +1298,32 @@ fn main() {
         );
     }
     println!();
+    let sub = peers.iter().find(|p| p.name == "ringtrace subscriber");
+    if let Some(sub) = sub {
+        println!(
+            "Through `tracing`, each peer against ringtrace's subscriber (no registry): \
+             ratio of medians."
+        );
+        println!();
+        println!("| peer | span life | one int arg | 2 threads | enter/exit | event |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+        let r = |a: Option<Sample>, b: Option<Sample>| match (a, b) {
+            (Some(a), Some(b)) => format!("{:.1}x", a.median / b.median),
+            _ => "n/a".into(),
+        };
+        for p in peers.iter().filter(|p| p.tracing_layer) {
+            println!(
+                "| {} | {} | {} | {} | {} | {} |",
+                p.name,
+                r(p.scope, sub.scope),
+                r(p.scope_arg, sub.scope_arg),
+                r(p.two, sub.two),
+                r(p.enter_exit, sub.enter_exit),
+                r(p.event, sub.event),
+            );
+        }
+        println!();
+    }
     println!(
         "Tracing layers: a scope is `info_span!(..).entered()` dropped (new span, enter, exit, \
          close); disabled is a `trace_span!` under an INFO filter."
