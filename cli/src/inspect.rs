@@ -140,7 +140,7 @@ pub fn trace_summary(m: &TraceModel) -> Value {
 /// Text rendering of [`trace_summary`].
 pub fn print_trace(name: &str, s: &Value, indent: &str) {
     let fmt = s["format"].as_str().unwrap_or("?");
-    println!(
+    outln!(
         "{indent}{name}: {} trace, {} bytes{}{}",
         if fmt == "perfetto" {
             "Perfetto protobuf"
@@ -158,7 +158,7 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
         }
     );
     if let Some(seqs) = s["sequences"].as_array().filter(|a| !a.is_empty()) {
-        println!("{indent}  sequences: {}", seqs.len());
+        outln!("{indent}  sequences: {}", seqs.len());
         for q in seqs {
             let who = match &q["thread"] {
                 Value::Null => String::new(),
@@ -171,16 +171,19 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
                         .map_or(String::new(), |n| format!(" {n:?}"))
                 ),
             };
-            println!(
+            outln!(
                 "{indent}    seq {}:{who} {} packets, {} reset(s), {} loss mark(s)",
-                q["id"], q["packets"], q["resets"], q["loss_marks"]
+                q["id"],
+                q["packets"],
+                q["resets"],
+                q["loss_marks"]
             );
         }
     }
     let procs = s["processes"].as_array().unwrap();
-    println!("{indent}  processes: {}", procs.len());
+    outln!("{indent}  processes: {}", procs.len());
     for p in procs {
-        println!(
+        outln!(
             "{indent}    pid {}{}",
             p["pid"],
             p["name"]
@@ -193,7 +196,7 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
             .iter()
             .filter(|t| t["pid"] == p["pid"])
         {
-            println!(
+            outln!(
                 "{indent}      tid {}{}",
                 t["tid"],
                 t["name"]
@@ -203,18 +206,20 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
         }
     }
     let e = &s["events"];
-    println!(
+    outln!(
         "{indent}  events: {} slices ({} unfinished), {} instants, {} counter values, {} async slices, {} loss markers ({} total)",
         e["slices"], e["unfinished_slices"], e["instants"], e["counters"], e["async_slices"], e["lost_markers"], e["total"]
     );
     let l = &s["lost_events"];
-    println!(
+    outln!(
         "{indent}  lost events: {} (markers: {}, packets with previous_packet_dropped: {})",
-        l["count"], l["markers"], l["packets_with_previous_packet_dropped"]
+        l["count"],
+        l["markers"],
+        l["packets_with_previous_packet_dropped"]
     );
     match &s["time_range"] {
-        Value::Null => println!("{indent}  time range: no events"),
-        r => println!(
+        Value::Null => outln!("{indent}  time range: no events"),
+        r => outln!(
             "{indent}  time range: {} .. {} us (BOOTTIME), {} us long",
             micros(r["start_ns"].as_i64().unwrap()),
             micros(r["end_ns"].as_i64().unwrap()),
@@ -229,7 +234,7 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        println!(
+        outln!(
             "{indent}  clocks: trace clock {}; {} snapshot(s) of {}{}",
             c["trace_clock"].as_str().unwrap_or("?"),
             c["snapshots"],
@@ -243,12 +248,10 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
                 .map_or(String::new(), |t| format!("; starts at {t}"))
         );
     } else {
-        println!(
-            "{indent}  clocks: none in the file (ringtrace writes ts as BOOTTIME microseconds)"
-        );
+        outln!("{indent}  clocks: none in the file (ringtrace writes ts as BOOTTIME microseconds)");
     }
     for w in s["warnings"].as_array().unwrap() {
-        println!("{indent}  warning: {}", w.as_str().unwrap_or(""));
+        outln!("{indent}  warning: {}", w.as_str().unwrap_or(""));
     }
 }
 
@@ -312,19 +315,19 @@ pub fn archive_summary(name: &str, bytes: &[u8]) -> Result<(Value, bool), String
 }
 
 pub fn print_archive(s: &Value) {
-    println!(
+    outln!(
         "{}: {} archive, {} members",
         s["archive"].as_str().unwrap_or(""),
         s["container"].as_str().unwrap_or(""),
         s["members"].as_array().map_or(0, Vec::len)
     );
     match s["error"].as_str() {
-        None => println!("  manifest check: ok"),
-        Some(e) => println!("  manifest check: FAILED: {e}"),
+        None => outln!("  manifest check: ok"),
+        Some(e) => outln!("  manifest check: FAILED: {e}"),
     }
     if let Some(m) = s["manifest"].get("perfetto_manifest") {
         if let Some(tt) = m.get("trace_time") {
-            println!("  trace_time: {tt}");
+            outln!("  trace_time: {tt}");
         }
         for f in m["files"].as_array().into_iter().flatten() {
             let mut parts = Vec::new();
@@ -342,7 +345,7 @@ pub fn print_archive(s: &Value) {
                 };
                 parts.push(format!("{mode} {c}"));
             }
-            println!(
+            outln!(
                 "  file {}{}",
                 f["path"],
                 if parts.is_empty() {
@@ -353,16 +356,16 @@ pub fn print_archive(s: &Value) {
             );
         }
         if let Some(a) = m.get("attributes") {
-            println!("  attributes: {a}");
+            outln!("  attributes: {a}");
         }
     }
     for member in s["members"].as_array().unwrap() {
         let name = member["name"].as_str().unwrap_or("");
         match (&member["trace"], member["kind"].as_str()) {
             (Value::Null, Some(kind)) => {
-                println!("  {name}: {kind}, {} bytes", member["size"]);
+                outln!("  {name}: {kind}, {} bytes", member["size"]);
                 if let Some(e) = member["error"].as_str() {
-                    println!("    error: {e}");
+                    outln!("    error: {e}");
                 }
             }
             (t, _) => print_trace(name, t, "  "),

@@ -2,15 +2,29 @@
 //! a trace or an archive, convert between ringtrace's Perfetto and JSON.
 //!
 //! Exit status: 0 success, 1 the command failed (unreadable or invalid input,
-//! an archive the manifest rules reject), 2 usage error.
+//! an archive the manifest rules reject), 2 usage error. Output cut short by
+//! its reader (`ringtrace inspect x | head`) ends the program quietly, with
+//! status 0.
 
 #![forbid(unsafe_code)]
+
+/// `print!` to standard output, ending the program quietly when the reader
+/// has gone (a closed pipe) instead of panicking as `print!` does.
+macro_rules! out {
+    ($($t:tt)*) => { $crate::write_out(format_args!($($t)*), false) };
+}
+
+/// `println!`, as [`out!`].
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::write_out(format_args!($($t)*), true) };
+}
 
 mod convert;
 mod inspect;
 mod model;
 
 use ringtrace::archive::{Archive, Clock, ZipMethod};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -74,7 +88,7 @@ fn main() -> ExitCode {
         Some("inspect") => inspect(&args[1..]),
         Some("convert") => convert_cmd(&args[1..]),
         Some("help" | "-h" | "--help") => {
-            print!("{USAGE}");
+            out!("{USAGE}");
             Ok(())
         }
         Some(other) => Err(usage(format!("unknown command {other:?}"))),
@@ -311,7 +325,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
         archive.write_tar(&output)
     };
     written.map_err(|e| failed(e.to_string()))?;
-    println!(
+    outln!(
         "wrote {} ({} trace file(s) + {})",
         output.display(),
         archive.members().len(),
@@ -334,7 +348,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
             };
             notes.push(format!("{mode}, offset {} ns", c.offset_ns.unwrap_or(0)));
         }
-        println!(
+        outln!(
             "  {}{}",
             f.path,
             if notes.is_empty() {
@@ -345,9 +359,9 @@ fn pack(args: &[String]) -> Result<(), Failure> {
         );
     }
     if print_manifest {
-        print!("{}", manifest.to_json());
+        out!("{}", manifest.to_json());
     }
-    println!(
+    outln!(
         "open it at https://ui.perfetto.dev (Open trace file), or: trace_processor {}",
         output.display()
     );
@@ -387,7 +401,7 @@ fn inspect(args: &[String]) -> Result<(), Failure> {
     if is_archive {
         let (summary, valid) = inspect::archive_summary(&file, &bytes).map_err(failed)?;
         if as_json {
-            println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+            outln!("{}", serde_json::to_string_pretty(&summary).unwrap());
         } else {
             inspect::print_archive(&summary);
         }
@@ -404,7 +418,7 @@ fn inspect(args: &[String]) -> Result<(), Failure> {
     let m = model::TraceModel::decode(&bytes).map_err(|e| failed(format!("{file}: {e}")))?;
     let summary = inspect::trace_summary(&m);
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+        outln!("{}", serde_json::to_string_pretty(&summary).unwrap());
     } else {
         inspect::print_trace(&file, &summary, "");
     }
@@ -435,10 +449,30 @@ fn convert_cmd(args: &[String]) -> Result<(), Failure> {
     for w in &m.warnings {
         eprintln!("ringtrace: warning: {w}");
     }
-    println!(
+    outln!(
         "wrote {output} ({} events, {} bytes)",
         m.events.len(),
         data.len()
     );
     Ok(())
+}
+
+/// Writes to standard output; a closed pipe ends the program with status 0,
+/// any other write error with status 1.
+fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_fmt(args).and_then(|()| {
+        if newline {
+            stdout.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("ringtrace: cannot write the output: {e}");
+        std::process::exit(1);
+    }
 }

@@ -774,3 +774,28 @@ with tarfile.open(sys.argv[1], "w") as t:
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn output_cut_short_by_its_reader_ends_quietly() {
+    // `ringtrace inspect t | head -0`: the reader is gone before the first
+    // write, which fails with a closed pipe.
+    let dir = scratch("closed-pipe");
+    let trace = dir.join("t.pftrace");
+    record(&trace, false);
+    for args in [
+        vec!["inspect", trace.to_str().unwrap()],
+        vec!["inspect", "--json", trace.to_str().unwrap()],
+    ] {
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // close the read end at once
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
+}
