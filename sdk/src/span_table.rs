@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,8 +43,9 @@ pub(crate) struct Entry<T> {
     pub(crate) state: Option<T>,
 }
 
-/// A page of slots, each its own lock.
-type Page<T> = Box<[Mutex<Entry<T>>]>;
+/// A page of slots, each its own lock on cache lines of its own (threads
+/// locking neighbouring slots do not contend).
+type Page<T> = Box<[CachePadded<Mutex<Entry<T>>>]>;
 
 /// What dropping a handle did.
 pub(crate) enum Release<T> {
@@ -100,7 +102,7 @@ impl<T> SpanTable<T> {
 
     fn slot(&self, index: u32) -> Option<&Mutex<Entry<T>>> {
         let (page, offset) = locate(index);
-        self.pages.get(page)?.get()?.get(offset)
+        self.pages.get(page)?.get()?.get(offset).map(|s| &**s)
     }
 
     fn slot_or_make(&self, index: u32) -> Option<&Mutex<Entry<T>>> {
@@ -108,16 +110,16 @@ impl<T> SpanTable<T> {
         let page = self.pages.get(page)?.get_or_init(|| {
             (0..FIRST_PAGE << page)
                 .map(|_| {
-                    Mutex::new(Entry {
+                    CachePadded::new(Mutex::new(Entry {
                         generation: 0,
                         refs: 0,
                         meta: None,
                         state: None,
-                    })
+                    }))
                 })
                 .collect()
         });
-        page.get(offset)
+        page.get(offset).map(|s| &**s)
     }
 
     /// A free slot's index: this thread's, then the shared list's, then fresh.
