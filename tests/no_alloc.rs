@@ -81,8 +81,12 @@ fn events(i: u64, name: &str) {
     black_box(i);
 }
 
+/// One recording session at a time.
+static SESSION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn no_heap_allocation_per_event_after_the_first() {
+    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
     const N: u64 = 100_000;
     let out = ringtrace::MemoryBuffer::new();
     let guard = ringtrace::builder()
@@ -135,4 +139,50 @@ fn disabled_events_do_not_allocate_either() {
     })
     .join()
     .unwrap();
+}
+
+/// Through `ringtrace::subscriber()`: spans without fields live in the
+/// subscriber's span table and events format into a reused buffer, so after
+/// the first iteration neither allocates. (A span with field values copies
+/// them into its state once, at creation: one allocation per such span.)
+#[inline(never)]
+fn tracing_events(i: u64) {
+    let outer = tracing::info_span!(target: "alloc", "outer");
+    let _o = outer.enter();
+    tracing::info_span!(target: "alloc", "inner").in_scope(|| {
+        tracing::info!(target: "alloc", n = i, ok = true, "tick {i}");
+    });
+    black_box(i);
+}
+
+#[test]
+fn tracing_subscriber_spans_and_events_do_not_allocate() {
+    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+    const N: u64 = 50_000;
+    let out = ringtrace::MemoryBuffer::new();
+    let (subscriber, guard) = ringtrace::subscriber()
+        .writer(out.clone())
+        .buffer_bytes_per_thread(64 << 20)
+        .build()
+        .expect("start a session");
+    let dispatch = tracing::Dispatch::new(subscriber);
+    let during = tracing::dispatcher::with_default(&dispatch, || {
+        // First use: ring, call sites, span table page, and the reused
+        // formatting buffer grown to the longest message ("tick 50000").
+        tracing_events(N);
+        allocations_during(|| {
+            for i in 1..=N {
+                tracing_events(i);
+            }
+        })
+    });
+    drop(dispatch);
+    let stats = guard.stop().expect("stop");
+    assert_eq!(
+        during, 0,
+        "the recording thread allocated {during} times in {N} iterations"
+    );
+    assert_eq!(stats.events_lost, 0, "{stats:?}");
+    // 2 slices (begin + end each) and 1 instant per iteration.
+    assert_eq!(stats.events_written, (N + 1) * 5, "{stats:?}");
 }
