@@ -373,7 +373,8 @@ static END_PENDING: AtomicU64 = AtomicU64::new(0);
 /// a close has nothing to write and does not look the span up.
 static ASYNC_LIVE: AtomicU64 = AtomicU64::new(0);
 
-/// What the layer keeps in a span's registry extensions.
+/// What ringtrace keeps of a span: in its registry extensions (layer) or its
+/// span table slot (subscriber).
 pub(crate) struct SpanData {
     info: &'static SiteInfo,
     /// The call site for the fields present now.
@@ -385,7 +386,7 @@ pub(crate) struct SpanData {
     mask: u64,
     /// Tick count at creation: where an async range begins.
     created: u64,
-    /// The thread (layer key) of the first enter; 0 before it.
+    /// The thread (`thread_key`) of the first enter; 0 before it.
     thread: u64,
     /// Id of the async range, 0 while the span is not async.
     async_id: u64,
