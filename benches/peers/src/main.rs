@@ -275,6 +275,27 @@ struct FileStats {
     lost: String,
 }
 
+/// Finishes a ringtrace file run: the time `stop()` takes, the file's size
+/// and the events in it against those recorded (two per scope).
+fn finish_ringtrace(cfg: &Cfg, path: &Path, rss: u64, guard: ringtrace::TraceGuard) -> FileStats {
+    let t = Instant::now();
+    let stats = guard.stop().unwrap();
+    let finish = t.elapsed();
+    let found = count_track_events(&std::fs::read(path).unwrap_or_default());
+    FileStats {
+        format: "Perfetto",
+        bytes_per_scope: Some(file_len(path) as f64 / cfg.file_scopes as f64),
+        finish_ms: finish.as_secs_f64() * 1e3,
+        peak_mib: (status_kib("VmHWM:").saturating_sub(rss)) as f64 / 1024.0,
+        lost: format!(
+            "{} (Stats); {} of {} events in the file",
+            stats.events_lost,
+            found,
+            2 * cfg.file_scopes
+        ),
+    }
+}
+
 fn out_path(name: &str) -> PathBuf {
     std::env::var_os("PEERS_DIR")
         .map(PathBuf::from)
@@ -355,22 +376,7 @@ mod rt {
                 .start()
                 .unwrap();
             nested(cfg.file_scopes);
-            let t = Instant::now();
-            let stats = guard.stop().unwrap();
-            let finish = t.elapsed();
-            let found = count_track_events(&std::fs::read(&path).unwrap_or_default());
-            p.file = Some(FileStats {
-                format: "Perfetto",
-                bytes_per_scope: Some(file_len(&path) as f64 / cfg.file_scopes as f64),
-                finish_ms: finish.as_secs_f64() * 1e3,
-                peak_mib: (status_kib("VmHWM:").saturating_sub(rss)) as f64 / 1024.0,
-                lost: format!(
-                    "{} (Stats); {} of {} events in the file",
-                    stats.events_lost,
-                    found,
-                    2 * cfg.file_scopes
-                ),
-            });
+            p.file = Some(finish_ringtrace(cfg, &path, rss, guard));
         }
         p
     }
@@ -511,22 +517,7 @@ mod tr {
             };
             tracing::dispatcher::with_default(&dispatch, || nested(cfg.file_scopes));
             drop(dispatch);
-            let t = Instant::now();
-            let stats = guard.stop().unwrap();
-            let finish = t.elapsed();
-            let found = count_track_events(&std::fs::read(&path).unwrap_or_default());
-            p.file = Some(FileStats {
-                format: "Perfetto",
-                bytes_per_scope: Some(file_len(&path) as f64 / cfg.file_scopes as f64),
-                finish_ms: finish.as_secs_f64() * 1e3,
-                peak_mib: (status_kib("VmHWM:").saturating_sub(rss)) as f64 / 1024.0,
-                lost: format!(
-                    "{} (Stats); {} of {} events in the file",
-                    stats.events_lost,
-                    found,
-                    2 * cfg.file_scopes
-                ),
-            });
+            p.file = Some(finish_ringtrace(cfg, &path, rss, guard));
         }
         p
     }
