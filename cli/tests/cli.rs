@@ -786,14 +786,15 @@ fn output_cut_short_by_its_reader_ends_quietly() {
         vec!["inspect", trace.to_str().unwrap()],
         vec!["inspect", "--json", trace.to_str().unwrap()],
     ] {
-        let mut child = Command::new(BIN)
+        // The read end is closed before the child starts: its first write
+        // fails, whatever the timing.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(BIN)
             .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
+            .stdout(writer)
+            .output()
             .unwrap();
-        drop(child.stdout.take()); // close the read end at once
-        let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
