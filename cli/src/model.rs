@@ -644,20 +644,44 @@ fn parse_json_events(bytes: &[u8]) -> Result<(Vec<Value>, bool), String> {
             if !text.trim_start().starts_with('[') {
                 return Err(format!("invalid JSON: {e}"));
             }
-            // Cut after the last complete event and close the array.
-            let mut end = text.len();
-            while let Some(pos) = text[..end].rfind('}') {
-                let candidate = format!(
-                    "{}]",
-                    text[..=pos].trim_end_matches(|c: char| c == ',' || c.is_whitespace())
-                );
-                if let Ok(Value::Array(a)) = serde_json::from_str::<Value>(&candidate) {
-                    return Ok((a, true));
-                }
-                end = pos;
+            // Keep the whole elements before the cut, one pass (a search
+            // backwards for a cut point that parses would be quadratic).
+            let events = whole_elements(bytes);
+            if events.is_empty() {
+                return Err(format!("invalid JSON: {e}"));
             }
-            Err(format!("invalid JSON: {e}"))
+            Ok((events, true))
         }
+    }
+}
+
+/// The complete elements at the start of a JSON array cut short, each
+/// parsed once.
+fn whole_elements(bytes: &[u8]) -> Vec<Value> {
+    let skip_ws = |mut i: usize| {
+        while bytes.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let mut out = Vec::new();
+    let mut pos = skip_ws(0);
+    if bytes.get(pos) != Some(&b'[') {
+        return out;
+    }
+    pos += 1;
+    loop {
+        pos = skip_ws(pos);
+        let mut values = serde_json::Deserializer::from_slice(&bytes[pos..]).into_iter::<Value>();
+        match values.next() {
+            Some(Ok(v)) => out.push(v),
+            _ => return out,
+        }
+        pos = skip_ws(pos + values.byte_offset());
+        if bytes.get(pos) != Some(&b',') {
+            return out;
+        }
+        pos += 1;
     }
 }
 

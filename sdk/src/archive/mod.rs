@@ -307,6 +307,7 @@ pub struct Archive {
     auto_clocks: bool,
     zip_method: ZipMethod,
     mtime: Option<u64>,
+    allow_unrecognized: bool,
 }
 
 impl Default for Archive {
@@ -338,6 +339,7 @@ impl Archive {
             auto_clocks: true,
             zip_method: ZipMethod::Deflate,
             mtime: None,
+            allow_unrecognized: false,
         }
     }
 
@@ -471,6 +473,16 @@ impl Archive {
         self
     }
 
+    /// Accepts members no Perfetto reader recognizes
+    /// ([`MemberKind::Unrecognized`]; default `false`: they are an
+    /// [`ArchiveError::UnrecognizedMember`]). For formats newer than the
+    /// rules ringtrace knows; trace_processor refuses an archive with a member
+    /// it cannot tell the type of.
+    pub fn allow_unrecognized(&mut self, on: bool) -> &mut Self {
+        self.allow_unrecognized = on;
+        self
+    }
+
     /// The modification time written for every member, in seconds since the
     /// epoch (default: now). Fix it for byte-identical archives.
     pub fn mtime(&mut self, secs: u64) -> &mut Self {
@@ -494,7 +506,7 @@ impl Archive {
     /// # Errors
     ///
     /// The first [`ArchiveError`] found: unreadable members, bad member names,
-    /// empty, undetectable or nested members, a second manifest, any violation
+    /// empty, undetectable, unrecognized or nested members, a second manifest, any violation
     /// of the manifest spec, an offset ringtrace cannot compute.
     pub fn validate(&self) -> Result<(), ArchiveError> {
         self.prepare(Container::Any).map(|_| ())
@@ -592,7 +604,9 @@ impl Archive {
         for m in &self.members {
             let bytes = m.load()?;
             let kind = sniff(&bytes);
-            check_member_kind(m, &kind)?;
+            if !(self.allow_unrecognized && kind == MemberKind::Unrecognized) {
+                check_member_kind(m, &kind)?;
+            }
             if container == Container::Tar && bytes.len() as u64 > tar::MAX_SIZE {
                 return Err(ArchiveError::TooLarge {
                     member: m.name.clone(),
@@ -926,6 +940,7 @@ fn check_kind(name: &str, kind: &MemberKind) -> Result<(), ArchiveError> {
     match kind {
         MemberKind::Empty => Err(ArchiveError::EmptyMember(name.to_owned())),
         MemberKind::UndetectableJson => Err(ArchiveError::UndetectableMember(name.to_owned())),
+        MemberKind::Unrecognized => Err(ArchiveError::UnrecognizedMember(name.to_owned())),
         MemberKind::Manifest => Err(ArchiveError::MultipleManifests {
             member: name.to_owned(),
         }),
@@ -946,19 +961,44 @@ fn check_kind(name: &str, kind: &MemberKind) -> Result<(), ArchiveError> {
     }
 }
 
+/// How many bytes [`read_members`] and [`check_archive`] decompress at most
+/// (deflated ZIP members, gzip streams, all together; 1 GiB), so that a small
+/// archive cannot claim memory far beyond its size ("zip bomb"). TAR and
+/// stored ZIP members do not count: they are copies of the input. The
+/// `_limited` variants take another limit.
+pub const DEFAULT_UNPACK_LIMIT: u64 = 1 << 30;
+
 /// The file members of a ZIP, TAR or gzipped TAR archive, in order.
 ///
 /// # Errors
 ///
-/// [`ArchiveError::NotAnArchive`], or [`ArchiveError::Corrupt`] for a damaged
-/// archive (bad checksums, CRCs, truncation).
+/// [`ArchiveError::NotAnArchive`], [`ArchiveError::Corrupt`] for a damaged
+/// archive (bad checksums, CRCs, truncation), [`ArchiveError::UnpackLimit`]
+/// past [`DEFAULT_UNPACK_LIMIT`].
 pub fn read_members(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
+    read_members_limited(bytes, DEFAULT_UNPACK_LIMIT)
+}
+
+/// [`read_members`], decompressing at most `limit` bytes.
+///
+/// # Errors
+///
+/// As [`read_members`].
+pub fn read_members_limited(
+    bytes: &[u8],
+    limit: u64,
+) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
     match sniff(bytes) {
-        MemberKind::Zip => zip::read(bytes),
+        MemberKind::Zip => zip::read(bytes, limit),
         MemberKind::Tar => tar::read(bytes),
         MemberKind::Gzip { .. } => {
-            let inner = sniff::gunzip_members(bytes, u64::MAX).concat();
-            if inner.len() >= 262 && &inner[257..262] == b"ustar" {
+            let inner = sniff::gunzip_members(bytes, limit)
+                .map_err(|()| ArchiveError::UnpackLimit {
+                    member: "(gzip stream)".into(),
+                    limit,
+                })?
+                .concat();
+            if sniff(&inner) == MemberKind::Tar {
                 tar::read(&inner)
             } else {
                 Err(ArchiveError::NotAnArchive(
@@ -986,18 +1026,32 @@ pub struct ArchiveReport {
 
 /// Reads an archive (or a concatenated gzip stream) and applies the rules
 /// [`Archive`] applies when writing: one manifest at most, never gzipped nor
-/// after a trace, valid per the spec against the members present; no empty,
-/// undetectable or nested members.
+/// after a trace, valid per the spec against the members present; unique
+/// member names; no empty, undetectable, unrecognized or nested members.
 ///
 /// # Errors
 ///
 /// The first [`ArchiveError`] found.
 pub fn check_archive(bytes: &[u8]) -> Result<ArchiveReport, ArchiveError> {
-    let members = match read_members(bytes) {
+    check_archive_limited(bytes, DEFAULT_UNPACK_LIMIT)
+}
+
+/// [`check_archive`], decompressing at most `limit` bytes (see
+/// [`DEFAULT_UNPACK_LIMIT`]).
+///
+/// # Errors
+///
+/// As [`check_archive`].
+pub fn check_archive_limited(bytes: &[u8], limit: u64) -> Result<ArchiveReport, ArchiveError> {
+    let members = match read_members_limited(bytes, limit) {
         Ok(m) => m,
         Err(ArchiveError::NotAnArchive(_)) if matches!(sniff(bytes), MemberKind::Gzip { .. }) => {
             // A concatenated gzip stream: the manifest may only be first.
-            let parts = sniff::gunzip_members(bytes, u64::MAX);
+            let parts =
+                sniff::gunzip_members(bytes, limit).map_err(|()| ArchiveError::UnpackLimit {
+                    member: "(gzip stream)".into(),
+                    limit,
+                })?;
             for (i, p) in parts.iter().enumerate().skip(1) {
                 if sniff::is_manifest(p) {
                     return Err(ArchiveError::ManifestNotFirst {
@@ -1019,10 +1073,14 @@ pub fn check_archive(bytes: &[u8]) -> Result<ArchiveReport, ArchiveError> {
         manifest: None,
     };
     let mut manifest_text = None;
+    let mut names = std::collections::HashSet::new();
     for (name, data) in members {
         if name.split('/').any(|p| p.starts_with('.')) {
             report.ignored.push(name);
             continue;
+        }
+        if !names.insert(name.clone()) {
+            return Err(ArchiveError::DuplicateMember(name));
         }
         let kind = sniff(&data);
         if kind == MemberKind::Manifest {
