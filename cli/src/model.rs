@@ -20,6 +20,20 @@ use ringtrace_protos::{debug_annotation, track_event, DebugAnnotation, TracePack
 use serde_json::{Map, Number, Value};
 use std::collections::{BTreeMap, HashMap};
 
+/// Timestamps and durations are kept within ±2^61 ns (±73 years): whatever
+/// a file says, sums and differences of two of them cannot overflow.
+pub const TS_LIMIT: i64 = 1 << 61;
+
+/// `v` within ±[`TS_LIMIT`].
+pub fn clamp_ts(v: i64) -> i64 {
+    v.clamp(-TS_LIMIT, TS_LIMIT)
+}
+
+/// A clock reading `t` in units of `mult` ns, in ns within ±[`TS_LIMIT`].
+fn clock_ns(t: u64, mult: i64) -> i64 {
+    clamp_ts(i64::try_from(t).unwrap_or(i64::MAX).saturating_mul(mult))
+}
+
 /// The instant ringtrace writes where events were lost.
 pub const LOST_EVENT_NAME: &str = "ringtrace: events lost";
 
@@ -284,7 +298,7 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                 .iter()
                 .find(|c| c.clock_id == Some(6))
                 .and_then(|c| c.timestamp)
-                .map(|t| t as i64);
+                .map(|t| clock_ns(t, 1));
             let mut global = HashMap::new();
             for c in &cs.clocks {
                 let (Some(id), Some(ts)) = (c.clock_id, c.timestamp) else {
@@ -293,8 +307,9 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                 if !m.clocks.ids.contains(&id) {
                     m.clocks.ids.push(id);
                 }
-                let mult = c.unit_multiplier_ns.unwrap_or(1).max(1) as i64;
-                let v = ts as i64 * mult;
+                let mult = i64::try_from(c.unit_multiplier_ns.unwrap_or(1).max(1))
+                    .unwrap_or(i64::MAX);
+                let v = clock_ns(ts, mult);
                 if (64..128).contains(&id) {
                     let sc = seq.clocks.entry(id).or_default();
                     sc.incremental = c.is_incremental.unwrap_or(false);
@@ -329,24 +344,24 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                     match seq.clocks.get_mut(&clock) {
                         Some(sc) => {
                             let v = if sc.incremental {
-                                sc.last += t as i64 * sc.mult;
+                                sc.last = clamp_ts(sc.last.saturating_add(clock_ns(t, sc.mult)));
                                 sc.last
                             } else {
-                                t as i64 * sc.mult
+                                clock_ns(t, sc.mult)
                             };
-                            sc.anchor.map(|(cv, b)| b + (v - cv))
+                            sc.anchor.map(|(cv, b)| clamp_ts(b + (v - cv)))
                         }
                         None => None,
                     }
                 } else if clock == 6 {
-                    Some(t as i64)
+                    Some(clock_ns(t, 1))
                 } else {
                     // clock value - (clock - BOOTTIME) of the last snapshot holding it.
                     globals
                         .iter()
                         .rev()
                         .find_map(|g| g.get(&clock))
-                        .map(|d| t as i64 - d)
+                        .map(|d| clamp_ts(clock_ns(t, 1) - d))
                 }
             }
         };
@@ -700,7 +715,8 @@ fn micros_to_ns(v: &Value) -> Option<i64> {
         Value::String(s) => s.trim().parse().ok()?,
         _ => return None,
     };
-    f.is_finite().then(|| (f * 1000.0).round() as i64)
+    f.is_finite()
+        .then(|| clamp_ts((f * 1000.0).round() as i64))
 }
 
 pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {
