@@ -6,14 +6,14 @@
 
 #![forbid(unsafe_code)]
 
-use crate::args::{ArgList, TraceValue, WordSink};
-use crate::callsite::{Callsite, CallsiteKind};
-use crate::clock::ticks;
-use crate::record::{
+use crate::record::args::{ArgList, TraceValue, WordSink};
+use crate::record::callsite::{Callsite, CallsiteKind};
+use crate::record::clock::ticks;
+use crate::record::layout::{
     self, FLOW_IN, KIND_ASYNC_BEGIN, KIND_ASYNC_END, KIND_BEGIN, KIND_END, KIND_END_ARGS,
     KIND_FLOW, KIND_INSTANT, MAX_DEPTH,
 };
-use crate::registry::{with_current, ThreadRing};
+use crate::record::registry::{with_current, ThreadRing};
 use once_cell::sync::Lazy;
 use parking_lot::{Mutex, RwLock};
 use std::cell::{Cell, RefCell};
@@ -485,7 +485,7 @@ impl SpanData {
         self.async_id = ASYNC_ID_BASE | NEXT_ASYNC_ID.fetch_add(1, Ordering::Relaxed);
         ASYNC_LIVE.fetch_add(1, Ordering::Relaxed);
         self.dirty_async = 0;
-        record::write(
+        layout::write(
             &tr.ring,
             KIND_ASYNC_BEGIN,
             self.site.id() as u64,
@@ -498,7 +498,7 @@ impl SpanData {
     /// Writes the pending flows; the next end record binds them.
     fn write_flows(&mut self, tr: &ThreadRing, ts: u64) {
         if !self.flows.is_empty() {
-            record::write(&tr.ring, KIND_FLOW, 0, ts, &self.flows, &());
+            layout::write(&tr.ring, KIND_FLOW, 0, ts, &self.flows, &());
             self.flows.clear();
         }
     }
@@ -508,14 +508,14 @@ impl SpanData {
         self.write_flows(tr, ts);
         let depth = depth.min(MAX_DEPTH) as u64;
         if self.dirty == 0 {
-            record::write(&tr.ring, KIND_END, depth, ts, &[], &());
+            layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
         } else {
             let site = self.info.site(self.dirty);
             let mut args = Vec::new();
             self.words_of(self.dirty, &mut args);
             self.dirty = 0;
             let payload = site.id() as u64 | depth << 24;
-            record::write(&tr.ring, KIND_END_ARGS, payload, ts, &args, &());
+            layout::write(&tr.ring, KIND_END_ARGS, payload, ts, &args, &());
         }
     }
 
@@ -524,7 +524,7 @@ impl SpanData {
     fn begin_slice(&mut self, tr: &ThreadRing, ts: u64) -> Option<u32> {
         let depth = tr.depth.load(Ordering::Relaxed);
         let payload = self.site.id() as u64 | (depth.min(MAX_DEPTH) as u64) << 24;
-        if record::write(&tr.ring, KIND_BEGIN, payload, ts, &self.words, &()) {
+        if layout::write(&tr.ring, KIND_BEGIN, payload, ts, &self.words, &()) {
             tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
             self.dirty = 0;
             Some(depth)
@@ -709,7 +709,7 @@ pub(crate) fn event(event: &Event<'_>) {
         let site = info.site(f.mask());
         let words = f.ordered();
         meta.level().as_str().encode(words);
-        with_current(|tr| record::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &()));
+        with_current(|tr| layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &()));
     });
 }
 
@@ -772,7 +772,7 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
                             .is_none();
                     if bare {
                         let depth = entry.depth.min(MAX_DEPTH) as u64;
-                        record::write(&tr.ring, KIND_END, depth, ts, &[], &());
+                        layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
                     }
                     tr.depth.store(entry.depth, Ordering::Relaxed);
                 }
@@ -806,7 +806,7 @@ pub(crate) fn close(store: &impl SpanStore, id: &Id) {
             let site = data.info.site(data.dirty_async);
             let mut fixed = vec![data.async_id];
             data.words_of(data.dirty_async, &mut fixed);
-            record::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, &fixed, &());
+            layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, &fixed, &());
         });
     });
 }
@@ -830,7 +830,7 @@ fn exit_out_of_order(
             .map(|e| e.depth)
             .min();
         for e in above.iter().rev().filter(|e| live(e)) {
-            record::write(
+            layout::write(
                 &tr.ring,
                 KIND_END,
                 e.depth.min(MAX_DEPTH) as u64,

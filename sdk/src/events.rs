@@ -39,12 +39,12 @@
 
 #![forbid(unsafe_code)]
 
-use crate::args::{tag_word, TraceValue, T_ARRAY, T_BOOL, T_DICT, T_INT, T_POINTER, T_UINT};
-use crate::callsite::{Callsite, CallsiteKind};
-use crate::clock::ticks;
-use crate::record::{self, MAX_DEPTH};
-use crate::registry::{with_current, ThreadRing};
-use crate::scope::{CounterValue, IntoCounterValue};
+use crate::record::args::{tag_word, TraceValue, T_ARRAY, T_BOOL, T_DICT, T_INT, T_POINTER, T_UINT};
+use crate::record::callsite::{Callsite, CallsiteKind};
+use crate::record::clock::ticks;
+use crate::record::layout::{self, MAX_DEPTH};
+use crate::record::registry::{with_current, ThreadRing};
+use crate::record::scope::{CounterValue, IntoCounterValue};
 use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
@@ -312,9 +312,9 @@ fn write_on(tr: &ThreadRing, site: u32, op: u8, fields: &mut Fields, thread_time
         ts = ticks();
     }
     let payload = site as u64 | (op as u64) << 24;
-    record::write(
+    layout::write(
         &tr.ring,
-        record::KIND_EVENT,
+        layout::KIND_EVENT,
         payload,
         ts,
         &fields.words,
@@ -1209,11 +1209,11 @@ impl Drop for SliceGuard {
                         let tts = crate::sys::thread_cpu_ns();
                         let payload = depth.min(MAX_DEPTH) as u64;
                         let ts = ticks();
-                        record::write(&tr.ring, record::KIND_END_TT, payload, ts, &[tts], &());
+                        layout::write(&tr.ring, layout::KIND_END_TT, payload, ts, &[tts], &());
                     } else {
                         let ts = ticks();
                         let payload = depth.min(MAX_DEPTH) as u64;
-                        record::write(&tr.ring, record::KIND_END, payload, ts, &[], &());
+                        layout::write(&tr.ring, layout::KIND_END, payload, ts, &[], &());
                     }
                 }
             }

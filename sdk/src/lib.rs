@@ -103,20 +103,14 @@
 #![warn(missing_docs)]
 
 pub mod archive;
-mod args;
 #[cfg(feature = "tracing")]
 mod bridge;
-mod callsite;
-mod clock;
 mod encode;
 pub mod events;
 mod flusher;
 #[cfg(feature = "tracing")]
 mod layer;
 mod record;
-mod registry;
-mod ring;
-mod scope;
 mod session;
 mod signals;
 mod sink;
@@ -124,14 +118,10 @@ mod sink;
 mod span_table;
 #[cfg(feature = "tracing")]
 mod subscriber;
-mod sync;
 mod sys;
 
-#[cfg(all(test, ringtrace_loom))]
-mod loom_tests;
-
-pub use args::TraceValue;
-pub use callsite::{category_enabled, disable_categories, enable_categories};
+pub use record::args::TraceValue;
+pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use events::{
     clock_sync, clock_sync_issued, global_sample, set_process_labels, set_process_name,
     set_process_sort_index, set_thread_name, set_thread_sort_index, AsyncRange, Category, Color,
@@ -145,7 +135,7 @@ pub use layer::{
     TracingRecorder,
 };
 pub use ringtrace_macros::trace;
-pub use scope::{IntoCounterValue, ScopeGuard, TracedFuture};
+pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,
@@ -172,10 +162,10 @@ pub fn trace_clock_ns() -> u64 {
 /// Items the macros expand to. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::args::{ArgList, WordSink};
-    pub use crate::callsite::{Callsite, CallsiteKind};
+    pub use crate::record::args::{ArgList, WordSink};
+    pub use crate::record::callsite::{Callsite, CallsiteKind};
     pub use crate::events::log;
-    pub use crate::scope::{begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture};
+    pub use crate::record::scope::{begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture};
 }
 
 /// Records a slice from here to the end of the enclosing block.

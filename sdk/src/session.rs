@@ -2,13 +2,13 @@
 //! trace however the program ends (guard drop, `std::process::exit`, a panic
 //! unwinding out of `main`).
 
-use crate::callsite::{self, CategoryFilter};
-use crate::clock::Calibration;
+use crate::record::callsite::{self, CategoryFilter};
+use crate::record::clock::Calibration;
 use crate::encode::json::JsonEncoder;
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Encoder, ProcessInfo};
 use crate::flusher::{Flusher, Shared, Stats};
-use crate::registry::{RingConfig, REGISTRY};
+use crate::record::registry::{RingConfig, REGISTRY};
 use crate::sink::Sink;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;

@@ -7,9 +7,9 @@ pub(crate) mod json;
 pub(crate) mod perfetto;
 pub(crate) mod protowire;
 
-use crate::callsite::{self, Callsite};
-use crate::clock::Calibration;
-use crate::registry::ThreadRing;
+use crate::record::callsite::{self, Callsite};
+use crate::record::clock::Calibration;
+use crate::record::registry::ThreadRing;
 
 /// What the encoders know about the traced process.
 #[derive(Debug, Clone)]

@@ -14,10 +14,10 @@
 
 use super::protowire::{bytes, double, int, nested, string, uint};
 use super::{Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
-use crate::args::{ArgReader, ArgValue};
-use crate::callsite::Callsite;
-use crate::record::{parse, Record};
-use crate::registry::{ThreadRing, SESSION_SEQ};
+use crate::record::args::{ArgReader, ArgValue};
+use crate::record::callsite::Callsite;
+use crate::record::layout::{parse, Record};
+use crate::record::registry::{ThreadRing, SESSION_SEQ};
 use crate::sys;
 use std::collections::{HashMap, HashSet};
 
@@ -775,7 +775,7 @@ impl PerfettoEncoder {
     fn push_pending_flows(&mut self, ctx: &Context<'_>, seq: &mut Seq) {
         for id in seq.flows.drain(..) {
             // Process-scoped ids, made trace-global as Perfetto's SDK does.
-            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
+            let id = (id & !crate::record::layout::FLOW_IN) ^ ctx.process.uuid;
             super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
     }
@@ -895,9 +895,9 @@ fn intern_entry(interned: &mut Vec<u8>, field: u32, iid: u32, name: &str) {
 
 /// Writes the value fields of the next argument value as a DebugAnnotation.
 fn annotation_value(a: &mut Vec<u8>, r: &mut ArgReader<'_>, depth: usize) {
-    if depth > crate::args::MAX_NESTING {
+    if depth > crate::record::args::MAX_NESTING {
         r.skip_value();
-        string(a, DA_STRING, crate::args::TOO_DEEP);
+        string(a, DA_STRING, crate::record::args::TOO_DEEP);
         return;
     }
     match r.next() {

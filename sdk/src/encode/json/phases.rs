@@ -427,8 +427,8 @@ impl JsonEncoder {
     /// before its `E` so that slice still encloses them.
     fn layer_flows_v1(&mut self, who: (i32, i64), ts: u64, flows: &[u64], out: &mut Vec<u8>) {
         for &flow in flows {
-            let id = (flow & !crate::record::FLOW_IN) ^ ((who.0 as u32 as u64) << 40);
-            let into = flow & crate::record::FLOW_IN != 0;
+            let id = (flow & !crate::record::layout::FLOW_IN) ^ ((who.0 as u32 as u64) << 40);
+            let into = flow & crate::record::layout::FLOW_IN != 0;
             self.head_opt(
                 "flow",
                 Some("ringtrace.flow"),

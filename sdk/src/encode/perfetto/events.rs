@@ -254,7 +254,7 @@ impl PerfettoEncoder {
             extra_counter(&mut self.te, tt, t);
         }
         for id in seq.flows.drain(..) {
-            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
+            let id = (id & !crate::record::layout::FLOW_IN) ^ ctx.process.uuid;
             super::super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
         self.emit(seq, delta, out);
