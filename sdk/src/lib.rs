@@ -107,13 +107,10 @@ pub mod archive;
 mod bridge;
 mod encode;
 pub mod events;
-mod flusher;
 #[cfg(feature = "tracing")]
 mod layer;
 mod record;
 mod session;
-mod signals;
-mod sink;
 #[cfg(feature = "tracing")]
 mod span_table;
 #[cfg(feature = "tracing")]
@@ -128,7 +125,7 @@ pub use events::{
     ContextGuard, CounterUnit, Event, Flow, Frame, Id, IdKind, InstantScope, LogLevel, SliceGuard,
     Stack, Track, TrackSliceGuard,
 };
-pub use flusher::Stats;
+pub use session::flusher::Stats;
 #[cfg(feature = "tracing")]
 pub use layer::{
     layer, subscriber, LayerBuilder, RingtraceLayer, SubscriberBuilder, TracingBuilder,
@@ -140,7 +137,7 @@ pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,
 };
-pub use sink::MemoryBuffer;
+pub use session::sink::MemoryBuffer;
 #[cfg(feature = "tracing")]
 pub use subscriber::RingtraceSubscriber;
 

@@ -11,7 +11,7 @@
 use crate::record::clock::Calibration;
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::registry::{ThreadRing, REGISTRY};
-use crate::sink::Sink;
+use crate::session::sink::Sink;
 use crate::record::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
