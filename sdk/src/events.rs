@@ -39,7 +39,9 @@
 
 #![forbid(unsafe_code)]
 
-use crate::record::args::{tag_word, TraceValue, T_ARRAY, T_BOOL, T_DICT, T_INT, T_POINTER, T_UINT};
+use crate::record::args::{
+    tag_word, TraceValue, T_ARRAY, T_BOOL, T_DICT, T_INT, T_POINTER, T_UINT,
+};
 use crate::record::callsite::{Callsite, CallsiteKind};
 use crate::record::clock::ticks;
 use crate::record::layout::{self, MAX_DEPTH};

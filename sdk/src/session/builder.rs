@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-
 /// The file format of a trace.
 ///
 /// Chosen by the output's extension (see [`Format::from_path`]) or

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::path::PathBuf;
 
-
 /// What can go wrong starting or stopping a session.
 ///
 /// Returned by [`Builder::start`](crate::Builder::start), [`TraceGuard::stop`](crate::TraceGuard::stop) and

@@ -17,17 +17,17 @@ pub(crate) mod flusher;
 pub(crate) mod signals;
 pub(crate) mod sink;
 
-pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub(crate) use builder::Output;
+pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub use error::Error;
 
-use crate::record::callsite::{self, CategoryFilter};
-use crate::record::clock::Calibration;
 use crate::encode::json::JsonEncoder;
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Encoder, ProcessInfo};
-use crate::session::flusher::{Flusher, Shared, Stats};
+use crate::record::callsite::{self, CategoryFilter};
+use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
+use crate::session::flusher::{Flusher, Shared, Stats};
 use crate::session::sink::Sink;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
