@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 mod phases;
-pub(crate) use phases::{to_json_text, track_key, JsonOptions, ScopeForm};
+pub(crate) use phases::{to_json_text, JsonOptions, ScopeForm};
 
 struct Thread {
     pid: i32,
@@ -365,14 +365,7 @@ impl JsonEncoder {
     /// An instant marking lost events, with their count.
     fn lost(&mut self, who: (i32, i64), ts: u64, count: u64, out: &mut Vec<u8>) {
         self.stats.lost_reported += count;
-        self.head(
-            super::perfetto::LOST_EVENT_NAME,
-            "ringtrace",
-            "i",
-            ts,
-            who.0,
-            who.1,
-        );
+        self.head(super::LOST_EVENT_NAME, "ringtrace", "i", ts, who.0, who.1);
         let _ = write!(
             self.line,
             ",\"s\":\"t\",\"args\":{{\"lost_events\":{count}}}}}"

@@ -13,6 +13,7 @@
 //! Field numbers are Perfetto's (`protos/perfetto/trace/...`).
 
 use super::protowire::{bytes, double, int, nested, string, uint};
+use super::LOST_EVENT_NAME;
 use super::{Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
 use crate::record::args::{ArgReader, ArgValue};
 use crate::record::callsite::Callsite;
@@ -105,8 +106,6 @@ const LOSS_BUFFER_FULL: u32 = 256;
 const SEQ_CLOCK: u64 = 64;
 const BOOTTIME: u64 = sys::CLOCK_BOOTTIME as u64;
 
-/// Name of the instant that marks where events were lost, with their count.
-pub(crate) const LOST_EVENT_NAME: &str = "ringtrace: events lost";
 /// Async ids and counter sites get tracks of their own: uuid derivation keys.
 const UUID_KIND_COUNTER: u64 = 1;
 const UUID_KIND_ASYNC: u64 = 2;
@@ -317,7 +316,7 @@ impl Encoder for PerfettoEncoder {
             .or_insert_with(|| Seq::new(t, track_uuid));
         seq.valid = false;
         seq.loss_flags |= LOSS_PRESENT
-            | if t.ring.is_overwrite() {
+            | if t.is_overwrite() {
                 LOSS_OVERWRITE
             } else {
                 LOSS_BUFFER_FULL

@@ -67,6 +67,11 @@ impl ThreadRing {
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }
+
+    /// Flight-recorder mode: the oldest records are overwritten when full.
+    pub(crate) fn is_overwrite(&self) -> bool {
+        self.ring.is_overwrite()
+    }
 }
 
 /// Settings for rings created during the current session.

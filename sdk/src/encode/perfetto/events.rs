@@ -329,7 +329,7 @@ impl PerfettoEncoder {
     ) -> u64 {
         let mut parent = ctx.process.uuid;
         for i in 0..path.len() {
-            let key = crate::encode::json::track_key(&path[..=i]);
+            let key = crate::encode::track_key(&path[..=i]);
             let uuid = ctx.process.derived_uuid(UUID_KIND_TRACK, key);
             if seq.described.insert(uuid) {
                 let name = &path[i];
