@@ -29,7 +29,7 @@ vg=(valgrind --tool=memcheck --error-exitcode=99 -q
     --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite
     --trace-children=yes "--trace-children-skip=*python*,*/tar,*/sh,*/bash"
     --child-silent-after-fork=yes --fair-sched=yes
-    --suppressions=scripts/memcheck.supp)
+    "--suppressions=$PWD/scripts/memcheck.supp")
 
 # Test binaries run through valgrind as cargo's runner for the host.
 host=$(rustc -vV | sed -n 's/^host: //p')

@@ -262,6 +262,11 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
     let mut last_boot = 0i64;
     for (index, bytes) in packets.iter().enumerate() {
         let p = TracePacket::decode(*bytes).map_err(|e| format!("packet {index}: {e}"))?;
+        if p == TracePacket::default() {
+            // Carries nothing known: padding (ringtrace keeps packets off
+            // page boundaries with packets holding only a retired field).
+            continue;
+        }
         m.packets += 1;
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         let summary = m.sequences.entry(seq_id).or_default();
@@ -307,8 +312,8 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                 if !m.clocks.ids.contains(&id) {
                     m.clocks.ids.push(id);
                 }
-                let mult = i64::try_from(c.unit_multiplier_ns.unwrap_or(1).max(1))
-                    .unwrap_or(i64::MAX);
+                let mult =
+                    i64::try_from(c.unit_multiplier_ns.unwrap_or(1).max(1)).unwrap_or(i64::MAX);
                 let v = clock_ns(ts, mult);
                 if (64..128).contains(&id) {
                     let sc = seq.clocks.entry(id).or_default();
@@ -715,8 +720,7 @@ fn micros_to_ns(v: &Value) -> Option<i64> {
         Value::String(s) => s.trim().parse().ok()?,
         _ => return None,
     };
-    f.is_finite()
-        .then(|| clamp_ts((f * 1000.0).round() as i64))
+    f.is_finite().then(|| clamp_ts((f * 1000.0).round() as i64))
 }
 
 pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {

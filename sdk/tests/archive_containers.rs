@@ -6,9 +6,7 @@ mod common;
 
 use common::archive::*;
 use common::scratch;
-use ringtrace::archive::{
-    check_archive, read_members, Archive, ArchiveError, Clock, MemberKind,
-};
+use ringtrace::archive::{check_archive, read_members, Archive, ArchiveError, Clock, MemberKind};
 use serde_json::Value;
 
 // ------------------------------------------- container rules and our own
@@ -253,15 +251,18 @@ fn error_member_no_reader_recognizes() {
     // Formats trace_processor reads beside ours pass: systrace text, a ninja
     // log, `perf script` output.
     let dir = scratch("formats");
-    let r = check_archive(&python_tar(&dir, &[
-        ("a.pftrace", &synthetic_trace(&[None])),
-        ("sys.txt", b"# tracer: nop\n#\n"),
-        ("build.log", b"# ninja log v5\n0\t10\t0\ta.o\tdeadbeef\n"),
-        (
-            "perf.txt",
-            b"app 1234/1235 [001] 303057.417513:          1 cycles:\n",
-        ),
-    ]))
+    let r = check_archive(&python_tar(
+        &dir,
+        &[
+            ("a.pftrace", &synthetic_trace(&[None])),
+            ("sys.txt", b"# tracer: nop\n#\n"),
+            ("build.log", b"# ninja log v5\n0\t10\t0\ta.o\tdeadbeef\n"),
+            (
+                "perf.txt",
+                b"app 1234/1235 [001] 303057.417513:          1 cycles:\n",
+            ),
+        ],
+    ))
     .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(r.members.len(), 4);

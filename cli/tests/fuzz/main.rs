@@ -258,9 +258,12 @@ fn run(case: &Case, corpus: &[Seed], out: &mut Outcome) -> Result<(), String> {
 
     // `ringtrace convert FILE out.json` and `out.pftrace`.
     if matches!(case.shape, Shape::Perfetto | Shape::Json | Shape::Gzip) {
-        if let Ok((json, _)) =
-            ringtrace_cli::convert_bytes(case.name, d.clone(), ringtrace::Format::Json, UNPACK_LIMIT)
-        {
+        if let Ok((json, _)) = ringtrace_cli::convert_bytes(
+            case.name,
+            d.clone(),
+            ringtrace::Format::Json,
+            UNPACK_LIMIT,
+        ) {
             serde_json::from_slice::<serde_json::Value>(&json)
                 .map_err(|e| format!("convert wrote JSON that does not parse: {e}"))?;
             note(true);
@@ -514,7 +517,14 @@ fn write_corpus() {
             for t in 0..2 {
                 s.spawn(move || {
                     for i in 0..4u64 {
-                        ringtrace::trace_scope!("io", "read", bytes = 4096 * i, file = "a.txt", ok = true, ratio = 0.5);
+                        ringtrace::trace_scope!(
+                            "io",
+                            "read",
+                            bytes = 4096 * i,
+                            file = "a.txt",
+                            ok = true,
+                            ratio = 0.5
+                        );
                         ringtrace::trace_instant!("checkpoint", stage = i, who = "worker é");
                         ringtrace::trace_counter!("queue_depth", (t * 10 + i) as i64);
                     }
@@ -571,7 +581,10 @@ fn write_corpus() {
     a.write_zip_to(&mut zip).unwrap();
     write("archive.zip", &zip);
     write("archive.tar.gz", &mutate::gzip(&tar));
-    write("perfetto_manifest.json", a.manifest().unwrap().to_json().as_bytes());
+    write(
+        "perfetto_manifest.json",
+        a.manifest().unwrap().to_json().as_bytes(),
+    );
     write(
         "sidecar.json",
         br#"{"ringtrace_member": 1, "member": "a.json", "role": "a", "pid": 7, "host": "box", "boot_id": "0123456789abcdef", "clock": {"boottime_ns": 1000000000, "realtime_ns": 1700000000000000000, "monotonic_ns": 999000000}}"#,

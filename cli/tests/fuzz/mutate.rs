@@ -210,10 +210,16 @@ pub fn packets(d: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < d.len() {
-        let Some((key, n)) = read_varint(&d[pos..]) else { break };
-        let Some((len, m)) = read_varint(&d[pos + n..]) else { break };
+        let Some((key, n)) = read_varint(&d[pos..]) else {
+            break;
+        };
+        let Some((len, m)) = read_varint(&d[pos + n..]) else {
+            break;
+        };
         let start = pos + n + m;
-        let Some(end) = usize::try_from(len).ok().and_then(|l| start.checked_add(l)) else { break };
+        let Some(end) = usize::try_from(len).ok().and_then(|l| start.checked_add(l)) else {
+            break;
+        };
         if key != 0x0a || end > d.len() {
             break;
         }
@@ -233,7 +239,14 @@ pub fn frame(packets: &[Vec<u8>]) -> Vec<u8> {
 
 /// Lengths no reader should believe: past the end, 2^31, 2^32, u64::MAX
 /// (also -1 as a protobuf int64).
-const HUGE_LENGTHS: &[u64] = &[1 << 31, 1 << 32, (1 << 32) + 5, u64::MAX, i64::MAX as u64, 1 << 62];
+const HUGE_LENGTHS: &[u64] = &[
+    1 << 31,
+    1 << 32,
+    (1 << 32) + 5,
+    u64::MAX,
+    i64::MAX as u64,
+    1 << 62,
+];
 
 /// A TracePacket whose track event carries a debug annotation nested
 /// `depth` dicts deep (or arrays, field 12).
@@ -326,7 +339,10 @@ fn mutate_perfetto(rng: &mut Rng, d: &mut Vec<u8>, others: &[&[u8]]) {
         // Deep nesting.
         6 => {
             let depth = *rng.pick(&[50, 99, 100, 101, 1000, 100_000]);
-            ps.insert(rng.below(ps.len() + 1), nested_annotation_packet(depth, rng.one_in(2)));
+            ps.insert(
+                rng.below(ps.len() + 1),
+                nested_annotation_packet(depth, rng.one_in(2)),
+            );
             *d = frame(&ps);
         }
         // Compressed packets: a slice of the trace compressed, or a bomb.
@@ -433,7 +449,9 @@ fn tar_entries(d: &[u8]) -> Vec<([u8; 512], Vec<u8>)> {
         if h.iter().all(|&b| b == 0) {
             break;
         }
-        let size_text = String::from_utf8_lossy(&h[124..135]).trim_matches(['\0', ' ']).to_string();
+        let size_text = String::from_utf8_lossy(&h[124..135])
+            .trim_matches(['\0', ' '])
+            .to_string();
         let size = usize::from_str_radix(&size_text, 8).unwrap_or(0);
         let start = pos + 512;
         let end = (start + size).min(d.len());
@@ -616,20 +634,33 @@ pub fn zip(entries: &[ZipEntry], lie: Option<(usize, u32)>) -> Vec<u8> {
 fn zip_entries(d: &[u8]) -> Vec<ZipEntry> {
     let mut out = Vec::new();
     let mut pos = 0;
-    let u16_at = |p: usize| d.get(p..p + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
-    let u32_at = |p: usize| d.get(p..p + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let u16_at = |p: usize| {
+        d.get(p..p + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as usize)
+    };
+    let u32_at = |p: usize| {
+        d.get(p..p + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
     while d.get(pos..pos + 4) == Some(&b"PK\x03\x04"[..]) {
-        let (Some(method), Some(csize), Some(nlen), Some(xlen)) =
-            (u16_at(pos + 8), u32_at(pos + 18), u16_at(pos + 26), u16_at(pos + 28))
-        else {
+        let (Some(method), Some(csize), Some(nlen), Some(xlen)) = (
+            u16_at(pos + 8),
+            u32_at(pos + 18),
+            u16_at(pos + 26),
+            u16_at(pos + 28),
+        ) else {
             break;
         };
         let name_start = pos + 30;
         let body_start = name_start + nlen + xlen;
-        let Some(body) = d.get(body_start..body_start + csize) else { break };
+        let Some(body) = d.get(body_start..body_start + csize) else {
+            break;
+        };
         let data = if method == 8 {
             let mut v = Vec::new();
-            if std::io::Read::read_to_end(&mut flate2::read::DeflateDecoder::new(body), &mut v).is_err() {
+            if std::io::Read::read_to_end(&mut flate2::read::DeflateDecoder::new(body), &mut v)
+                .is_err()
+            {
                 break;
             }
             v
@@ -746,7 +777,11 @@ fn mutate_manifest(rng: &mut Rng, d: &mut Vec<u8>, others: &[&[u8]]) {
         match v {
             serde_json::Value::Object(o) => {
                 for (k, c) in o {
-                    places(c, format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")), out)
+                    places(
+                        c,
+                        format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")),
+                        out,
+                    )
                 }
             }
             serde_json::Value::Array(a) => {
@@ -799,7 +834,11 @@ pub fn mutate(rng: &mut Rng, d: &mut Vec<u8>, shape: Shape, others: &[&[u8]]) {
             let mut out = gzip(&inner);
             if rng.one_in(4) {
                 // A second gzip member, maybe a bomb.
-                let second = if rng.one_in(2) { vec![0; 8 << 20] } else { inner.clone() };
+                let second = if rng.one_in(2) {
+                    vec![0; 8 << 20]
+                } else {
+                    inner.clone()
+                };
                 out.extend_from_slice(&gzip(&second));
             }
             *d = out;

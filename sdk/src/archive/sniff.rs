@@ -222,7 +222,10 @@ fn is_logcat(data: &[u8]) -> bool {
     else {
         return false;
     };
-    let parts: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|p| !p.is_empty())
+        .collect();
     if parts.len() < 5 {
         return false;
     }
@@ -305,7 +308,10 @@ pub(crate) fn gunzip_members(data: &[u8], limit: u64) -> Result<Vec<Vec<u8>>, ()
     while rest.starts_with(&[0x1f, 0x8b]) {
         let mut dec = flate2::bufread::GzDecoder::new(rest);
         let mut buf = Vec::new();
-        match (&mut dec).take(left.saturating_add(1)).read_to_end(&mut buf) {
+        match (&mut dec)
+            .take(left.saturating_add(1))
+            .read_to_end(&mut buf)
+        {
             Err(_) => break,
             Ok(n) if n as u64 > left => return Err(()),
             Ok(n) => left -= n as u64,
@@ -533,7 +539,12 @@ mod tests {
             b"app\t1235 303057.417513: 1 cycles:\n",
             b"9,0,i,vers,1\n",
         ] {
-            assert_eq!(sniff(other), MemberKind::Other, "{:?}", String::from_utf8_lossy(other));
+            assert_eq!(
+                sniff(other),
+                MemberKind::Other,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
         }
         // Near misses stay unrecognized.
         for junk in [
@@ -542,7 +553,12 @@ mod tests {
             b"app x/1235 303057.417513: cycles:\n",
             b"perf without newline 303057.417513:",
         ] {
-            assert_eq!(sniff(junk), MemberKind::Unrecognized, "{:?}", String::from_utf8_lossy(junk));
+            assert_eq!(
+                sniff(junk),
+                MemberKind::Unrecognized,
+                "{:?}",
+                String::from_utf8_lossy(junk)
+            );
         }
         assert_eq!(sniff(b"PK\x03\x04rest"), MemberKind::Zip);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

@@ -278,7 +278,10 @@ pub(crate) fn read(data: &[u8], limit: u64) -> Result<Vec<(String, Vec<u8>)>, Ar
             0 => body.to_vec(),
             8 => {
                 if size as u64 > left {
-                    return Err(ArchiveError::UnpackLimit { member: name, limit });
+                    return Err(ArchiveError::UnpackLimit {
+                        member: name,
+                        limit,
+                    });
                 }
                 // Deflate expands 1032 times at most: preallocate no more
                 // than the data can hold; read one byte past the declared

@@ -28,7 +28,7 @@ use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
 use crate::session::flusher::{Flusher, Shared, Stats};
-use crate::session::sink::Sink;
+use crate::session::sink::{Sink, Units};
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -104,9 +104,12 @@ impl Builder {
                     path: Some(p.clone()),
                     source: e,
                 })?;
-                let w = std::io::BufWriter::with_capacity(1 << 16, file);
+                let units = match format {
+                    Format::Json => Units::Json,
+                    Format::Perfetto => Units::Perfetto,
+                };
                 (
-                    Sink::new(Box::new(w), p.display().to_string()),
+                    Sink::file(file, p.display().to_string(), units),
                     format,
                     Some(p),
                 )
