@@ -102,6 +102,18 @@
 //! ```
 //!
 //! Members are read into memory while the archive is written.
+//!
+//! # The modules
+//!
+//! This module writes archives ([`Archive`]); `member` is one file of it,
+//! `read` reads archives back and checks them; `manifest` parses, builds and
+//! validates the manifest; `clock` reads our own files' clock snapshots;
+//! `sniff` tells what a member is; `tar` and `zip` are the containers; `dir`
+//! the per-process member files of [`member_builder`].
+//!
+//! Rules of this layer: it works on finished files and bytes only. It knows
+//! no ring and no encoder; only `dir` starts sessions, through the public
+//! [`Builder`](crate::Builder).
 
 #![forbid(unsafe_code)]
 
