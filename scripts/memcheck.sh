@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the tests and programs that exercise ringtrace's `unsafe` code under
 # valgrind's memcheck (Miri needs nightly Rust; memcheck checks the stable
-# binaries themselves): the ring and registry unit tests, thread exit and the
-# registry's hand-over, every exit path (process::exit, panics, abort), the
-# signal handlers (SIGINT/SIGTERM, SIGKILL mid-write), and the example
+# binaries themselves): the ring, registry, clock and span-table unit tests,
+# thread exit and the registry's hand-over (10,000 threads), the exit paths
+# (process::exit, panics in main and in a worker, init_from_env), the signal
+# handlers (SIGINT/SIGTERM), writers killed mid-write, and the example
 # programs. Any memcheck error (invalid read or write, use of uninitialised
 # memory, invalid or mismatched free, overlapping copy, definite leak) fails
 # the run, in the test binaries and in every child program they start.
@@ -46,6 +47,7 @@ echo "-- exit paths, signals, SIGKILL mid-write, thread churn (child programs un
 # writers under memcheck instead, waiting for what they wrote.
 cargo test -q --test exit_paths -- --skip abort
 cargo test -q --test reliability -- sigterm thread_churn write_errors
+cargo test -q --test kill_whole_events
 
 echo "-- example programs"
 unset "$runner_var"
