@@ -126,6 +126,8 @@ mod span_table;
 mod subscriber;
 mod sync;
 mod sys;
+// System tracing: a producer for Perfetto's tracing service (`traced`).
+mod system;
 
 #[cfg(all(test, ringtrace_loom))]
 mod loom_tests;
