@@ -6,6 +6,8 @@
 //! - `burst TAG N`: on 3 threads, N times: slice `outer` (alpha, args `tag`,
 //!   `i`) around slice `inner` (beta) around instant `point` (alpha, arg
 //!   `i`), then instant `other` (gamma); `done`
+//! - `main TAG N`: the same as one thread of `burst`, on the main thread
+//!   (whose sequence lives as long as the program); `done`
 //! - `big BYTES`: one alpha instant `big` with a string arg of BYTES bytes; `done`
 //! - `flood MS`: alpha instants from 2 threads for MS ms; `done COUNT`
 //! - `quit`: stops the session; `stopped LOST`
@@ -29,21 +31,23 @@ fn category(name: &str) -> &'static Category {
     }
 }
 
+fn rounds(tag: u64, n: u64) {
+    for i in 0..n {
+        ringtrace::trace_scope!("alpha", "outer", tag = tag, i = i);
+        {
+            ringtrace::trace_scope!("beta", "inner");
+            ringtrace::trace_instant!("alpha", "point", i = i);
+        }
+        ringtrace::trace_instant!("gamma", "other");
+    }
+}
+
 fn burst(tag: u64, n: u64) {
     let threads: Vec<_> = (0..3)
         .map(|t| {
             std::thread::Builder::new()
                 .name(format!("burst-{t}"))
-                .spawn(move || {
-                    for i in 0..n {
-                        ringtrace::trace_scope!("alpha", "outer", tag = tag, i = i);
-                        {
-                            ringtrace::trace_scope!("beta", "inner");
-                            ringtrace::trace_instant!("alpha", "point", i = i);
-                        }
-                        ringtrace::trace_instant!("gamma", "other");
-                    }
-                })
+                .spawn(move || rounds(tag, n))
                 .unwrap()
         })
         .collect();
@@ -104,6 +108,10 @@ fn main() {
             }
             ["burst", tag, n] => {
                 burst(tag.parse().unwrap(), n.parse().unwrap());
+                "done".into()
+            }
+            ["main", tag, n] => {
+                rounds(tag.parse().unwrap(), n.parse().unwrap());
                 "done".into()
             }
             ["big", bytes] => {
