@@ -10,12 +10,17 @@
 use std::time::{Duration, Instant};
 
 fn main() -> Result<(), ringtrace::Error> {
-    let seconds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(60);
+    let seconds: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
     let trace = ringtrace::builder()
         .system_tracing(true)
         .process_name("ringtrace.demo")
         .start()?;
-    println!("recording for system tracing sessions for {seconds} s (categories demo.work, demo.io)");
+    println!(
+        "recording for system tracing sessions for {seconds} s (categories demo.work, demo.io)"
+    );
     let until = Instant::now() + Duration::from_secs(seconds);
     let workers: Vec<_> = (0..2)
         .map(|w| {

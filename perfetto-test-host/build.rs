@@ -28,7 +28,6 @@ fn main() {
     }
     let binary = out.join("perfetto-test-host");
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-    let started = std::time::Instant::now();
     let status = Command::new(&cxx)
         .args(["-std=c++17", "-O2", "-DNDEBUG", "-pthread", "-w"])
         .arg("-I")
@@ -39,10 +38,6 @@ fn main() {
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C++ compiler {cxx}: {e}"));
     assert!(status.success(), "compiling the Perfetto test host failed");
-    println!(
-        "cargo:warning=built the Perfetto test host in {:.0} s (cached in target/ from now on)",
-        started.elapsed().as_secs_f64()
-    );
     println!("cargo:rustc-env=PERFETTO_TEST_HOST={}", binary.display());
 }
 

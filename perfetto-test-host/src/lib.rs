@@ -131,7 +131,11 @@ impl Host {
 
     /// Asks the producers to flush; true if all acked within `timeout_ms`.
     pub fn flush(&mut self, name: &str, timeout_ms: u32) -> bool {
-        match self.child.command(&format!("flush {name} {timeout_ms}")).as_str() {
+        match self
+            .child
+            .command(&format!("flush {name} {timeout_ms}"))
+            .as_str()
+        {
             "ok 1" => true,
             "ok 0" => false,
             other => panic!("flush {name}: {other}"),
@@ -140,7 +144,9 @@ impl Host {
 
     /// Stops session `name` and writes its trace to `path`.
     pub fn stop_session(&mut self, name: &str, path: &Path) {
-        let a = self.child.command(&format!("stop {name} {}", path.display()));
+        let a = self
+            .child
+            .command(&format!("stop {name} {}", path.display()));
         assert!(a.starts_with("ok "), "stop {name}: {a}");
     }
 
@@ -306,7 +312,12 @@ pub fn assert_service_stats_clean(model: &Value) {
     let stats = model["trace_stats"].as_array().expect("trace_stats");
     let last = stats.last().expect("the service wrote TraceStats");
     for b in last["buffer_stats"].as_array().into_iter().flatten() {
-        for key in ["abi_violations", "chunks_discarded", "patches_failed", "trace_writer_packet_loss"] {
+        for key in [
+            "abi_violations",
+            "chunks_discarded",
+            "patches_failed",
+            "trace_writer_packet_loss",
+        ] {
             assert_eq!(stat(&b[key]), 0, "buffer stat {key}: {b:#}");
         }
     }

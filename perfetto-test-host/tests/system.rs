@@ -55,24 +55,34 @@ fn check_alpha_burst(m: &Value, tag: u64, n: usize) {
     }
     let mut per_thread_i: Vec<(String, u64)> = outer
         .iter()
-        .map(|s| (s["track_uuid"].to_string(), s["args"]["i"].as_u64().unwrap()))
+        .map(|s| {
+            (
+                s["track_uuid"].to_string(),
+                s["args"]["i"].as_u64().unwrap(),
+            )
+        })
         .collect();
     per_thread_i.sort();
     per_thread_i.dedup();
-    assert_eq!(per_thread_i.len(), 3 * n, "every iteration of every thread once");
+    assert_eq!(
+        per_thread_i.len(),
+        3 * n,
+        "every iteration of every thread once"
+    );
     // Each point lies inside the outer slice of its thread and iteration
     // (beta's `inner` between them is not recorded).
     for p in &point {
         assert_eq!(p["depth"].as_u64(), Some(1), "nested in outer: {p}");
         let parent = outer
             .iter()
-            .find(|o| {
-                o["track_uuid"] == p["track_uuid"] && o["args"]["i"] == p["args"]["i"]
-            })
+            .find(|o| o["track_uuid"] == p["track_uuid"] && o["args"]["i"] == p["args"]["i"])
             .expect("its outer slice");
         let (ts, start) = (p["ts"].as_u64().unwrap(), parent["ts"].as_u64().unwrap());
         let end = start + parent["dur"].as_u64().unwrap();
-        assert!(start <= ts && ts <= end, "point at {ts} outside [{start}, {end}]");
+        assert!(
+            start <= ts && ts <= end,
+            "point at {ts} outside [{start}, {end}]"
+        );
     }
 }
 
@@ -92,7 +102,10 @@ fn a_session_gets_exactly_its_categories_from_every_thread() {
     let m = model(&trace);
     assert_service_stats_clean(&m);
     check_alpha_burst(&m, 7, 50);
-    assert_eq!(names(&m), HashSet::from(["outer", "point", "big"].map(String::from)));
+    assert_eq!(
+        names(&m),
+        HashSet::from(["outer", "point", "big"].map(String::from))
+    );
     let big = events_named(&m, "big");
     assert_eq!(big.len(), 1);
     assert_eq!(big[0]["args"]["text"].as_str().map(str::len), Some(20000));
@@ -121,7 +134,10 @@ fn two_concurrent_sessions_each_get_their_own_categories() {
     assert_service_stats_clean(&ma);
     assert_service_stats_clean(&mg);
     check_alpha_burst(&ma, 3, 40);
-    assert_eq!(names(&ma), HashSet::from(["outer", "point"].map(String::from)));
+    assert_eq!(
+        names(&ma),
+        HashSet::from(["outer", "point"].map(String::from))
+    );
     assert_eq!(names(&mg), HashSet::from(["other".to_string()]));
     assert_eq!(slices(&mg, "other").len(), 120);
     assert_eq!(p.command("quit"), "stopped 0");
@@ -183,7 +199,10 @@ fn flushes_are_answered_and_incremental_state_is_cleared() {
         .values()
         .filter_map(|s| s["cleared_count"].as_u64())
         .collect();
-    assert!(cleared.iter().any(|&c| c >= 2), "cleared counts {cleared:?}");
+    assert!(
+        cleared.iter().any(|&c| c >= 2),
+        "cleared counts {cleared:?}"
+    );
     assert_eq!(p.command("quit"), "stopped 0");
 }
 
@@ -201,7 +220,11 @@ fn without_traced_the_program_runs_says_so_once_and_connects_later() {
     assert_eq!(p.command("wait alpha off"), "ok");
     std::thread::sleep(std::time::Duration::from_millis(1500)); // retries happen
     let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(count(&text, "no Perfetto tracing service"), 1, "stderr: {text}");
+    assert_eq!(
+        count(&text, "no Perfetto tracing service"),
+        1,
+        "stderr: {text}"
+    );
     // The service starts late: the producer connects on its own.
     let mut host = Host::start(&dir, None);
     host.start_session("s", &TraceConfig::categories(&["alpha"]));
@@ -265,9 +288,15 @@ fn a_tiny_shared_memory_buffer_drops_and_counts_but_never_stalls() {
     let written = events_named(&m, "flood").len() as u64;
     let stopped = p.command("quit");
     let lost: u64 = stopped.strip_prefix("stopped ").unwrap().parse().unwrap();
-    assert!(lost > 0, "a 8 KiB buffer cannot take {recorded} events in 300 ms");
+    assert!(
+        lost > 0,
+        "a 8 KiB buffer cannot take {recorded} events in 300 ms"
+    );
     assert!(written > 0, "events still get through");
-    assert!(written + lost <= recorded, "{written} + {lost} > {recorded}");
+    assert!(
+        written + lost <= recorded,
+        "{written} + {lost} > {recorded}"
+    );
     // The loss shows in the trace: marked with its count on the sequences.
     let marked: u64 = m["slices"]
         .as_array()

@@ -12,9 +12,9 @@ use crate::clock::Calibration;
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::registry::{ThreadRing, REGISTRY};
 use crate::sink::Sink;
+use crate::sync::Arc;
 use crate::system::data_source::RecordFilter;
 use crate::system::feed::SystemFeed;
-use crate::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -241,7 +241,14 @@ impl Flusher {
                     }
                 }
                 if retired && tr.ring.used_words() == 0 {
-                    thread_finished(&mut encoder, &mut system, &mut ctx, tr, &mut stats, &mut out);
+                    thread_finished(
+                        &mut encoder,
+                        &mut system,
+                        &mut ctx,
+                        tr,
+                        &mut stats,
+                        &mut out,
+                    );
                     if let Some(f) = file_filter.as_mut() {
                         f.0.forget_thread(tr.seq_id);
                     }
@@ -272,7 +279,14 @@ impl Flusher {
                 };
                 for tr in &rings {
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
-                        thread_finished(&mut encoder, &mut system, &mut ctx, tr, &mut stats, &mut out);
+                        thread_finished(
+                            &mut encoder,
+                            &mut system,
+                            &mut ctx,
+                            tr,
+                            &mut stats,
+                            &mut out,
+                        );
                     }
                 }
                 let now = cal.now_ns();

@@ -104,7 +104,12 @@ fn main() {
                 while c.is_enabled() != want && Instant::now() < until {
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                if c.is_enabled() == want { "ok" } else { "timeout" }.to_string()
+                if c.is_enabled() == want {
+                    "ok"
+                } else {
+                    "timeout"
+                }
+                .to_string()
             }
             ["burst", tag, n] => {
                 burst(tag.parse().unwrap(), n.parse().unwrap());
@@ -127,6 +132,8 @@ fn main() {
         };
         println!("{answer}");
     }
-    let lost = guard.map(|g| g.stop().expect("stop").events_lost).unwrap_or(0);
+    let lost = guard
+        .map(|g| g.stop().expect("stop").events_lost)
+        .unwrap_or(0);
     println!("stopped {lost}");
 }

@@ -259,7 +259,9 @@ impl Writer {
         }
         // The open chunk is full (by room or count): close it.
         if let Some(c) = &self.open {
-            if c.count >= MAX_PACKETS || (cap - c.payload.len() < MIN_FRAGMENT_ROOM && cap - c.payload.len() < whole) {
+            if c.count >= MAX_PACKETS
+                || (cap - c.payload.len() < MIN_FRAGMENT_ROOM && cap - c.payload.len() < whole)
+            {
                 let c = self.open.take().unwrap();
                 self.close(pool, c, commits);
             }
@@ -366,12 +368,10 @@ mod tests {
     fn reassemble(commits: &[ChunkToMove]) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         let mut partial: Option<Vec<u8>> = None;
-        let mut next_id = 0u32;
-        for c in commits {
+        for (next_id, c) in commits.iter().enumerate() {
             let d = c.data.as_ref().unwrap();
             let id = u32::from_le_bytes(d[0..4].try_into().unwrap());
-            assert_eq!(id, next_id, "chunk ids are consecutive");
-            next_id += 1;
+            assert_eq!(id as usize, next_id, "chunk ids are consecutive");
             let word = u16::from_le_bytes(d[6..8].try_into().unwrap());
             let (count, flags) = (word & 0x3ff, word >> 10);
             let mut pos = 8;
@@ -382,7 +382,11 @@ mod tests {
                 pos = p + len;
                 let first = i == 0 && flags & FIRST_PACKET_CONTINUES != 0;
                 let last = i + 1 == count && flags & LAST_PACKET_CONTINUES != 0;
-                let mut buf = if first { partial.take().expect("a continuation") } else { Vec::new() };
+                let mut buf = if first {
+                    partial.take().expect("a continuation")
+                } else {
+                    Vec::new()
+                };
                 buf.extend_from_slice(bytes);
                 if last {
                     partial = Some(buf);
@@ -409,7 +413,9 @@ mod tests {
             w.write_packet(&mut pool, p, &mut commits).unwrap();
         }
         w.finish_chunk(&mut pool, &mut commits);
-        assert!(commits.iter().all(|c| c.data.as_ref().unwrap().len() <= 4088));
+        assert!(commits
+            .iter()
+            .all(|c| c.data.as_ref().unwrap().len() <= 4088));
         assert_eq!(reassemble(&commits), packets);
     }
 }

@@ -4,7 +4,10 @@
 
 use super::wire::TrackEventConfig;
 use crate::encode::Sites;
-use crate::record::{KIND_ASYNC_END, KIND_BEGIN, KIND_BEGIN_TT, KIND_END, KIND_END_ARGS, KIND_END_TT, KIND_FLOW, KIND_LOST, MAX_SITE_ID};
+use crate::record::{
+    KIND_ASYNC_END, KIND_BEGIN, KIND_BEGIN_TT, KIND_END, KIND_END_ARGS, KIND_END_TT, KIND_FLOW,
+    KIND_LOST, MAX_SITE_ID,
+};
 use crate::ring::{header_kind, header_len, header_payload};
 use std::collections::HashMap;
 
@@ -48,7 +51,10 @@ impl Selection {
         if exact(&c.disabled_categories) {
             return false;
         }
-        let pattern = |list: &[String]| list.iter().any(|p| p.ends_with('*') && matches(p, category));
+        let pattern = |list: &[String]| {
+            list.iter()
+                .any(|p| p.ends_with('*') && matches(p, category))
+        };
         let any_tag = |list: &[String]| list.iter().any(|p| p == "*");
         if pattern(&c.enabled_categories) || any_tag(&c.enabled_tags) {
             return true;
@@ -58,7 +64,6 @@ impl Selection {
         }
         false
     }
-
 }
 
 /// Per thread: which open scopes (by depth) this instance kept, and flow
@@ -136,7 +141,10 @@ impl RecordFilter {
                 }
                 _ => site_enabled(&mut self.site_on, site, wants, sites),
             };
-            let binds_flows = matches!(kind, KIND_END | KIND_END_TT | KIND_END_ARGS | KIND_ASYNC_END);
+            let binds_flows = matches!(
+                kind,
+                KIND_END | KIND_END_TT | KIND_END_ARGS | KIND_ASYNC_END
+            );
             if binds_flows && !t.flows.is_empty() {
                 if keep {
                     out.extend_from_slice(&t.flows);

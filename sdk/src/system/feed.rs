@@ -143,11 +143,14 @@ impl SystemFeed {
 
     /// Tells the call sites which categories the live instances record.
     fn publish_selections(&self) {
-        let sels: Vec<Arc<Selection>> = self.instances.iter().map(|i| i.selection.clone()).collect();
+        let sels: Vec<Arc<Selection>> =
+            self.instances.iter().map(|i| i.selection.clone()).collect();
         let wants: Option<crate::callsite::SystemWants> = if sels.is_empty() {
             None
         } else {
-            Some(Arc::new(move |cat: &str| sels.iter().any(|s| s.enabled(cat))))
+            Some(Arc::new(move |cat: &str| {
+                sels.iter().any(|s| s.enabled(cat))
+            }))
         };
         crate::callsite::set_system_wants(wants);
     }
@@ -183,7 +186,9 @@ impl SystemFeed {
     pub(crate) fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64) {
         for i in 0..self.instances.len() {
             self.out.clear();
-            self.instances[i].encoder.note_lost(ctx, thread, count, &mut self.out);
+            self.instances[i]
+                .encoder
+                .note_lost(ctx, thread, count, &mut self.out);
             self.place(i, Some(thread), ctx);
         }
     }
@@ -192,7 +197,9 @@ impl SystemFeed {
     pub(crate) fn thread_done(&mut self, ctx: &mut Context<'_>, seq_id: u32) {
         for i in 0..self.instances.len() {
             self.out.clear();
-            self.instances[i].encoder.thread_done(ctx, seq_id, &mut self.out);
+            self.instances[i]
+                .encoder
+                .thread_done(ctx, seq_id, &mut self.out);
             self.place(i, None, ctx);
             let inst = &mut self.instances[i];
             inst.filter.forget_thread(seq_id);
@@ -227,7 +234,11 @@ impl SystemFeed {
     pub(crate) fn end_cycle(&mut self, ctx: &mut Context<'_>, now_ns: u64) {
         let stops = std::mem::take(&mut self.stops);
         for &(conn, instance) in &stops {
-            if let Some(i) = self.instances.iter().position(|x| x.conn == conn && x.id == instance) {
+            if let Some(i) = self
+                .instances
+                .iter()
+                .position(|x| x.conn == conn && x.id == instance)
+            {
                 self.out.clear();
                 self.instances[i].encoder.finish(ctx, now_ns, &mut self.out);
                 self.place(i, None, ctx);
@@ -330,7 +341,11 @@ impl SystemFeed {
         let inst = &mut self.instances[i];
         let mut dropped_seq: Option<u32> = None;
         let mut dropped = 0u64;
-        let pool = self.pool.as_mut().filter(|(c, _)| *c == inst.conn).map(|(_, p)| p);
+        let pool = self
+            .pool
+            .as_mut()
+            .filter(|(c, _)| *c == inst.conn)
+            .map(|(_, p)| p);
         let Some(pool) = pool else {
             // No shared memory for this connection yet: nothing can be sent.
             self.stats.events_dropped += count_events(&self.out);
@@ -375,7 +390,9 @@ impl SystemFeed {
             self.stats.events_dropped += dropped;
             if let Some(t) = thread {
                 self.out.clear();
-                self.instances[i].encoder.note_lost(ctx, t, dropped, &mut self.out);
+                self.instances[i]
+                    .encoder
+                    .note_lost(ctx, t, dropped, &mut self.out);
                 self.out.clear();
             }
         }

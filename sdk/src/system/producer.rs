@@ -19,13 +19,31 @@ use std::time::Duration;
 /// What the connection thread asks of the flusher, tagged with the
 /// connection it came from (ids die with their connection).
 pub(crate) enum Control {
-    Setup { conn: u64, memory: Memory },
-    Start { conn: u64, instance: u64, config: DataSourceConfig },
-    Stop { conn: u64, instance: u64 },
+    Setup {
+        conn: u64,
+        memory: Memory,
+    },
+    Start {
+        conn: u64,
+        instance: u64,
+        config: DataSourceConfig,
+    },
+    Stop {
+        conn: u64,
+        instance: u64,
+    },
     /// Every instance flushes (the service names those it waits for).
-    Flush { conn: u64, request_id: u64 },
-    Clear { conn: u64, instances: Vec<u64> },
-    Disconnected { conn: u64 },
+    Flush {
+        conn: u64,
+        request_id: u64,
+    },
+    Clear {
+        conn: u64,
+        instances: Vec<u64>,
+    },
+    Disconnected {
+        conn: u64,
+    },
 }
 
 /// The sending half of a live connection.
@@ -184,15 +202,22 @@ fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
                 if !success {
                     return Err(io::Error::other("traced refused to bind ProducerPort"));
                 }
-                let methods: HashMap<String, u32> =
-                    methods.into_iter().map(|(id, n)| (n.to_owned(), id)).collect();
+                let methods: HashMap<String, u32> = methods
+                    .into_iter()
+                    .map(|(id, n)| (n.to_owned(), id))
+                    .collect();
                 break (service_id, methods);
             }
             Ok(_) => continue,
             Err(_) => return Err(io::Error::other("malformed frame from traced")),
         }
     };
-    for m in ["InitializeConnection", "GetAsyncCommand", "RegisterDataSource", "CommitData"] {
+    for m in [
+        "InitializeConnection",
+        "GetAsyncCommand",
+        "RegisterDataSource",
+        "CommitData",
+    ] {
         if !methods.contains_key(m) {
             return Err(io::Error::other(format!("traced offers no {m}")));
         }
@@ -209,11 +234,31 @@ fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
     let register = wire::register_track_event(&categories);
     {
         let mut g = link.conn.lock();
-        let c = g.as_mut().ok_or_else(|| io::Error::other("connection closed"))?;
+        let c = g
+            .as_mut()
+            .ok_or_else(|| io::Error::other("connection closed"))?;
         let m = |n: &str| c.methods[n];
-        let mut frames = wire::invoke_frame(REQ_INIT, service_id, m("InitializeConnection"), &init, false);
-        frames.extend(wire::invoke_frame(REQ_COMMANDS, service_id, m("GetAsyncCommand"), &[], false));
-        frames.extend(wire::invoke_frame(REQ_REGISTER, service_id, m("RegisterDataSource"), &register, false));
+        let mut frames = wire::invoke_frame(
+            REQ_INIT,
+            service_id,
+            m("InitializeConnection"),
+            &init,
+            false,
+        );
+        frames.extend(wire::invoke_frame(
+            REQ_COMMANDS,
+            service_id,
+            m("GetAsyncCommand"),
+            &[],
+            false,
+        ));
+        frames.extend(wire::invoke_frame(
+            REQ_REGISTER,
+            service_id,
+            m("RegisterDataSource"),
+            &register,
+            false,
+        ));
         c.stream.write_all(&frames)?;
     }
     link.connections.fetch_add(1, Ordering::Relaxed);

@@ -21,7 +21,7 @@ pub(crate) fn recv_with_fd(
     // message (it would drop the fd and set MSG_CTRUNC).
     const MAX_FDS: usize = 4;
     let mut control = [0u64; 16]; // 128 bytes, 8-aligned like `cmsghdr`
-    // SAFETY: CMSG_SPACE only computes a size from its argument.
+                                  // SAFETY: CMSG_SPACE only computes a size from its argument.
     let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<libc::c_int>()) as u32) };
     debug_assert!(space as usize <= std::mem::size_of_val(&control));
     let mut iov = libc::iovec {
@@ -50,11 +50,12 @@ pub(crate) fn recv_with_fd(
     while !cmsg.is_null() {
         // SAFETY: `cmsg` is non-null and points to a header inside `control`
         // (see above), readable and aligned for `cmsghdr`.
-        let (level, kind, len) = unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len) };
+        let (level, kind, len) =
+            unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len) };
         if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
             // SAFETY: CMSG_LEN only computes a size.
             let header = unsafe { libc::CMSG_LEN(0) } as usize;
-            let count = (len as usize).saturating_sub(header) / std::mem::size_of::<libc::c_int>();
+            let count = len.saturating_sub(header) / std::mem::size_of::<libc::c_int>();
             // SAFETY: an SCM_RIGHTS message carries `count` ints right after
             // its header (CMSG_DATA), inside the control buffer; they may be
             // unaligned, hence read_unaligned.
@@ -99,7 +100,7 @@ impl SharedMemory {
         if page_size < 4096
             || !page_size.is_power_of_two()
             || size == 0
-            || size % page_size != 0
+            || !size.is_multiple_of(page_size)
             || size > 64 << 20
         {
             return Err(io::Error::new(
@@ -140,7 +141,10 @@ impl SharedMemory {
 
     /// The 32-bit word at byte `offset` (4-aligned, inside the mapping).
     pub(crate) fn word(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset % 4 == 0 && offset + 4 <= self.size, "SMB offset {offset}");
+        assert!(
+            offset.is_multiple_of(4) && offset + 4 <= self.size,
+            "SMB offset {offset}"
+        );
         // SAFETY: `base + offset` is inside the mapping (asserted), 4-aligned
         // (mmap returns page-aligned memory; offset asserted), and the mapping
         // lives as long as `self`, which the returned reference borrows.
@@ -150,7 +154,10 @@ impl SharedMemory {
 
     /// The 16-bit word at byte `offset` (2-aligned, inside the mapping).
     pub(crate) fn half(&self, offset: usize) -> &AtomicU16 {
-        assert!(offset % 2 == 0 && offset + 2 <= self.size, "SMB offset {offset}");
+        assert!(
+            offset.is_multiple_of(2) && offset + 2 <= self.size,
+            "SMB offset {offset}"
+        );
         // SAFETY: as in `word`, for 2 bytes and 2-alignment.
         unsafe { AtomicU16::from_ptr(self.base.add(offset).cast()) }
     }

@@ -158,7 +158,10 @@ impl FrameReader {
                 self.fd = Some(fd);
             }
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "traced closed the connection"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "traced closed the connection",
+                ));
             }
         }
     }

@@ -577,7 +577,10 @@ mod tests {
             uint(p, 13, 1);
         });
         let mut got = Vec::new();
-        for_each_packet(&stream, &mut Vec::new(), |seq, p| got.push((seq, p.to_vec()))).unwrap();
+        for_each_packet(&stream, &mut Vec::new(), |seq, p| {
+            got.push((seq, p.to_vec()))
+        })
+        .unwrap();
         assert_eq!(got, vec![(3, vec![0x40, 5, 0x68, 1])]);
     }
 }
