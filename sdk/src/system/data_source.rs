@@ -4,11 +4,11 @@
 
 use super::wire::TrackEventConfig;
 use crate::encode::Sites;
-use crate::record::{
+use crate::record::layout::{
     KIND_ASYNC_END, KIND_BEGIN, KIND_BEGIN_TT, KIND_END, KIND_END_ARGS, KIND_END_TT, KIND_FLOW,
     KIND_LOST, MAX_SITE_ID,
 };
-use crate::ring::{header_kind, header_len, header_payload};
+use crate::record::ring::{header_kind, header_len, header_payload};
 use std::collections::HashMap;
 
 /// The categories one instance records.

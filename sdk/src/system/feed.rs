@@ -10,7 +10,7 @@ use super::producer::{Control, Link};
 use super::wire::{self, ChunkToMove, MAX_FRAME};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Batch, Context, Encoder};
-use crate::registry::ThreadRing;
+use crate::record::registry::ThreadRing;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -145,14 +145,14 @@ impl SystemFeed {
     fn publish_selections(&self) {
         let sels: Vec<Arc<Selection>> =
             self.instances.iter().map(|i| i.selection.clone()).collect();
-        let wants: Option<crate::callsite::SystemWants> = if sels.is_empty() {
+        let wants: Option<crate::record::callsite::SystemWants> = if sels.is_empty() {
             None
         } else {
             Some(Arc::new(move |cat: &str| {
                 sels.iter().any(|s| s.enabled(cat))
             }))
         };
-        crate::callsite::set_system_wants(wants);
+        crate::record::callsite::set_system_wants(wants);
     }
 
     /// Encodes one drained batch for every instance, each the records of the
@@ -289,7 +289,7 @@ impl SystemFeed {
         let flush = self.flushes.drain(..).map(|(_, r)| r).max();
         self.commit(flush);
         self.instances.clear();
-        crate::callsite::set_system_wants(None);
+        crate::record::callsite::set_system_wants(None);
     }
 
     fn finish_chunks(&mut self) {

@@ -8,7 +8,7 @@ use super::chunks::Memory;
 use super::shm::SharedMemory;
 use super::transport::{FrameReader, Stream};
 use super::wire::{self, Command, DataSourceConfig, Frame};
-use crate::flusher::Shared;
+use crate::session::flusher::Shared;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
@@ -230,7 +230,7 @@ fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
         next_request: REQ_REGISTER,
     });
     let init = wire::initialize_connection(&link.producer_name, 0, 0, SDK_VERSION);
-    let categories = crate::callsite::known_categories();
+    let categories = crate::record::callsite::known_categories();
     let register = wire::register_track_event(&categories);
     {
         let mut g = link.conn.lock();

@@ -8,11 +8,11 @@
 //! to the end and then forgotten. In flight-recorder (overwrite) mode rings
 //! are drained only on `flush()` and at stop, except rings of exited threads.
 
-use crate::clock::Calibration;
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
-use crate::registry::{ThreadRing, REGISTRY};
-use crate::sink::Sink;
-use crate::sync::Arc;
+use crate::record::clock::Calibration;
+use crate::record::registry::{ThreadRing, REGISTRY};
+use crate::record::sync::Arc;
+use crate::session::sink::Sink;
 use crate::system::data_source::RecordFilter;
 use crate::system::feed::SystemFeed;
 use parking_lot::{Condvar, Mutex};
@@ -197,7 +197,7 @@ impl Flusher {
                         match file_filter.as_mut() {
                             None => e.batch(&mut ctx, &batch, &mut out),
                             Some((filter, generation)) => {
-                                let now = crate::callsite::filter_generation();
+                                let now = crate::record::callsite::filter_generation();
                                 if *generation != now {
                                     *generation = now;
                                     filter.forget_sites();
@@ -205,7 +205,7 @@ impl Flusher {
                                 filter.select(
                                     tr.seq_id,
                                     &words,
-                                    &crate::callsite::category_enabled,
+                                    &crate::record::callsite::category_enabled,
                                     ctx.sites,
                                     &mut file_words,
                                 );
