@@ -17,9 +17,9 @@ pub(crate) fn default_address() -> String {
     if let Some(v) = std::env::var_os("PERFETTO_PRODUCER_SOCK_NAME").filter(|v| !v.is_empty()) {
         return v.to_string_lossy().into_owned();
     }
-    let run = std::ffi::CString::new("/run/perfetto/").unwrap();
-    // SAFETY: `run` is a valid NUL-terminated path; access() only reads it.
-    if unsafe { libc::access(run.as_ptr(), libc::X_OK) } == 0 {
+    // Looking up an entry of a directory needs search permission on it, as
+    // traced's clients check with access(X_OK).
+    if std::path::Path::new("/run/perfetto/.").metadata().is_ok() {
         "/run/perfetto/traced-producer.sock".into()
     } else {
         "/tmp/perfetto-producer".into()
