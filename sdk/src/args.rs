@@ -408,7 +408,14 @@ impl<'a> StrWords<'a> {
     #[inline]
     pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len);
-        self.for_each_chunk(|c| out.extend_from_slice(c));
+        let full = self.len / 8;
+        for w in &self.words[..full] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        let rest = self.len - full * 8;
+        if rest > 0 {
+            out.extend_from_slice(&self.words[full].to_le_bytes()[..rest]);
+        }
     }
 
     /// An owned copy (cold paths: dict keys, the typed API's fields).

@@ -199,13 +199,26 @@ pub(crate) struct EndMatch {
 
 impl ScopeStack {
     /// A begin at `depth`: scopes at that depth or deeper lost their end.
+    #[inline]
     pub(crate) fn begin(&mut self, scope: OpenScope) -> Vec<OpenScope> {
+        if self.open.last().is_none_or(|top| top.depth < scope.depth) {
+            self.open.push(scope); // the usual case: nothing lost
+            return Vec::new();
+        }
         let orphaned = self.pop_deeper_than(scope.depth, true);
         self.open.push(scope);
         orphaned
     }
 
+    #[inline]
     pub(crate) fn end(&mut self, depth: u32) -> EndMatch {
+        if self.open.last().is_some_and(|top| top.depth == depth) {
+            // The usual case: the end of the innermost scope.
+            return EndMatch {
+                orphaned: Vec::new(),
+                matched: self.open.pop(),
+            };
+        }
         let orphaned = self.pop_deeper_than(depth, false);
         let matched = if self.open.last().is_some_and(|s| s.depth == depth) {
             self.open.pop()

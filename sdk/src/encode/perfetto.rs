@@ -619,9 +619,19 @@ impl PerfettoEncoder {
         out.reserve(len + 4);
         len_head(out, 1, len);
         time.write(out);
-        uint(out, P_SEQUENCE_ID, seq_id);
-        if flag {
-            uint(out, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+        if flag && seq_id < 0x80 {
+            // Sequence id and flags: the same bytes in every packet.
+            out.extend_from_slice(&[
+                (P_SEQUENCE_ID << 3) as u8,
+                seq_id as u8,
+                (P_SEQUENCE_FLAGS << 3) as u8,
+                SEQ_NEEDS_INCREMENTAL_STATE as u8,
+            ]);
+        } else {
+            uint(out, P_SEQUENCE_ID, seq_id);
+            if flag {
+                uint(out, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+            }
         }
         if !interned.is_empty() {
             len_head(out, P_INTERNED_DATA, interned.len());

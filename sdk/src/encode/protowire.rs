@@ -11,8 +11,15 @@ pub(crate) const WT_LEN: u32 = 2;
 pub(crate) fn varint(buf: &mut Vec<u8>, v: u64) {
     if v < 0x80 {
         buf.push(v as u8);
-        return;
+    } else if v < 0x4000 {
+        buf.extend_from_slice(&[(v as u8) | 0x80, (v >> 7) as u8]);
+    } else {
+        varint_long(buf, v);
     }
+}
+
+#[inline(never)]
+fn varint_long(buf: &mut Vec<u8>, v: u64) {
     let mut tmp = [0u8; 10];
     let n = varint_into(&mut tmp, v);
     buf.extend_from_slice(&tmp[..n]);
@@ -84,8 +91,13 @@ pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &crate::args::StrWo
 /// uint32/uint64/enum/bool field.
 #[inline]
 pub(crate) fn uint(buf: &mut Vec<u8>, field: u32, v: u64) {
-    tag(buf, field, WT_VARINT);
-    varint(buf, v);
+    if field < 16 && v < 0x80 {
+        // The common case in one write: a one-byte tag, a one-byte value.
+        buf.extend_from_slice(&[(field << 3) as u8, v as u8]);
+    } else {
+        tag(buf, field, WT_VARINT);
+        varint(buf, v);
+    }
 }
 
 /// int32/int64 field (two's complement, 10 bytes when negative).
