@@ -83,7 +83,7 @@ pub(crate) fn len_head(buf: &mut Vec<u8>, field: u32, len: usize) {
 /// A string field from recorded argument words (copied word by word, not
 /// validated again: see `StrWords`).
 #[inline]
-pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &crate::args::StrWords<'_>) {
+pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &crate::record::args::StrWords<'_>) {
     len_head(buf, field, v.len());
     v.append_to(buf);
 }
@@ -203,7 +203,7 @@ mod tests {
 
     #[test]
     fn string_words_write_the_recorded_bytes() {
-        use crate::args::{ArgReader, ArgValue, TraceValue};
+        use crate::record::args::{ArgReader, ArgValue, TraceValue};
         for s in [
             "",
             "a",
