@@ -69,18 +69,29 @@ impl Line {
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 
-    /// Appends `v` in decimal.
+    /// Appends `v` in decimal, two digits per step.
     #[inline]
     pub(crate) fn uint(&mut self, mut v: u64) {
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
         let mut buf = [0u8; 20];
         let mut i = buf.len();
-        loop {
+        while v >= 100 {
+            let r = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+        }
+        if v >= 10 {
+            let r = v as usize * 2;
+            i -= 2;
+            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+        } else {
             i -= 1;
-            buf[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
+            buf[i] = b'0' + v as u8;
         }
         self.0.extend_from_slice(&buf[i..]);
     }
@@ -125,6 +136,8 @@ pub(crate) struct JsonEncoder {
     /// True once the first event is written (separators go before the rest).
     wrote_event: bool,
     line: Line,
+    /// `,"pid":..,"tid":..` of the last thread written, and for whom.
+    who: (i32, i64, Vec<u8>),
     /// Options and state of the phases of the typed API (`phases`).
     phases: phases::Phases,
 }
@@ -194,7 +207,16 @@ impl JsonEncoder {
             self.heads[idx] = h.0;
         }
         self.line.0.extend_from_slice(&self.heads[idx]);
-        head_tail(&mut self.line, ph, ts_ns, pid, tid);
+        self.line.push_str(ph);
+        self.line.push_str("\",\"ts\":");
+        micros(&mut self.line, ts_ns);
+        if self.who.2.is_empty() || self.who.0 != pid || self.who.1 != tid {
+            let mut w = Line(std::mem::take(&mut self.who.2));
+            w.clear();
+            who_into(&mut w, pid, tid);
+            self.who = (pid, tid, w.0);
+        }
+        self.line.0.extend_from_slice(&self.who.2);
     }
 
     #[inline]
@@ -574,6 +596,12 @@ fn head_tail(l: &mut Line, ph: &str, ts_ns: u64, pid: i32, tid: i64) {
     l.push_str(ph);
     l.push_str("\",\"ts\":");
     micros(l, ts_ns);
+    who_into(l, pid, tid);
+}
+
+/// `,"pid":..,"tid":..`.
+#[inline]
+fn who_into(l: &mut Line, pid: i32, tid: i64) {
     l.push_str(",\"pid\":");
     l.int(pid as i64);
     l.push_str(",\"tid\":");
@@ -765,12 +793,29 @@ mod tests {
     #[test]
     fn integers_are_written_in_decimal() {
         let mut l = Line::default();
-        for v in [0i64, 7, -7, 10, 99, 100, i64::MAX, i64::MIN] {
+        for v in [
+            0i64,
+            7,
+            -7,
+            10,
+            99,
+            100,
+            101,
+            1000,
+            12345,
+            i64::MAX,
+            i64::MIN,
+        ] {
             l.int(v);
             l.push(' ');
         }
         l.uint(u64::MAX);
-        let want = format!("0 7 -7 10 99 100 {} {} {}", i64::MAX, i64::MIN, u64::MAX);
+        let want = format!(
+            "0 7 -7 10 99 100 101 1000 12345 {} {} {}",
+            i64::MAX,
+            i64::MIN,
+            u64::MAX
+        );
         assert_eq!(l.into_string(), want);
     }
 

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::Context;
@@ -39,7 +40,16 @@ const SHARDS: usize = 32;
 /// close), so the table belongs to one layer, hence one registry. A map
 /// grows to the peak of live spans and is then reused: no allocation per span.
 struct SpanMap {
-    shards: Box<[CachePadded<Mutex<HashMap<u64, SpanData, BuildHasherDefault<IdHash>>>>]>,
+    shards: Box<[CachePadded<Shard>]>,
+}
+
+type IdMap = HashMap<u64, SpanData, BuildHasherDefault<IdHash>>;
+
+struct Shard {
+    /// Entries in `map`, written under its lock, read without it: an empty
+    /// shard (every span when the categories are off) is not locked at all.
+    len: AtomicUsize,
+    map: Mutex<IdMap>,
 }
 
 /// Hashes a span id (already unique) with one multiply; the high bits, which
@@ -66,25 +76,46 @@ impl SpanMap {
     fn new() -> SpanMap {
         SpanMap {
             shards: (0..SHARDS)
-                .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
+                .map(|_| {
+                    CachePadded::new(Shard {
+                        len: AtomicUsize::new(0),
+                        map: Mutex::new(HashMap::default()),
+                    })
+                })
                 .collect(),
         }
     }
 
     #[inline]
-    fn shard(&self, id: u64) -> &Mutex<HashMap<u64, SpanData, BuildHasherDefault<IdHash>>> {
+    fn shard(&self, id: u64) -> &Shard {
         let mut h = IdHash::default();
         h.write_u64(id);
         &self.shards[(h.finish() >> 59) as usize % SHARDS]
     }
 
     fn insert(&self, id: u64, data: SpanData) {
-        let old = self.shard(id).lock().insert(id, data);
+        let shard = self.shard(id);
+        let old = {
+            let mut map = shard.map.lock();
+            let old = map.insert(id, data);
+            shard.len.store(map.len(), Ordering::Relaxed);
+            old
+        };
         drop(old); // a stale entry (a close this layer did not see), outside the lock
     }
 
     fn remove(&self, id: u64) -> Option<SpanData> {
-        self.shard(id).lock().remove(&id)
+        let shard = self.shard(id);
+        // Relaxed: a span's entry is inserted and removed by callbacks on
+        // that span, which `tracing` orders (the span's handle is shared
+        // with synchronisation); only other spans' updates can be unseen.
+        if shard.len.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut map = shard.map.lock();
+        let old = map.remove(&id);
+        shard.len.store(map.len(), Ordering::Relaxed);
+        old
     }
 }
 
@@ -92,7 +123,11 @@ impl SpanStore for SpanMap {
     #[inline]
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R> {
         let id = id.into_u64();
-        self.shard(id).lock().get_mut(&id).map(f)
+        let shard = self.shard(id);
+        if shard.len.load(Ordering::Relaxed) == 0 {
+            return None; // as in `remove`
+        }
+        shard.map.lock().get_mut(&id).map(f)
     }
 }
 
@@ -119,7 +154,7 @@ where
     }
 
     fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
-        bridge::enter(&self.spans, id);
+        bridge::enter(&self.spans, id, false);
     }
 
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {

@@ -113,8 +113,11 @@ pub(crate) fn event(event: &Event<'_>) {
     });
 }
 
-/// Span `id` is entered on this thread: a slice begins.
-pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
+/// Span `id` is entered on this thread: a slice begins. A span ringtrace
+/// keeps no state for (its category was off) goes on the thread's stack of
+/// entered spans only if `track_unrecorded` (the subscriber answers
+/// `Span::current()` from that stack; the layer leaves it to the registry).
+pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
     let ts = ticks();
     let mut entered = Entered {
         id: id.into_u64(),
@@ -122,7 +125,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
         session: 0,
         recorded: false,
     };
-    store.with_data(id, |data| {
+    let found = store.with_data(id, |data| {
         if !data.site.is_enabled() {
             return;
         }
@@ -140,7 +143,9 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
             }
         });
     });
-    push_entered(entered);
+    if found.is_some() || track_unrecorded {
+        push_entered(entered);
+    }
 }
 
 /// Span `id` exits on this thread: its slice ends.
