@@ -99,7 +99,16 @@
 //! surrogate escapes); NaN and infinities are the strings `"NaN"`,
 //! `"Infinity"` and `"-Infinity"`.
 
+//!
+//! ## Features
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `enable` | on | the instrumentation itself; off, every macro and `#[trace]` expand to nothing |
+//! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
+
 #![deny(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod archive;
