@@ -6,7 +6,8 @@
 //! event creates its ring; each call site registers on first use), then
 //! switches counting on and records 100,000 iterations of enabled scopes
 //! with an int and a string argument, a plain scope, an instant with an
-//! argument and two counters: the count must stay 0.
+//! argument and two counters: the count must stay 0. The same for `tracing`
+//! through ringtrace's subscriber and for `log` through `ringtrace::log`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -185,4 +186,46 @@ fn tracing_subscriber_spans_and_events_do_not_allocate() {
     assert_eq!(stats.events_lost, 0, "{stats:?}");
     // 2 slices (begin + end each) and 1 instant per iteration.
     assert_eq!(stats.events_written, (N + 1) * 5, "{stats:?}");
+}
+
+/// Through the `log` bridge (`ringtrace::log`): after a call site's first
+/// record on the thread (site registration, ring, the formatting buffer
+/// grown to the longest message), formatted and static records alike
+/// allocate nothing; a record below the level filter neither.
+#[inline(never)]
+fn log_records(i: u64) {
+    log::info!(target: "alloc", "tick {i} of {}", "many");
+    log::warn!(target: "alloc", "static message");
+    log::trace!(target: "alloc", "below the filter {i}");
+    black_box(i);
+}
+
+#[test]
+fn log_records_do_not_allocate() {
+    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+    const N: u64 = 50_000;
+    ringtrace::log::Logger::new()
+        .max_level(log::LevelFilter::Debug)
+        .init()
+        .expect("the only logger of this test binary");
+    let out = ringtrace::MemoryBuffer::new();
+    let guard = ringtrace::builder()
+        .writer(out.clone())
+        .buffer_bytes_per_thread(64 << 20)
+        .start()
+        .expect("start a session");
+    log_records(N);
+    let during = allocations_during(|| {
+        for i in 1..=N {
+            log_records(i);
+        }
+    });
+    let stats = guard.stop().expect("stop");
+    assert_eq!(
+        during, 0,
+        "the recording thread allocated {during} times in {N} iterations"
+    );
+    assert_eq!(stats.events_lost, 0, "{stats:?}");
+    // Two log instants per iteration (the trace! is filtered out).
+    assert_eq!(stats.events_written, (N + 1) * 2, "{stats:?}");
 }

@@ -106,6 +106,7 @@
 //! | --- | --- | --- |
 //! | `enable` | on | the instrumentation itself; off, every macro and `#[trace]` expand to nothing |
 //! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
+//! | `log` | off | [`log`](mod@log): records of the `log` crate recorded as log instants |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -122,6 +123,8 @@ pub mod events;
 mod flusher;
 #[cfg(feature = "tracing")]
 mod layer;
+#[cfg(feature = "log")]
+pub mod log;
 mod record;
 mod registry;
 mod ring;
