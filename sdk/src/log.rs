@@ -38,7 +38,7 @@
 //! replaced by local ones. After the ring's owner is gone, the registry
 //! counts them as lost (`Stats::events_lost`).
 
-use crate::callsite::{Callsite, CallsiteKind};
+use crate::record::callsite::{Callsite, CallsiteKind};
 use crate::events::LogLevel;
 use ::log::{Level, LevelFilter, Log, Metadata, Record, SetLoggerError};
 use once_cell::sync::Lazy;

@@ -2,8 +2,8 @@
 //! hand-over of a thread's ring to the flusher through the registry. Run with
 //! `RUSTFLAGS="--cfg ringtrace_loom" cargo test --release -p ringtrace --lib loom_tests`.
 
-use crate::registry::{Registry, RingConfig};
-use crate::ring::{header_kind, header_len, header_payload, make_header, Ring, KIND_LOST};
+use crate::record::registry::{Registry, RingConfig};
+use crate::record::ring::{header_kind, header_len, header_payload, make_header, Ring, KIND_LOST};
 use loom::sync::Arc;
 use loom::thread;
 

@@ -12,8 +12,8 @@
 //! Each session has an id; a ring belongs to one session. A thread whose
 //! cached ring is from an earlier session gets a fresh one on its next event.
 
-use crate::ring::Ring;
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+use crate::record::ring::Ring;
+use crate::record::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use std::cell::{Cell, RefCell};
 
 /// One thread's ring and identity.
@@ -66,6 +66,11 @@ impl ThreadRing {
 
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// Flight-recorder mode: the oldest records are overwritten when full.
+    pub(crate) fn is_overwrite(&self) -> bool {
+        self.ring.is_overwrite()
     }
 }
 

@@ -43,7 +43,7 @@
 //!   only into slots of positions below `tail`), so the CAS is retried from
 //!   there.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::record::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Words of the loss marker written in drop mode: header, timestamp, count.

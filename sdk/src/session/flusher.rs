@@ -8,11 +8,11 @@
 //! to the end and then forgotten. In flight-recorder (overwrite) mode rings
 //! are drained only on `flush()` and at stop, except rings of exited threads.
 
-use crate::clock::Calibration;
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
-use crate::registry::{ThreadRing, REGISTRY};
-use crate::sink::Sink;
-use crate::sync::Arc;
+use crate::record::clock::Calibration;
+use crate::record::registry::{ThreadRing, REGISTRY};
+use crate::record::sync::Arc;
+use crate::session::sink::Sink;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
