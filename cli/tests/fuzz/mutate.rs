@@ -414,7 +414,7 @@ fn mutate_json(rng: &mut Rng, d: &mut Vec<u8>, others: &[&[u8]]) {
             }
             let at = *rng.pick(&quotes) + 1;
             let bad: &[u8] = match rng.below(4) {
-                0 => BAD_UTF8[rng.below(BAD_UTF8.len())],
+                0 => rng.pick::<&[u8]>(BAD_UTF8),
                 1 => b"\\ud800",
                 2 => b"\\u00zz",
                 _ => b"\\",
