@@ -27,7 +27,14 @@ fn main() {
         panic!("{} has no perfetto_c.cc", amalgamation.display());
     }
     let binary = out.join("perfetto-test-host");
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| {
+        let found = |c: &str| Command::new(c).arg("--version").output().is_ok();
+        ["g++", "c++", "clang++"]
+            .into_iter()
+            .find(|c| found(c))
+            .unwrap_or("g++")
+            .into()
+    });
     let status = Command::new(&cxx)
         .args(["-std=c++17", "-O2", "-DNDEBUG", "-pthread", "-w"])
         .arg("-I")

@@ -293,7 +293,11 @@ fn a_tiny_shared_memory_buffer_drops_and_counts_but_never_stalls() {
         "a 8 KiB buffer cannot take {recorded} events in 20 ms"
     );
     assert!(written > 0, "events still get through");
-    assert_eq!(written + lost, recorded, "every event written or counted as lost");
+    assert_eq!(
+        written + lost,
+        recorded,
+        "every event written or counted as lost"
+    );
     // The loss shows in the trace: marked with its count on the sequences.
     let marked: u64 = m["slices"]
         .as_array()
