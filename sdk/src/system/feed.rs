@@ -83,6 +83,7 @@ impl SystemFeed {
     pub(crate) fn begin_cycle(&mut self, ctx: &mut Context<'_>) -> bool {
         self.link.take_controls(&mut self.controls);
         let mut selections_changed = false;
+        let mut started = Vec::new();
         for c in std::mem::take(&mut self.controls) {
             match c {
                 Control::Setup { conn, memory } => self.pool = Some((conn, ChunkPool::new(memory))),
@@ -106,12 +107,7 @@ impl SystemFeed {
                     let i = self.instances.len() - 1;
                     self.place(i, None, ctx);
                     selections_changed = true;
-                    self.link.send(
-                        conn,
-                        "NotifyDataSourceStarted",
-                        &wire::notify_data_source(instance),
-                        true,
-                    );
+                    started.push((conn, instance));
                 }
                 Control::Stop { conn, instance } => self.stops.push((conn, instance)),
                 Control::Flush { conn, request_id } => self.flushes.push((conn, request_id)),
@@ -138,6 +134,15 @@ impl SystemFeed {
         }
         if selections_changed {
             self.publish_selections();
+        }
+        // Started only now that the call sites record for them.
+        for (conn, instance) in started {
+            self.link.send(
+                conn,
+                "NotifyDataSourceStarted",
+                &wire::notify_data_source(instance),
+                true,
+            );
         }
         !self.flushes.is_empty() || !self.stops.is_empty()
     }
