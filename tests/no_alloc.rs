@@ -254,3 +254,45 @@ fn tracing_layer_spans_with_primitive_fields_do_not_allocate() {
         )
     });
 }
+
+/// Through the `log` bridge (`ringtrace::log`): after a call site's first
+/// record on the thread (site registration, ring, the formatting buffer
+/// grown to the longest message), formatted and static records alike
+/// allocate nothing; a record below the level filter neither.
+#[inline(never)]
+fn log_records(i: u64) {
+    log::info!(target: "alloc", "tick {i} of {}", "many");
+    log::warn!(target: "alloc", "static message");
+    log::trace!(target: "alloc", "below the filter {i}");
+    black_box(i);
+}
+
+#[test]
+fn log_records_do_not_allocate() {
+    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+    const N: u64 = 50_000;
+    ringtrace::log::Logger::new()
+        .max_level(log::LevelFilter::Debug)
+        .init()
+        .expect("the only logger of this test binary");
+    let out = ringtrace::MemoryBuffer::new();
+    let guard = ringtrace::builder()
+        .writer(out.clone())
+        .buffer_bytes_per_thread(64 << 20)
+        .start()
+        .expect("start a session");
+    log_records(N);
+    let during = allocations_during(|| {
+        for i in 1..=N {
+            log_records(i);
+        }
+    });
+    let stats = guard.stop().expect("stop");
+    assert_eq!(
+        during, 0,
+        "the recording thread allocated {during} times in {N} iterations"
+    );
+    assert_eq!(stats.events_lost, 0, "{stats:?}");
+    // Two log instants per iteration (the trace! is filtered out).
+    assert_eq!(stats.events_written, (N + 1) * 2, "{stats:?}");
+}

@@ -257,6 +257,14 @@ pub(crate) struct PerfettoEncoder {
 }
 
 impl PerfettoEncoder {
+    /// Restarts every sequence (CLEARED packet, defaults, descriptors) at its
+    /// next packet, as a tracing service's ClearIncrementalState asks.
+    pub(crate) fn clear_incremental_state(&mut self) {
+        for seq in self.seqs.values_mut() {
+            seq.valid = false;
+        }
+    }
+
     pub(crate) fn new(opts: PerfettoOptions) -> Self {
         PerfettoEncoder {
             opts,
