@@ -25,6 +25,9 @@
 //! others, the background thread is waited on until it is idle), so the
 //! background column covers every request. Bytes per request are the trace
 //! file's size over all requests; events lost come from ringtrace's `Stats`.
+//! Both "vs untraced" columns (requests/s, and the service's CPU per request:
+//! workers plus background) are medians of ratios to the untraced run of the
+//! same repetition.
 
 use std::collections::HashMap;
 use std::io::Write as _;
