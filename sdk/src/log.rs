@@ -38,8 +38,8 @@
 //! replaced by local ones. After the ring's owner is gone, the registry
 //! counts them as lost (`Stats::events_lost`).
 
-use crate::record::callsite::{Callsite, CallsiteKind};
 use crate::events::LogLevel;
+use crate::record::callsite::{Callsite, CallsiteKind};
 use ::log::{Level, LevelFilter, Log, Metadata, Record, SetLoggerError};
 use once_cell::sync::Lazy;
 use parking_lot::RwLock;

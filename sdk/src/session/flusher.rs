@@ -12,6 +12,7 @@ use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::sync::Arc;
+use crate::session::capture::{Requests, Windows};
 use crate::session::sink::Sink;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -34,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) flush_cv: Condvar,
     pub(crate) wake: Mutex<()>,
     pub(crate) wake_cv: Condvar,
+    /// Capture windows asked of the flusher (`capture`).
+    pub(crate) requests: Mutex<Requests>,
 }
 
 impl Shared {
@@ -45,6 +48,7 @@ impl Shared {
             flush_cv: Condvar::new(),
             wake: Mutex::new(()),
             wake_cv: Condvar::new(),
+            requests: Mutex::new(Requests::default()),
         }
     }
 
@@ -83,6 +87,8 @@ pub(crate) struct Flusher {
     pub(crate) process: ProcessInfo,
     pub(crate) overwrite: bool,
     pub(crate) interval: Duration,
+    /// Rotations and dumps (`capture`).
+    pub(crate) windows: Windows,
 }
 
 struct RingState {
@@ -101,8 +107,8 @@ impl Flusher {
             process,
             overwrite,
             interval,
+            mut windows,
         } = self;
-        let encoder = &mut *encoder;
         let mut sites = Sites::default();
         let mut out = Vec::with_capacity(1 << 20);
         let mut words = Vec::with_capacity(DRAIN_CHUNK_WORDS * 2);
@@ -126,13 +132,24 @@ impl Flusher {
                 let mut g = shared.wake.lock();
                 if !shared.stop.load(Ordering::Acquire)
                     && shared.flush_requested.load(Ordering::Acquire) == flush_seen
+                    && shared.requests.lock().is_empty()
                 {
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
             }
             let stopping = shared.stop.load(Ordering::Acquire);
             let flush_req = shared.flush_requested.load(Ordering::Acquire);
+            let window = {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                let lost = stats.events_lost + stats.events_oversized;
+                windows.before_pass(&shared, &mut encoder, &mut sink, &mut ctx, lost, &mut out)
+            };
             let full = stopping
+                || window
                 || flush_req != flush_seen
                 || (!overwrite && last_full.elapsed() >= interval);
             if full {
@@ -172,6 +189,7 @@ impl Flusher {
                         overwritten: d.overwritten,
                     };
                     encoder.batch(&mut ctx, &batch, &mut out);
+                    windows.wrote(tr.seq_id);
                     if out.len() >= 1 << 20 {
                         sink.write(&mut out);
                     }
@@ -188,7 +206,7 @@ impl Flusher {
                     encoder.note_lost(&mut ctx, tr, n, &mut out);
                 }
                 if retired && tr.ring.used_words() == 0 {
-                    thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
+                    thread_finished(&mut *encoder, &mut ctx, tr, &mut stats, &mut out);
                     state.remove(&tr.seq_id);
                     REGISTRY.remove(tr.seq_id);
                 }
@@ -202,6 +220,15 @@ impl Flusher {
                 };
                 encoder.tick(&mut ctx, &mut out);
             }
+            {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                let lost = stats.events_lost + stats.events_oversized;
+                windows.after_pass(&mut encoder, &mut sink, &mut ctx, lost, stopping, &mut out);
+            }
             if stopping {
                 // Threads still running: their drops so far, then close the file.
                 let mut ctx = Context {
@@ -211,7 +238,7 @@ impl Flusher {
                 };
                 for tr in &rings {
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
-                        thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
+                        thread_finished(&mut *encoder, &mut ctx, tr, &mut stats, &mut out);
                     }
                 }
                 let now = cal.now_ns();
@@ -228,12 +255,14 @@ impl Flusher {
                 shared.flush_cv.notify_all();
             }
         }
+        windows.close(&shared);
+        // Totals of the whole session: every file it wrote.
         let enc = encoder.stats();
-        stats.events_written = enc.events;
-        stats.unmatched_ends = enc.unmatched_ends;
+        stats.events_written = enc.events + windows.finished.events_written;
+        stats.unmatched_ends = enc.unmatched_ends + windows.finished.unmatched_ends;
         stats.events_lost +=
             stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
-        stats.bytes_written = sink.bytes_written();
+        stats.bytes_written = sink.bytes_written() + windows.finished.bytes_written;
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.take_error())

@@ -12,6 +12,7 @@
 //! API, and it never formats bytes itself.
 
 mod builder;
+pub(crate) mod capture;
 mod error;
 pub(crate) mod flusher;
 pub(crate) mod signals;
@@ -19,11 +20,11 @@ pub(crate) mod sink;
 
 pub(crate) use builder::Output;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
+pub use capture::{dump_to, rotate_output};
 pub use error::Error;
 
-use crate::encode::json::JsonEncoder;
-use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
-use crate::encode::{Encoder, ProcessInfo};
+use crate::encode::perfetto::PerfettoOptions;
+use crate::encode::ProcessInfo;
 use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
@@ -112,13 +113,16 @@ impl Builder {
                 )
             }
         };
-        let encoder: Box<dyn Encoder> = match format {
-            Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
+        let formats = capture::Formats {
+            perfetto: PerfettoOptions {
                 source_locations: self.source_locations,
                 omit_needs_flag: self.compact_packets,
-            })),
-            Format::Json => Box::new(JsonEncoder::with_options(self.json)),
+            },
+            json: self.json,
+            compressed_packets: self.compressed_packets,
+            overwrite: self.overwrite,
         };
+        let encoder = formats.encoder(format);
         if self.compressed_packets {
             sink.compress_perfetto_packets();
         }
@@ -152,6 +156,7 @@ impl Builder {
             },
             overwrite: self.overwrite,
             interval: self.flush_interval.max(Duration::from_millis(1)),
+            windows: capture::Windows::new(path.clone()),
         };
         let handle = std::thread::Builder::new()
             .name("ringtrace-flusher".into())
@@ -167,6 +172,7 @@ impl Builder {
             shared,
             handle,
             path: path.clone(),
+            formats,
         });
         drop(slot);
         AT_EXIT.call_once(|| {
@@ -191,6 +197,8 @@ struct Session {
     shared: Arc<Shared>,
     handle: JoinHandle<(Stats, Option<std::io::Error>)>,
     path: Option<PathBuf>,
+    /// How new files of capture windows are written.
+    formats: capture::Formats,
 }
 
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
