@@ -5,7 +5,9 @@
 //!
 //! [`Builder`] holds the options ([`builder`]), this module starts and stops
 //! the one session a process has, [`flusher`] is its background thread,
-//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling.
+//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling,
+//! [`capture`] the files cut out of a running session (`rotate_output`,
+//! `dump_to`).
 //!
 //! Rules of this layer: it wires the recording path (`record`) to an encoder
 //! (`encode`) and a sink; it reads rings only through the registry's drain
