@@ -119,6 +119,8 @@ pub mod log;
 mod record;
 mod session;
 mod sys;
+// System tracing: a producer for Perfetto's tracing service (`traced`).
+mod system;
 #[cfg(feature = "tracing")]
 mod tracing;
 

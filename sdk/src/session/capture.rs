@@ -21,7 +21,7 @@
 use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
-use crate::session::flusher::{Shared, Stats};
+use crate::session::flusher::{write_out, Shared, Stats};
 use crate::session::sink::Sink;
 use crate::session::{Error, Format, SESSION};
 use std::collections::HashSet;
@@ -61,8 +61,8 @@ impl Formats {
             sink.compress_perfetto_packets();
         }
         Ok(Target {
-            encoder: self.encoder(format),
-            sink,
+            encoder: Some(self.encoder(format)),
+            sink: Some(sink),
             path: Some(path.to_path_buf()),
         })
     }
@@ -70,8 +70,9 @@ impl Formats {
 
 /// An output: a file's encoder and sink.
 pub(crate) struct Target {
-    pub(crate) encoder: Box<dyn Encoder>,
-    pub(crate) sink: Sink,
+    /// `None` (with `sink`): no file, as a session with system tracing only.
+    pub(crate) encoder: Option<Box<dyn Encoder>>,
+    pub(crate) sink: Option<Sink>,
     /// The file (`None`: the session's writer).
     pub(crate) path: Option<PathBuf>,
 }
@@ -243,8 +244,8 @@ impl Windows {
     pub(crate) fn before_pass(
         &mut self,
         shared: &Shared,
-        encoder: &mut Box<dyn Encoder>,
-        sink: &mut Sink,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
         ctx: &mut Context<'_>,
         lost: u64,
         out: &mut Vec<u8>,
@@ -281,8 +282,8 @@ impl Windows {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn after_pass(
         &mut self,
-        encoder: &mut Box<dyn Encoder>,
-        sink: &mut Sink,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
         ctx: &mut Context<'_>,
         lost: u64,
         stopping: bool,
@@ -328,23 +329,26 @@ impl Windows {
         out: &mut Vec<u8>,
     ) -> Result<Stats, Error> {
         let t = &mut done.target;
+        let (Some(encoder), Some(sink)) = (t.encoder.as_deref_mut(), t.sink.as_mut()) else {
+            return Ok(Stats::default()); // there was no file
+        };
         let now = ctx.cal.now_ns();
-        t.encoder.finish(ctx, now, out);
-        t.sink.write(out);
-        t.sink.flush();
-        let enc = t.encoder.stats();
+        encoder.finish(ctx, now, out);
+        sink.write(out);
+        sink.flush();
+        let enc = encoder.stats();
         let stats = Stats {
             events_written: enc.events,
             events_lost: done.lost,
             events_oversized: 0,
             unmatched_ends: enc.unmatched_ends,
             threads: done.threads.len() as u64,
-            bytes_written: t.sink.bytes_written(),
+            bytes_written: sink.bytes_written(),
         };
         self.finished.events_written += stats.events_written;
         self.finished.unmatched_ends += stats.unmatched_ends;
         self.finished.bytes_written += stats.bytes_written;
-        match t.sink.take_error() {
+        match sink.take_error() {
             Some(e) => Err(Error::Io {
                 path: t.path.clone(),
                 source: e,
@@ -358,18 +362,20 @@ impl Windows {
     /// `out` first.
     fn swap_in(
         &mut self,
-        encoder: &mut Box<dyn Encoder>,
-        sink: &mut Sink,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
         target: &mut Target,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
     ) {
-        sink.write(out);
+        write_out(sink, out);
         std::mem::swap(encoder, &mut target.encoder);
         std::mem::swap(sink, &mut target.sink);
         std::mem::swap(&mut self.path, &mut target.path);
-        encoder.header(ctx, out);
-        sink.write(out);
+        if let Some(e) = encoder.as_deref_mut() {
+            e.header(ctx, out);
+        }
+        write_out(sink, out);
     }
 
     /// The flusher is done: no more requests; those still queued fail.

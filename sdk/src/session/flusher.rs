@@ -14,6 +14,8 @@ use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::sync::Arc;
 use crate::session::capture::{Requests, Windows};
 use crate::session::sink::Sink;
+use crate::system::data_source::RecordFilter;
+use crate::system::feed::SystemFeed;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,8 +83,10 @@ pub struct Stats {
 
 pub(crate) struct Flusher {
     pub(crate) shared: StdArc<Shared>,
-    pub(crate) encoder: Box<dyn Encoder>,
-    pub(crate) sink: Sink,
+    /// The file output (None: system tracing only).
+    pub(crate) output: Option<(Box<dyn Encoder>, Sink)>,
+    /// System tracing (the Perfetto producer), if on.
+    pub(crate) system: Option<SystemFeed>,
     pub(crate) cal: Calibration,
     pub(crate) process: ProcessInfo,
     pub(crate) overwrite: bool,
@@ -101,14 +105,22 @@ impl Flusher {
     pub(crate) fn run(self) -> (Stats, Option<std::io::Error>) {
         let Flusher {
             shared,
-            mut encoder,
-            mut sink,
+            output,
+            mut system,
             mut cal,
             process,
             overwrite,
             interval,
             mut windows,
         } = self;
+        let (mut encoder, mut sink) = match output {
+            Some((e, s)) => (Some(e), Some(s)),
+            None => (None, None),
+        };
+        // With system tracing on, call sites also record categories only a
+        // tracing session wants: the file keeps to its own filter.
+        let mut file_filter = system.as_ref().map(|_| (RecordFilter::default(), u64::MAX));
+        let mut file_words = Vec::new();
         let mut sites = Sites::default();
         let mut out = Vec::with_capacity(1 << 20);
         let mut words = Vec::with_capacity(DRAIN_CHUNK_WORDS * 2);
@@ -121,9 +133,11 @@ impl Flusher {
                 process: &process,
                 sites: &mut sites,
             };
-            encoder.header(&mut ctx, &mut out);
+            if let Some(e) = encoder.as_deref_mut() {
+                e.header(&mut ctx, &mut out);
+            }
         }
-        sink.write(&mut out);
+        write_out(&mut sink, &mut out);
         let mut last_full = Instant::now();
         let mut last_snapshot = Instant::now();
         let mut flush_seen = 0;
@@ -139,6 +153,14 @@ impl Flusher {
             }
             let stopping = shared.stop.load(Ordering::Acquire);
             let flush_req = shared.flush_requested.load(Ordering::Acquire);
+            let system_full = match system.as_mut() {
+                Some(sys) => sys.begin_cycle(&mut Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                }),
+                None => false,
+            };
             let window = {
                 let mut ctx = Context {
                     cal: &cal,
@@ -150,6 +172,7 @@ impl Flusher {
             };
             let full = stopping
                 || window
+                || system_full
                 || flush_req != flush_seen
                 || (!overwrite && last_full.elapsed() >= interval);
             if full {
@@ -188,10 +211,36 @@ impl Flusher {
                         words: &words,
                         overwritten: d.overwritten,
                     };
-                    encoder.batch(&mut ctx, &batch, &mut out);
-                    windows.wrote(tr.seq_id);
+                    if let Some(e) = encoder.as_deref_mut() {
+                        windows.wrote(tr.seq_id);
+                        match file_filter.as_mut() {
+                            None => e.batch(&mut ctx, &batch, &mut out),
+                            Some((filter, generation)) => {
+                                let now = crate::record::callsite::filter_generation();
+                                if *generation != now {
+                                    *generation = now;
+                                    filter.forget_sites();
+                                }
+                                filter.select(
+                                    tr.seq_id,
+                                    &words,
+                                    &crate::record::callsite::category_enabled,
+                                    ctx.sites,
+                                    &mut file_words,
+                                );
+                                let mine = Batch {
+                                    words: &file_words,
+                                    ..batch
+                                };
+                                e.batch(&mut ctx, &mine, &mut out);
+                            }
+                        }
+                    }
+                    if let Some(sys) = system.as_mut() {
+                        sys.batch(&mut ctx, &batch);
+                    }
                     if out.len() >= 1 << 20 {
-                        sink.write(&mut out);
+                        write_out(&mut sink, &mut out);
                     }
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
@@ -203,10 +252,25 @@ impl Flusher {
                     let n = oversized - st.reported_oversized;
                     st.reported_oversized = oversized;
                     stats.events_oversized += n;
-                    encoder.note_lost(&mut ctx, tr, n, &mut out);
+                    if let Some(e) = encoder.as_deref_mut() {
+                        e.note_lost(&mut ctx, tr, n, &mut out);
+                    }
+                    if let Some(sys) = system.as_mut() {
+                        sys.note_lost(&mut ctx, tr, n);
+                    }
                 }
                 if retired && tr.ring.used_words() == 0 {
-                    thread_finished(&mut *encoder, &mut ctx, tr, &mut stats, &mut out);
+                    thread_finished(
+                        &mut encoder,
+                        &mut system,
+                        &mut ctx,
+                        tr,
+                        &mut stats,
+                        &mut out,
+                    );
+                    if let Some(f) = file_filter.as_mut() {
+                        f.0.forget_thread(tr.seq_id);
+                    }
                     state.remove(&tr.seq_id);
                     REGISTRY.remove(tr.seq_id);
                 }
@@ -218,7 +282,12 @@ impl Flusher {
                     process: &process,
                     sites: &mut sites,
                 };
-                encoder.tick(&mut ctx, &mut out);
+                if let Some(e) = encoder.as_deref_mut() {
+                    e.tick(&mut ctx, &mut out);
+                }
+                if let Some(sys) = system.as_mut() {
+                    sys.tick(&mut ctx);
+                }
             }
             {
                 let mut ctx = Context {
@@ -238,17 +307,44 @@ impl Flusher {
                 };
                 for tr in &rings {
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
-                        thread_finished(&mut *encoder, &mut ctx, tr, &mut stats, &mut out);
+                        thread_finished(
+                            &mut encoder,
+                            &mut system,
+                            &mut ctx,
+                            tr,
+                            &mut stats,
+                            &mut out,
+                        );
                     }
                 }
                 let now = cal.now_ns();
-                encoder.finish(&mut ctx, now, &mut out);
-                sink.write(&mut out);
-                sink.flush();
+                if let Some(e) = encoder.as_deref_mut() {
+                    e.finish(&mut ctx, now, &mut out);
+                }
+                if let Some(sys) = system.as_mut() {
+                    sys.finish(&mut ctx, now);
+                }
+                write_out(&mut sink, &mut out);
+                if let Some(s) = sink.as_mut() {
+                    s.flush();
+                }
                 break;
             }
-            sink.write(&mut out);
-            sink.flush();
+            if let Some(sys) = system.as_mut() {
+                let now = cal.now_ns();
+                sys.end_cycle(
+                    &mut Context {
+                        cal: &cal,
+                        process: &process,
+                        sites: &mut sites,
+                    },
+                    now,
+                );
+            }
+            write_out(&mut sink, &mut out);
+            if let Some(s) = sink.as_mut() {
+                s.flush();
+            }
             if flush_req != flush_seen {
                 flush_seen = flush_req;
                 *shared.flush_done.lock() = flush_req;
@@ -257,21 +353,38 @@ impl Flusher {
         }
         windows.close(&shared);
         // Totals of the whole session: every file it wrote.
-        let enc = encoder.stats();
-        stats.events_written = enc.events + windows.finished.events_written;
-        stats.unmatched_ends = enc.unmatched_ends + windows.finished.unmatched_ends;
+        if let Some(e) = encoder.as_deref() {
+            let enc = e.stats();
+            stats.events_written = enc.events;
+            stats.unmatched_ends = enc.unmatched_ends;
+        }
+        stats.events_written += windows.finished.events_written;
+        stats.unmatched_ends += windows.finished.unmatched_ends;
         stats.events_lost +=
             stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
-        stats.bytes_written = sink.bytes_written() + windows.finished.bytes_written;
+        if let Some(sys) = system.as_ref() {
+            stats.events_lost += sys.stats().events_dropped;
+        }
+        stats.bytes_written =
+            sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
-        (stats, sink.take_error())
+        (stats, sink.as_mut().and_then(Sink::take_error))
+    }
+}
+
+/// Writes `out` to the file output, if any (else drops it).
+pub(crate) fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
+    match sink {
+        Some(s) => s.write(out),
+        None => out.clear(),
     }
 }
 
 /// Reports drops not yet marked in the stream, and forgets the thread.
 fn thread_finished(
-    encoder: &mut dyn Encoder,
+    encoder: &mut Option<Box<dyn Encoder>>,
+    system: &mut Option<SystemFeed>,
     ctx: &mut Context<'_>,
     tr: &ThreadRing,
     stats: &mut Stats,
@@ -280,8 +393,16 @@ fn thread_finished(
     stats.threads += 1;
     stats.events_lost += tr.ring.dropped();
     let pending = tr.ring.pending_lost();
-    if pending > 0 {
-        encoder.note_lost(ctx, tr, pending, out);
+    if let Some(e) = encoder.as_deref_mut() {
+        if pending > 0 {
+            e.note_lost(ctx, tr, pending, out);
+        }
+        e.thread_done(ctx, tr.seq_id, out);
     }
-    encoder.thread_done(ctx, tr.seq_id, out);
+    if let Some(sys) = system.as_mut() {
+        if pending > 0 {
+            sys.note_lost(ctx, tr, pending);
+        }
+        sys.thread_done(ctx, tr.seq_id);
+    }
 }
