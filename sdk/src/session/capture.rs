@@ -114,6 +114,8 @@ impl Requests {
 /// are counted and marked, as always). Can be called from any thread; the
 /// session's [`Stats`] at stop cover every file.
 ///
+/// In a session without a file (system tracing only), this starts one.
+///
 /// Returns the totals of the finished file. A scope open across the switch
 /// has its begin in one file and its end in the other: neither file shows
 /// it as a slice (the end is counted in
