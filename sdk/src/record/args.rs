@@ -419,7 +419,7 @@ impl<'a> StrWords<'a> {
     }
 
     /// An owned copy (cold paths: dict keys, the typed API's fields).
-    pub(crate) fn to_string_lossy(&self) -> String {
+    pub(crate) fn to_string_lossy(self) -> String {
         let mut v = Vec::with_capacity(self.len);
         self.append_to(&mut v);
         match String::from_utf8(v) {

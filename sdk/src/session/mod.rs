@@ -31,7 +31,7 @@ use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
 use crate::session::flusher::{Flusher, Shared, Stats};
-use crate::session::sink::Sink;
+use crate::session::sink::{Sink, Units};
 use crate::system::feed::SystemFeed;
 use crate::system::producer::Link;
 use once_cell::sync::Lazy;
@@ -110,9 +110,12 @@ impl Builder {
                     path: Some(p.clone()),
                     source: e,
                 })?;
-                let w = std::io::BufWriter::with_capacity(1 << 16, file);
+                let units = match format {
+                    Format::Json => Units::Json,
+                    Format::Perfetto => Units::Perfetto,
+                };
                 (
-                    Some(Sink::new(Box::new(w), p.display().to_string())),
+                    Some(Sink::file(file, p.display().to_string(), units)),
                     format,
                     Some(p),
                 )
