@@ -63,7 +63,7 @@ fn main() -> Result<(), ringtrace::Error> {
                     ringtrace::trace_scope!("server", "request", worker = w, request = request);
                     if w == 0
                         && request > 0
-                        && request % 20_000 == 0
+                        && request.is_multiple_of(20_000)
                         && incidents.load(Ordering::Relaxed) < 2
                     {
                         let n = incidents.fetch_add(1, Ordering::Relaxed) + 1;
