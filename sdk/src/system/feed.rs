@@ -410,9 +410,18 @@ fn allocate_writer(live: &mut HashSet<u16>, next: &mut u16) -> u16 {
     }
 }
 
-/// Whether a packet carries a track event (field 11).
+/// Whether a packet carries a recorded event: a track event (field 11)
+/// other than the encoder's own mark of a loss (an instant with the literal
+/// name `LOST_EVENT_NAME`, field 23). That mark was never recorded, so
+/// dropping it must not count as losing a recorded event (it did, making
+/// written + lost exceed what was recorded when a mark met a full buffer).
 fn is_event(packet: &[u8]) -> bool {
-    wire::fields(packet).any(|f| matches!(f, Ok((11, _))))
+    wire::fields(packet).any(|f| match f {
+        Ok((11, te)) => !wire::fields(te.as_bytes()).any(|g| {
+            matches!(g, Ok((23, name)) if name.as_bytes() == crate::encode::LOST_EVENT_NAME.as_bytes())
+        }),
+        _ => false,
+    })
 }
 
 fn count_events(stream: &[u8]) -> u64 {
