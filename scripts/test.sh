@@ -33,3 +33,6 @@ cargo test --workspace
 echo "== loom models of the ring and the registry"
 RUSTFLAGS="--cfg ringtrace_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release -p ringtrace --lib loom_tests
+
+echo "== memcheck (valgrind) of the unsafe code: rings, registry, exit paths, signals, kills, examples"
+./scripts/memcheck.sh

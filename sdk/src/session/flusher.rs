@@ -12,6 +12,7 @@ use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::sync::Arc;
+use crate::session::capture::{Requests, Windows};
 use crate::session::sink::Sink;
 use crate::system::data_source::RecordFilter;
 use crate::system::feed::SystemFeed;
@@ -36,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) flush_cv: Condvar,
     pub(crate) wake: Mutex<()>,
     pub(crate) wake_cv: Condvar,
+    /// Capture windows asked of the flusher (`capture`).
+    pub(crate) requests: Mutex<Requests>,
 }
 
 impl Shared {
@@ -47,6 +50,7 @@ impl Shared {
             flush_cv: Condvar::new(),
             wake: Mutex::new(()),
             wake_cv: Condvar::new(),
+            requests: Mutex::new(Requests::default()),
         }
     }
 
@@ -87,6 +91,8 @@ pub(crate) struct Flusher {
     pub(crate) process: ProcessInfo,
     pub(crate) overwrite: bool,
     pub(crate) interval: Duration,
+    /// Rotations and dumps (`capture`).
+    pub(crate) windows: Windows,
 }
 
 struct RingState {
@@ -105,6 +111,7 @@ impl Flusher {
             process,
             overwrite,
             interval,
+            mut windows,
         } = self;
         let (mut encoder, mut sink) = match output {
             Some((e, s)) => (Some(e), Some(s)),
@@ -139,6 +146,7 @@ impl Flusher {
                 let mut g = shared.wake.lock();
                 if !shared.stop.load(Ordering::Acquire)
                     && shared.flush_requested.load(Ordering::Acquire) == flush_seen
+                    && shared.requests.lock().is_empty()
                 {
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
@@ -153,7 +161,17 @@ impl Flusher {
                 }),
                 None => false,
             };
+            let window = {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                let lost = stats.events_lost + stats.events_oversized;
+                windows.before_pass(&shared, &mut encoder, &mut sink, &mut ctx, lost, &mut out)
+            };
             let full = stopping
+                || window
                 || system_full
                 || flush_req != flush_seen
                 || (!overwrite && last_full.elapsed() >= interval);
@@ -194,6 +212,7 @@ impl Flusher {
                         overwritten: d.overwritten,
                     };
                     if let Some(e) = encoder.as_deref_mut() {
+                        windows.wrote(tr.seq_id);
                         match file_filter.as_mut() {
                             None => e.batch(&mut ctx, &batch, &mut out),
                             Some((filter, generation)) => {
@@ -270,6 +289,15 @@ impl Flusher {
                     sys.tick(&mut ctx);
                 }
             }
+            {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                let lost = stats.events_lost + stats.events_oversized;
+                windows.after_pass(&mut encoder, &mut sink, &mut ctx, lost, stopping, &mut out);
+            }
             if stopping {
                 // Threads still running: their drops so far, then close the file.
                 let mut ctx = Context {
@@ -323,17 +351,22 @@ impl Flusher {
                 shared.flush_cv.notify_all();
             }
         }
+        windows.close(&shared);
+        // Totals of the whole session: every file it wrote.
         if let Some(e) = encoder.as_deref() {
             let enc = e.stats();
             stats.events_written = enc.events;
             stats.unmatched_ends = enc.unmatched_ends;
         }
+        stats.events_written += windows.finished.events_written;
+        stats.unmatched_ends += windows.finished.unmatched_ends;
         stats.events_lost +=
             stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
         if let Some(sys) = system.as_ref() {
             stats.events_lost += sys.stats().events_dropped;
         }
-        stats.bytes_written = sink.as_ref().map_or(0, Sink::bytes_written);
+        stats.bytes_written =
+            sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.as_mut().and_then(Sink::take_error))
@@ -341,7 +374,7 @@ impl Flusher {
 }
 
 /// Writes `out` to the file output, if any (else drops it).
-fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
+pub(crate) fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
     match sink {
         Some(s) => s.write(out),
         None => out.clear(),
