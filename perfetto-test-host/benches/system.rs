@@ -30,6 +30,12 @@ fn cpu_ns(clock: libc::clockid_t) -> u64 {
 /// thread's CPU ns per scope (CPU time: the machine may be shared) and the
 /// other threads' CPU ns per scope.
 fn record(finish: impl FnOnce()) -> (f64, f64) {
+    // Warm up: the ring's pages are touched (page faults are not the cost
+    // of an event), then everything is drained.
+    for i in 0..N {
+        ringtrace::trace_scope!("bench", "warm-up", i = i);
+    }
+    ringtrace::flush();
     let p0 = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
     let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
     for i in 0..N {
