@@ -66,6 +66,10 @@ pub struct Stats {
     pub events_lost: u64,
     /// Of those, events too large for a ring.
     pub events_oversized: u64,
+    /// Of those, events of threads that had no ring because the memory
+    /// budget ([`Builder::buffer_bytes`](crate::Builder::buffer_bytes)) was
+    /// used up.
+    pub events_no_memory: u64,
     /// Scope ends that matched no recorded begin (the begin was lost, or the
     /// scope began before the session) and were left out.
     pub unmatched_ends: u64,
@@ -73,6 +77,10 @@ pub struct Stats {
     pub threads: u64,
     /// Bytes written to the output.
     pub bytes_written: u64,
+    /// Most memory the rings and their threads' bookkeeping held at once
+    /// during the session (at most
+    /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
+    pub buffer_bytes_peak: u64,
 }
 
 pub(crate) struct Flusher {
@@ -231,9 +239,12 @@ impl Flusher {
         let enc = encoder.stats();
         stats.events_written = enc.events;
         stats.unmatched_ends = enc.unmatched_ends;
-        stats.events_lost +=
-            stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
+        stats.events_no_memory = REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
+        stats.events_lost += stats.events_oversized
+            + stats.events_no_memory
+            + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
         stats.bytes_written = sink.bytes_written();
+        stats.buffer_bytes_peak = REGISTRY.budget.peak();
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.take_error())

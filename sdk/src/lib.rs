@@ -106,6 +106,7 @@ pub mod archive;
 mod args;
 #[cfg(feature = "tracing")]
 mod bridge;
+mod budget;
 mod callsite;
 mod clock;
 mod encode;

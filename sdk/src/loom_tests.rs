@@ -2,8 +2,11 @@
 //! hand-over of a thread's ring to the flusher through the registry. Run with
 //! `RUSTFLAGS="--cfg ringtrace_loom" cargo test --release -p ringtrace --lib loom_tests`.
 
+use crate::budget::Budget;
 use crate::registry::{Registry, RingConfig};
-use crate::ring::{header_kind, header_len, header_payload, make_header, Ring, KIND_LOST};
+use crate::ring::{
+    header_kind, header_len, header_payload, make_header, segment_bytes, Ring, KIND_LOST,
+};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -102,6 +105,37 @@ fn loom_tests_ring_overwrite_mode_never_tears() {
     });
 }
 
+/// The producer outgrows its first segment (8 words) while the consumer
+/// drains: every record arrives whole and in order, nothing is dropped, and
+/// the outgrown segment is freed (given back to the budget) exactly once.
+#[test]
+fn loom_tests_ring_grows_while_the_consumer_drains() {
+    loom::model(|| {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Arc::new(Ring::growable(8, 16, false, budget));
+        let p = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                for id in 1..=4 {
+                    assert!(write(&ring, id, 3), "record {id} dropped");
+                }
+            })
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        p.join().unwrap();
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let (ids, lost) = decode(&out);
+        assert_eq!(ids, vec![1, 2, 3, 4]);
+        assert_eq!(lost, 0);
+        assert_eq!(ring.dropped(), 0);
+        assert_eq!(budget.used(), segment_bytes(16));
+        drop(ring);
+        assert_eq!(budget.used(), 0);
+    });
+}
+
 #[test]
 fn loom_tests_exiting_thread_hands_over_everything() {
     loom::model(|| {
@@ -110,6 +144,7 @@ fn loom_tests_exiting_thread_hands_over_everything() {
             1,
             RingConfig {
                 bytes: 512,
+                budget_bytes: 1 << 20,
                 overwrite: false,
                 thread_time: false,
             },

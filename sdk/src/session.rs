@@ -161,6 +161,7 @@ pub struct Builder {
     output: Output,
     format: Option<Format>,
     buffer_bytes: usize,
+    budget_bytes: u64,
     overwrite: bool,
     filter: CategoryFilter,
     flush_interval: Duration,
@@ -201,6 +202,9 @@ pub enum DisplayTimeUnit {
     Ns,
 }
 
+/// Smallest process-wide budget [`Builder::buffer_bytes`] accepts.
+const MIN_BUDGET_BYTES: u64 = 64 << 10;
+
 /// Starts configuring a tracing session.
 ///
 /// # Examples
@@ -221,6 +225,7 @@ pub fn builder() -> Builder {
         output: Output::None,
         format: None,
         buffer_bytes: 1 << 20,
+        budget_bytes: crate::budget::DEFAULT_BUDGET_BYTES,
         overwrite: false,
         filter: CategoryFilter::all(),
         flush_interval: Duration::from_millis(100),
@@ -261,11 +266,29 @@ impl Builder {
         self
     }
 
-    /// Size of each thread's ring buffer (rounded up to a power of two; at
-    /// least 512 bytes). Default 1 MiB. More than 1 TiB makes
+    /// Largest ring of one thread (rounded up to a power of two; at least
+    /// 512 bytes). Default 1 MiB. A thread's ring starts at 1 KiB and
+    /// doubles while the thread records faster than the flusher drains it,
+    /// up to this size, as long as [`buffer_bytes`](Builder::buffer_bytes)
+    /// has room (the smaller segment it outgrew is freed once drained). In
+    /// flight-recorder mode ([`overwrite`](Builder::overwrite)) every ring
+    /// has this size at once. More than 1 TiB makes
     /// [`start`](Builder::start) fail with [`Error::InvalidConfig`].
     pub fn buffer_bytes_per_thread(mut self, bytes: usize) -> Self {
         self.buffer_bytes = bytes;
+        self
+    }
+
+    /// Memory recording may hold in the whole process, whatever the number
+    /// of threads: every thread's ring and bookkeeping (about 1 KiB per
+    /// thread besides its ring) is taken from it. Default 32 MiB. When it
+    /// is used up, rings stop growing and events that do not fit are
+    /// dropped and counted (a thread with no ring yet gets one as soon as
+    /// memory is given back: threads that exit and rings drained after
+    /// growing give theirs back). At least 64 KiB: less makes
+    /// [`start`](Builder::start) fail with [`Error::InvalidConfig`].
+    pub fn buffer_bytes(mut self, bytes: u64) -> Self {
+        self.budget_bytes = bytes;
         self
     }
 
@@ -570,6 +593,12 @@ impl Builder {
                 self.buffer_bytes
             )));
         }
+        if self.budget_bytes < MIN_BUDGET_BYTES {
+            return Err(Error::InvalidConfig(format!(
+                "buffer_bytes {} is less than {MIN_BUDGET_BYTES}",
+                self.budget_bytes
+            )));
+        }
         let (mut sink, format, path) = match self.output {
             Output::None => return Err(Error::NoOutput),
             Output::Writer(w) => (
@@ -616,6 +645,7 @@ impl Builder {
             id,
             RingConfig {
                 bytes: self.buffer_bytes,
+                budget_bytes: self.budget_bytes,
                 overwrite: self.overwrite,
                 thread_time: self.thread_time,
             },
@@ -840,7 +870,8 @@ pub fn is_recording() -> bool {
 /// | --- | --- |
 /// | `RINGTRACE_OUTPUT` | output path; the extension picks the format |
 /// | `RINGTRACE_CATEGORIES` | comma-separated patterns to enable (default `*`); `-name` disables |
-/// | `RINGTRACE_BUFFER_BYTES` | ring size per thread |
+/// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
+/// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
 /// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
 ///
 /// # Examples
@@ -854,7 +885,8 @@ pub fn is_recording() -> bool {
 /// # Errors
 ///
 /// As [`Builder::start`], and [`Error::InvalidConfig`] if
-/// `RINGTRACE_BUFFER_BYTES` is not a number.
+/// `RINGTRACE_BUFFER_BYTES` or `RINGTRACE_BUFFER_BYTES_PER_THREAD` is not a
+/// number.
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
         return Ok(None);
@@ -870,11 +902,21 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
         }
         b.filter = filter;
     }
-    if let Ok(v) = std::env::var("RINGTRACE_BUFFER_BYTES") {
-        let n = v.trim().parse().map_err(|_| {
-            Error::InvalidConfig(format!("RINGTRACE_BUFFER_BYTES={v} is not a number"))
-        })?;
-        b = b.buffer_bytes_per_thread(n);
+    let number = |name: &str| -> Result<Option<u64>, Error> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::InvalidConfig(format!("{name}={v} is not a number"))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(n) = number("RINGTRACE_BUFFER_BYTES")? {
+        b = b.buffer_bytes(n);
+    }
+    if let Some(n) = number("RINGTRACE_BUFFER_BYTES_PER_THREAD")? {
+        b = b.buffer_bytes_per_thread(usize::try_from(n).unwrap_or(usize::MAX));
     }
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
         b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));

@@ -1,0 +1,152 @@
+//! The process-wide memory budget (`Builder::buffer_bytes`): many threads
+//! alive at once stay within it, measured from `/proc/self/status` of a
+//! child process; and events recorded from thread-local destructors during
+//! thread teardown reach the trace. Each scenario runs in a child process.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn run(scenario: &str, trace: &std::path::Path, envs: &[(&str, &str)]) -> Value {
+    let (out, expect) = run_scenario(scenario, trace, envs);
+    assert!(
+        out.status.success(),
+        "{scenario} {envs:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    expect.unwrap()
+}
+
+/// Records of the JSON trace: 2 per `work` scope (begin and end), 1 per
+/// `tick` instant (a `tracing` event's message).
+fn records_in(events: &[Value]) -> u64 {
+    let scopes = events
+        .iter()
+        .filter(|e| e["name"] == "work" && e["ph"] == "X")
+        .count() as u64;
+    let ticks = events
+        .iter()
+        .filter(|e| e["name"] == "tick" || e["args"]["message"] == "tick")
+        .count() as u64;
+    2 * scopes + ticks
+}
+
+/// Runs the threads scenario with and without recording; returns the run
+/// with recording and the growth of peak RSS recording caused, in bytes.
+fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Vec<Value>, i64) {
+    let dir = scratch(name);
+    let trace = dir.join("threads.json");
+    let threads_s = threads.to_string();
+    let budget_s = budget.to_string();
+    let env = |mode| {
+        [
+            ("MEM_MODE", mode),
+            ("MEM_THREADS", threads_s.as_str()),
+            ("MEM_BUDGET", budget_s.as_str()),
+            ("MEM_API", api),
+        ]
+    };
+    let off = run("threads_alive", &trace, &env("off"));
+    let on = run("threads_alive", &trace, &env("on"));
+    let growth = |v: &Value| {
+        (v["rss_peak_kib"].as_i64().unwrap() - v["rss_base_kib"].as_i64().unwrap()) * 1024
+    };
+    let events = json_events(&trace);
+    eprintln!(
+        "{name}: growth without recording {} KiB, with {} KiB; budget peak {} KiB; {on}",
+        growth(&off) / 1024,
+        growth(&on) / 1024,
+        on["buffer_bytes_peak"].as_u64().unwrap() / 1024
+    );
+    (on.clone(), events, growth(&on) - growth(&off))
+}
+
+/// Peak RSS growth is compared with the budget in optimised builds; an
+/// unoptimised build also grows each thread's stack by a few KiB of big
+/// frames (the macros' generic code is compiled into the caller without
+/// optimisation), allowed for here. `scripts/test.sh` runs these tests in
+/// release too.
+fn assert_within(name: &str, budget: u64, extra: i64, on: &Value) {
+    let threads = on["threads"].as_i64().unwrap();
+    let stack_allowance = if cfg!(debug_assertions) {
+        threads * 12 << 10
+    } else {
+        0
+    };
+    assert!(
+        extra <= budget as i64 + (1 << 20) + stack_allowance,
+        "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB",
+        extra / 1024,
+        budget / 1024
+    );
+    assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= budget);
+}
+
+#[test]
+fn ten_thousand_threads_stay_within_the_default_budget_and_keep_every_event() {
+    let budget = 32 << 20;
+    let (on, events, extra) = threads_alive("mem10k", 10_000, budget, "macros");
+    assert_within("10k threads", budget, extra, &on);
+    // 10,000 threads fit the default budget: nothing is lost.
+    assert_eq!(on["events_lost"], 0, "{on}");
+    assert_eq!(records_in(&events), 3 * 10_001);
+}
+
+#[test]
+fn ten_thousand_threads_over_a_small_budget_lose_only_counted_events() {
+    let budget = 4 << 20;
+    let (on, events, extra) = threads_alive("mem10k-small", 10_000, budget, "macros");
+    assert_within("10k threads, 4 MiB", budget, extra, &on);
+    let lost = on["events_lost"].as_u64().unwrap();
+    assert!(lost > 0, "4 MiB cannot hold 10,000 threads: {on}");
+    assert_eq!(on["events_no_memory"].as_u64().unwrap(), lost);
+    assert_eq!(records_in(&events) + lost, 3 * 10_001, "{on}");
+}
+
+#[test]
+fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
+    let budget = 8 << 20;
+    let (on, events, extra) = threads_alive("mem-tokio", 512, budget, "tokio");
+    assert_within("tokio pool", budget, extra, &on);
+    assert_eq!(on["events_lost"], 0, "{on}");
+    assert_eq!(records_in(&events), 3 * 513);
+}
+
+#[test]
+fn the_subscriber_with_many_threads_stays_within_the_budget() {
+    let budget = 8 << 20;
+    let (on, events, extra) = threads_alive("mem-sub", 2_000, budget, "subscriber");
+    assert_within("subscriber", budget, extra, &on);
+    let lost = on["events_lost"].as_u64().unwrap();
+    assert_eq!(records_in(&events) + lost, 3 * 2_001, "{on}");
+}
+
+/// Instants recorded from `Drop` of thread-locals, made before and after the
+/// thread's first event, through every API: all in the trace, none lost.
+#[test]
+fn events_from_thread_local_destructors_are_recorded() {
+    for api in ["macros", "events", "subscriber", "layer"] {
+        let dir = scratch(&format!("teardown-{api}"));
+        let trace = dir.join("teardown.json");
+        let on = run(
+            "teardown",
+            &trace,
+            &[("MEM_API", api), ("MEM_THREADS", "1000")],
+        );
+        let events = json_events(&trace);
+        let td = |which: &str| {
+            events
+                .iter()
+                .filter(|e| e["args"]["which"] == which || e["name"] == which)
+                .count()
+        };
+        assert_eq!(on["events_lost"], 0, "{api}: {on}");
+        assert_eq!(
+            td("first"),
+            1000,
+            "{api}: destructors that run after ringtrace's thread-locals"
+        );
+        assert_eq!(td("last"), 1000, "{api}: destructors that run before them");
+    }
+}
