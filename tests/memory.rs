@@ -70,7 +70,7 @@ fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Ve
 fn assert_within(name: &str, budget: u64, extra: i64, on: &Value) {
     let threads = on["threads"].as_i64().unwrap();
     let stack_allowance = if cfg!(debug_assertions) {
-        threads * 12 << 10
+        threads * (12 << 10)
     } else {
         0
     };
@@ -149,4 +149,64 @@ fn events_from_thread_local_destructors_are_recorded() {
         );
         assert_eq!(td("last"), 1000, "{api}: destructors that run before them");
     }
+}
+
+/// The flight recorder keeps the most recent events of the whole process
+/// within its budget, not the most recent of each thread.
+#[test]
+fn the_flight_recorder_keeps_the_newest_events_of_the_process() {
+    let dir = scratch("flight-recorder");
+    let trace = dir.join("fr.json");
+    let on = run("flight_recorder_process", &trace, &[]);
+    let events = json_events(&trace);
+    let instants: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["name"] == "old" || e["name"] == "new")
+        .collect();
+    let old = instants.iter().filter(|e| e["name"] == "old").count();
+    assert_eq!(old, 0, "events older than every kept one survived: {on}");
+    let new_each = on["new_each"].as_u64().unwrap();
+    let mut by_tid: std::collections::BTreeMap<i64, Vec<u64>> = Default::default();
+    for e in instants.iter().filter(|e| e["name"] == "new") {
+        by_tid
+            .entry(e["tid"].as_i64().unwrap())
+            .or_default()
+            .push(e["args"]["i"].as_u64().unwrap());
+    }
+    assert_eq!(by_tid.len(), 4, "every busy thread keeps its newest events");
+    let mut kept = 0;
+    for (tid, ids) in &by_tid {
+        // A run ending at the thread's last event; a hole in it only where
+        // its ring was full (the flusher fell behind), marked as a loss.
+        let holes: u64 = ids.windows(2).map(|w| w[1] - w[0] - 1).sum();
+        let marked: u64 = events
+            .iter()
+            .filter(|e| e["name"] == "ringtrace: events lost" && e["tid"] == *tid)
+            .map(|e| e["args"]["lost_events"].as_u64().unwrap())
+            .sum();
+        assert!(
+            ids.last() == Some(&(new_each - 1)) && holes <= marked,
+            "thread {tid}: {} events from {} to {:?}, {holes} missing inside, {marked} marked lost",
+            ids.len(),
+            ids[0],
+            ids.last()
+        );
+        kept += ids.len() as u64;
+    }
+    // What the recorder holds: most of its budget, never more.
+    let kept_bytes = kept * 24;
+    let recorder = on["recorder_bytes"].as_u64().unwrap();
+    assert!(kept_bytes <= recorder, "{kept_bytes} > {recorder}");
+    assert!(
+        kept_bytes >= recorder / 2,
+        "kept only {kept_bytes} of {recorder}"
+    );
+    // Every event is in the trace or counted lost.
+    let total = 64 * on["old_each"].as_u64().unwrap() + 4 * new_each;
+    assert_eq!(
+        instants.len() as u64 + on["events_lost"].as_u64().unwrap(),
+        total,
+        "{on}"
+    );
+    assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= 4 << 20);
 }

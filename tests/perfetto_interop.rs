@@ -54,15 +54,7 @@ fn without_empty_arrays(v: &Value) -> Value {
 
 #[test]
 fn perfetto_trace_gives_back_every_recorded_event() {
-    let dir = scratch("workload-pf");
-    let trace = dir.join("workload.pftrace");
-    let (out, expect) = run_scenario("workload", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("workload-pf", "workload.pftrace", "workload", &[]);
     let model = perfetto_model(&trace);
     assert_eq!(model["skipped_packets"], 0);
     let (start, end) = (
@@ -147,15 +139,7 @@ fn perfetto_trace_gives_back_every_recorded_event() {
 
 #[test]
 fn json_trace_gives_back_every_recorded_event() {
-    let dir = scratch("workload-json");
-    let trace = dir.join("workload.json");
-    let (out, expect) = run_scenario("workload", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("workload-json", "workload.json", "workload", &[]);
     let events = json_events(&trace);
     let pid = expect["pid"].as_i64().unwrap();
     let (start, end) = (
@@ -206,15 +190,7 @@ fn json_trace_gives_back_every_recorded_event() {
 
 #[test]
 fn losses_in_drop_mode_are_counted_and_marked() {
-    let dir = scratch("drop");
-    let trace = dir.join("drop.pftrace");
-    let (out, expect) = run_scenario("drop_mode_loss", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("drop", "drop.pftrace", "drop_mode_loss", &[]);
     let model = perfetto_model(&trace);
     let lost = expect["events_lost"].as_u64().unwrap();
     assert!(lost > 0, "a 4 KiB ring must overflow");
@@ -247,15 +223,7 @@ fn losses_in_drop_mode_are_counted_and_marked() {
 
 #[test]
 fn flight_recorder_keeps_the_newest_events() {
-    let dir = scratch("overwrite");
-    let trace = dir.join("overwrite.pftrace");
-    let (out, expect) = run_scenario("overwrite_mode", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("overwrite", "overwrite.pftrace", "overwrite_mode", &[]);
     let model = perfetto_model(&trace);
     let kept: Vec<u64> = model["slices"]
         .as_array()
@@ -300,15 +268,7 @@ fn categories_switch_at_run_time() {
 
 #[test]
 fn oversized_events_are_dropped_and_counted() {
-    let dir = scratch("oversized");
-    let trace = dir.join("big.pftrace");
-    let (out, expect) = run_scenario("oversized", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("oversized", "big.pftrace", "oversized", &[]);
     assert_eq!(expect["events_oversized"], 1);
     assert_eq!(expect["events_lost"], 1);
     let model = perfetto_model(&trace);

@@ -56,15 +56,8 @@ fn track<'a>(model: &'a Value, uuid: &Value) -> &'a Value {
 
 #[test]
 fn every_phase_with_a_perfetto_counterpart() {
-    let dir = scratch("phases-pf");
-    let trace = dir.join("phases.pftrace");
-    let (out, expect) = run_scenario("phases", &trace, &[("RT_TT", "1")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) =
+        run_scenario_ok("phases-pf", "phases.pftrace", "phases", &[("RT_TT", "1")]);
     let model = perfetto_model(&trace);
     assert_eq!(model["skipped_packets"], 0);
     assert_eq!(model["warnings"], json!([]));

@@ -162,15 +162,7 @@ fn load_in_overwrite_mode_accounts_for_every_event_per_thread() {
 
 #[test]
 fn thread_churn_keeps_every_event_and_frees_memory() {
-    let dir = scratch("churn");
-    let trace = dir.join("churn.json");
-    let (out, expect) = run_scenario("churn", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("churn", "churn.json", "churn", &[]);
     let events = json_events(&trace);
     let scopes = events
         .iter()
@@ -193,15 +185,7 @@ fn thread_churn_keeps_every_event_and_frees_memory() {
 
 #[test]
 fn bad_input_never_panics_or_corrupts() {
-    let dir = scratch("bad");
-    let trace = dir.join("bad.pftrace");
-    let (out, expect) = run_scenario("bad_input", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("bad", "bad.pftrace", "bad_input", &[]);
     assert_eq!(expect["start_twice_error"], true);
     assert_eq!(
         expect["unmatched_ends"], 1,
@@ -234,7 +218,7 @@ fn bad_input_never_panics_or_corrupts() {
     assert_eq!(second["slices"][0]["name"], "second_session");
 
     // The same input as JSON parses with a standard parser.
-    let trace = dir.join("bad.json");
+    let trace = trace.with_file_name("bad.json");
     let (out, _) = run_scenario("bad_input", &trace, &[]);
     assert!(out.status.success());
     let events = json_events(&trace);

@@ -9,15 +9,7 @@ use serde_json::Value;
 
 #[test]
 fn trace_attribute_covers_sync_and_async_calls() {
-    let dir = scratch("attribute");
-    let trace = dir.join("attr.pftrace");
-    let (out, expect) = run_scenario("attribute", &trace, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect = expect.unwrap();
+    let (trace, expect) = run_scenario_ok("attribute", "attr.pftrace", "attribute", &[]);
     assert_eq!(
         expect["results"],
         serde_json::json!([2, 42, 1, 7, 28, 3]),

@@ -103,57 +103,35 @@
 #![warn(missing_docs)]
 
 pub mod archive;
-mod args;
-#[cfg(feature = "tracing")]
-mod bridge;
-mod budget;
-mod callsite;
-mod clock;
 mod encode;
 pub mod events;
-mod flusher;
-#[cfg(feature = "tracing")]
-mod layer;
 mod record;
-mod registry;
-mod ring;
-mod scope;
 mod session;
-mod signals;
-mod sink;
-#[cfg(feature = "tracing")]
-mod span_table;
-#[cfg(feature = "tracing")]
-mod subscriber;
-mod sync;
 mod sys;
+#[cfg(feature = "tracing")]
+mod tracing;
 
-#[cfg(all(test, ringtrace_loom))]
-mod loom_tests;
-
-pub use args::TraceValue;
-pub use callsite::{category_enabled, disable_categories, enable_categories};
+#[cfg(feature = "tracing")]
+pub use crate::tracing::{
+    layer, subscriber, LayerBuilder, RingtraceLayer, RingtraceSubscriber, SubscriberBuilder,
+    TracingBuilder, TracingRecorder,
+};
 pub use events::{
     clock_sync, clock_sync_issued, global_sample, set_process_labels, set_process_name,
     set_process_sort_index, set_thread_name, set_thread_sort_index, AsyncRange, Category, Color,
     ContextGuard, CounterUnit, Event, Flow, Frame, Id, IdKind, InstantScope, LogLevel, SliceGuard,
     Stack, Track, TrackSliceGuard,
 };
-pub use flusher::Stats;
-#[cfg(feature = "tracing")]
-pub use layer::{
-    layer, subscriber, LayerBuilder, RingtraceLayer, SubscriberBuilder, TracingBuilder,
-    TracingRecorder,
-};
+pub use record::args::TraceValue;
+pub use record::callsite::{category_enabled, disable_categories, enable_categories};
+pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use ringtrace_macros::trace;
-pub use scope::{IntoCounterValue, ScopeGuard, TracedFuture};
+pub use session::flusher::Stats;
+pub use session::sink::MemoryBuffer;
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,
 };
-pub use sink::MemoryBuffer;
-#[cfg(feature = "tracing")]
-pub use subscriber::RingtraceSubscriber;
 
 /// The trace clock now: CLOCK_BOOTTIME in nanoseconds (MONOTONIC where there
 /// is no BOOTTIME). Event timestamps in both formats are on this clock
@@ -173,10 +151,12 @@ pub fn trace_clock_ns() -> u64 {
 /// Items the macros expand to. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::args::{ArgList, WordSink};
-    pub use crate::callsite::{Callsite, CallsiteKind};
     pub use crate::events::log;
-    pub use crate::scope::{begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture};
+    pub use crate::record::args::{ArgList, WordSink};
+    pub use crate::record::callsite::{Callsite, CallsiteKind};
+    pub use crate::record::scope::{
+        begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture,
+    };
 }
 
 /// Records a slice from here to the end of the enclosing block.

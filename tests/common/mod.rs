@@ -36,6 +36,25 @@ pub fn run_scenario(
     (out, expectation)
 }
 
+/// Runs `scenario` writing `file` in a fresh directory `dir`; fails the test
+/// if the child fails. Returns the trace's path and the child's expectation.
+pub fn run_scenario_ok(
+    dir: &str,
+    file: &str,
+    scenario: &str,
+    envs: &[(&str, &str)],
+) -> (PathBuf, Value) {
+    let trace = scratch(dir).join(file);
+    let (out, expect) = run_scenario(scenario, &trace, envs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expect = expect.unwrap_or_else(|| panic!("scenario {scenario} wrote no expectation"));
+    (trace, expect)
+}
+
 pub fn python() -> String {
     std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }

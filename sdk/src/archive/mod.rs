@@ -102,6 +102,18 @@
 //! ```
 //!
 //! Members are read into memory while the archive is written.
+//!
+//! # The modules
+//!
+//! This module writes archives ([`Archive`]); `member` is one file of it,
+//! `read` reads archives back and checks them; `manifest` parses, builds and
+//! validates the manifest; `clock` reads our own files' clock snapshots;
+//! `sniff` tells what a member is; `tar` and `zip` are the containers; `dir`
+//! the per-process member files of [`member_builder`].
+//!
+//! Rules of this layer: it works on finished files and bytes only. It knows
+//! no ring and no encoder; only `dir` starts sessions, through the public
+//! [`Builder`](crate::Builder).
 
 #![forbid(unsafe_code)]
 
@@ -109,6 +121,8 @@ mod clock;
 mod dir;
 mod error;
 mod manifest;
+mod member;
+mod read;
 mod sniff;
 mod tar;
 mod zip;
@@ -117,6 +131,9 @@ pub use clock::{Clock, ClockSample};
 pub use dir::{member_builder, member_path};
 pub use error::ArchiveError;
 pub use manifest::{AttrValue, Clocks, FileEntry, Manifest, MemberInfo, SyncTo, TraceTime};
+pub use member::Member;
+use member::{ClockSpec, RefClock, Source, SyncSpec};
+pub use read::{check_archive, read_members, ArchiveReport};
 pub use sniff::{sniff, MemberKind, ProtoInfo};
 pub use zip::ZipMethod;
 
@@ -126,176 +143,6 @@ use std::path::{Path, PathBuf};
 
 /// The manifest's member name.
 pub const MANIFEST_NAME: &str = "perfetto_manifest.json";
-
-/// Where a member's bytes come from.
-#[derive(Debug, Clone)]
-enum Source {
-    Path(PathBuf),
-    Bytes(Vec<u8>),
-}
-
-/// Which clock `sync_to.clock` names.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-enum RefClock {
-    /// BOOTTIME when the reference has clocks, else its own timeline.
-    #[default]
-    Auto,
-    Named(Clock),
-    /// The reference's own per-file timeline (`sync_to.clock` absent).
-    Private,
-}
-
-#[derive(Debug, Clone, Default)]
-struct SyncSpec {
-    file: Option<String>,
-    machine: Option<String>,
-    clock: RefClock,
-}
-
-#[derive(Debug, Clone, Default)]
-struct ClockSpec {
-    clock: Option<Clock>,
-    machine: Option<String>,
-    sync_to: Option<SyncSpec>,
-    offset_ns: Option<i64>,
-}
-
-/// One file of an [`Archive`], with its manifest settings. Returned by
-/// [`Archive::add_file`], [`Archive::add_bytes`] and [`Archive::file`]; every
-/// setter returns `&mut Self` for chaining.
-#[derive(Debug, Clone)]
-pub struct Member {
-    name: String,
-    source: Source,
-    machine: Option<String>,
-    machines: Option<Vec<(i64, String)>>,
-    clocks: Option<ClockSpec>,
-    sample: Option<ClockSample>,
-    foreign: bool,
-}
-
-impl Member {
-    fn new(name: String, source: Source) -> Member {
-        Member {
-            name,
-            source,
-            machine: None,
-            machines: None,
-            clocks: None,
-            sample: None,
-            foreign: false,
-        }
-    }
-
-    /// The member name (its path inside the archive).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Attributes the whole file to the machine `name` (`machine.name`).
-    /// Files with the same machine name share one machine in the merged trace.
-    pub fn machine(&mut self, name: impl Into<String>) -> &mut Self {
-        self.machine = Some(name.into());
-        self
-    }
-
-    /// Names the machines embedded in a multi-machine trace (`machines`):
-    /// `(id, name)` pairs; id 0 is the file's base machine. Every machine id
-    /// carried by the file's packets must be declared.
-    pub fn machines<I, S>(&mut self, ids: I) -> &mut Self
-    where
-        I: IntoIterator<Item = (i64, S)>,
-        S: Into<String>,
-    {
-        self.machines = Some(ids.into_iter().map(|(id, n)| (id, n.into())).collect());
-        self
-    }
-
-    fn clocks_mut(&mut self) -> &mut ClockSpec {
-        self.clocks.get_or_insert_with(ClockSpec::default)
-    }
-
-    /// Places this file against `file` (a member name): `Some(clock)` relates
-    /// this file's `clock` to `file`'s `clock` (RELATE); `None` pins this
-    /// clockless file to `file` (PIN). See the [module docs](self).
-    pub fn sync_to(&mut self, file: impl Into<String>, clock: Option<Clock>) -> &mut Self {
-        let c = self.clocks_mut();
-        c.clock = clock;
-        let sync = c.sync_to.get_or_insert_with(SyncSpec::default);
-        sync.file = Some(file.into());
-        sync.clock = clock.map_or(RefClock::Auto, RefClock::Named);
-        self
-    }
-
-    /// Sets `sync_to.clock` explicitly: `Some(clock)` names the reference
-    /// clock, `None` the reference's own per-file timeline.
-    pub fn reference_clock(&mut self, clock: Option<Clock>) -> &mut Self {
-        let sync = self
-            .clocks_mut()
-            .sync_to
-            .get_or_insert_with(SyncSpec::default);
-        sync.clock = clock.map_or(RefClock::Private, RefClock::Named);
-        self
-    }
-
-    /// `sync_to.machine`: which machine of a multi-machine reference.
-    pub fn sync_to_machine(&mut self, machine: impl Into<String>) -> &mut Self {
-        self.clocks_mut()
-            .sync_to
-            .get_or_insert_with(SyncSpec::default)
-            .machine = Some(machine.into());
-        self
-    }
-
-    /// `clocks.machine`: which of this multi-machine file's machines owns the
-    /// related clock.
-    pub fn clock_machine(&mut self, machine: impl Into<String>) -> &mut Self {
-        self.clocks_mut().machine = Some(machine.into());
-        self
-    }
-
-    /// `offset_ns`: this file's clock reads T when the reference reads
-    /// T + `ns` (positive: this file moves later). Without it ringtrace
-    /// computes the offset (see the [module docs](self)).
-    pub fn offset_ns(&mut self, ns: i64) -> &mut Self {
-        self.clocks_mut().offset_ns = Some(ns);
-        self
-    }
-
-    /// A reading of the clocks of the machine this file was recorded on,
-    /// for computing offsets across machines.
-    pub fn clock_sample(&mut self, sample: ClockSample) -> &mut Self {
-        self.sample = Some(sample);
-        self
-    }
-
-    /// This file was recorded on this machine (since its last boot): takes a
-    /// [`ClockSample::now`].
-    pub fn recorded_here(&mut self) -> &mut Self {
-        self.clock_sample(ClockSample::now())
-    }
-
-    /// Not written by ringtrace: a JSON file's timestamps are not assumed to
-    /// be BOOTTIME, so it is not pinned automatically and offsets against its
-    /// own timeline are not computed.
-    pub fn foreign(&mut self) -> &mut Self {
-        self.foreign = true;
-        self
-    }
-
-    fn has_overrides(&self) -> bool {
-        self.machine.is_some() || self.machines.is_some() || self.clocks.is_some()
-    }
-
-    fn load(&self) -> Result<Cow<'_, [u8]>, ArchiveError> {
-        match &self.source {
-            Source::Bytes(b) => Ok(Cow::Borrowed(b)),
-            Source::Path(p) => std::fs::read(p)
-                .map(Cow::Owned)
-                .map_err(|e| ArchiveError::io(Some(p), e)),
-        }
-    }
-}
 
 /// A set of trace files and the manifest that ties them together; written as
 /// a TAR or ZIP. See the [module docs](self).
@@ -944,105 +791,4 @@ fn check_kind(name: &str, kind: &MemberKind) -> Result<(), ArchiveError> {
         }),
         _ => Ok(()),
     }
-}
-
-/// The file members of a ZIP, TAR or gzipped TAR archive, in order.
-///
-/// # Errors
-///
-/// [`ArchiveError::NotAnArchive`], or [`ArchiveError::Corrupt`] for a damaged
-/// archive (bad checksums, CRCs, truncation).
-pub fn read_members(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
-    match sniff(bytes) {
-        MemberKind::Zip => zip::read(bytes),
-        MemberKind::Tar => tar::read(bytes),
-        MemberKind::Gzip { .. } => {
-            let inner = sniff::gunzip_members(bytes, u64::MAX).concat();
-            if inner.len() >= 262 && &inner[257..262] == b"ustar" {
-                tar::read(&inner)
-            } else {
-                Err(ArchiveError::NotAnArchive(
-                    "a gzip stream that is not a TAR".into(),
-                ))
-            }
-        }
-        k => Err(ArchiveError::NotAnArchive(format!(
-            "the data is {}",
-            k.describe()
-        ))),
-    }
-}
-
-/// What [`check_archive`] found.
-#[derive(Debug, Clone)]
-pub struct ArchiveReport {
-    /// The trace members (not the manifest, not ignored members).
-    pub members: Vec<MemberInfo>,
-    /// Members trace_processor ignores (a path component starts with `.`).
-    pub ignored: Vec<String>,
-    /// The manifest's member name and content, if there is one.
-    pub manifest: Option<(String, Manifest)>,
-}
-
-/// Reads an archive (or a concatenated gzip stream) and applies the rules
-/// [`Archive`] applies when writing: one manifest at most, never gzipped nor
-/// after a trace, valid per the spec against the members present; no empty,
-/// undetectable or nested members.
-///
-/// # Errors
-///
-/// The first [`ArchiveError`] found.
-pub fn check_archive(bytes: &[u8]) -> Result<ArchiveReport, ArchiveError> {
-    let members = match read_members(bytes) {
-        Ok(m) => m,
-        Err(ArchiveError::NotAnArchive(_)) if matches!(sniff(bytes), MemberKind::Gzip { .. }) => {
-            // A concatenated gzip stream: the manifest may only be first.
-            let parts = sniff::gunzip_members(bytes, u64::MAX);
-            for (i, p) in parts.iter().enumerate().skip(1) {
-                if sniff::is_manifest(p) {
-                    return Err(ArchiveError::ManifestNotFirst {
-                        member: format!("gzip member {i}"),
-                    });
-                }
-            }
-            parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, p)| (format!("gzip member {i}"), p))
-                .collect()
-        }
-        Err(e) => return Err(e),
-    };
-    let mut report = ArchiveReport {
-        members: Vec::new(),
-        ignored: Vec::new(),
-        manifest: None,
-    };
-    let mut manifest_text = None;
-    for (name, data) in members {
-        if name.split('/').any(|p| p.starts_with('.')) {
-            report.ignored.push(name);
-            continue;
-        }
-        let kind = sniff(&data);
-        if kind == MemberKind::Manifest {
-            if manifest_text.is_some() {
-                return Err(ArchiveError::MultipleManifests { member: name });
-            }
-            manifest_text = Some((name, String::from_utf8_lossy(&data).into_owned()));
-            continue;
-        }
-        check_kind(&name, &kind)?;
-        report.members.push(MemberInfo {
-            name,
-            kind,
-            len: data.len() as u64,
-        });
-    }
-    if let Some((name, text)) = manifest_text {
-        let m = Manifest::from_json(&text)?;
-        m.validate(&report.members)?;
-        report.manifest = Some((name, m));
-    }
-    Ok(report)
 }

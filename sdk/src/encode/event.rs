@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 use super::OpenScope;
-use crate::args::{ArgReader, ArgValue};
 use crate::events::field;
+use crate::record::args::{ArgReader, ArgValue};
 
 /// An id as recorded: value, kind (0 `id`, 1 `id2.local`, 2 `id2.global`)
 /// and scope.
@@ -219,7 +219,7 @@ pub(crate) fn open_tts(scope: &OpenScope) -> (Option<u64>, &[u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::TraceValue;
+    use crate::record::args::TraceValue;
 
     #[test]
     fn unknown_and_malformed_fields_read_as_absent() {

@@ -18,15 +18,15 @@
 //! strings `"NaN"`, `"Infinity"` and `"-Infinity"`.
 
 use super::{event, Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
-use crate::args::{ArgReader, ArgValue};
-use crate::callsite::Callsite;
-use crate::record::{parse, Record};
-use crate::registry::ThreadRing;
+use crate::record::args::{ArgReader, ArgValue};
+use crate::record::callsite::Callsite;
+use crate::record::layout::{parse, Record};
+use crate::record::registry::ThreadRing;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 mod phases;
-pub(crate) use phases::{to_json_text, track_key, JsonOptions, ScopeForm};
+pub(crate) use phases::{to_json_text, JsonOptions, ScopeForm};
 
 struct Thread {
     pid: i32,
@@ -365,14 +365,7 @@ impl JsonEncoder {
     /// An instant marking lost events, with their count.
     fn lost(&mut self, who: (i32, i64), ts: u64, count: u64, out: &mut Vec<u8>) {
         self.stats.lost_reported += count;
-        self.head(
-            super::perfetto::LOST_EVENT_NAME,
-            "ringtrace",
-            "i",
-            ts,
-            who.0,
-            who.1,
-        );
+        self.head(super::LOST_EVENT_NAME, "ringtrace", "i", ts, who.0, who.1);
         let _ = write!(
             self.line,
             ",\"s\":\"t\",\"args\":{{\"lost_events\":{count}}}}}"
@@ -452,8 +445,8 @@ impl JsonEncoder {
 /// Appends a v2 flow binding (`bind_id` and `flow_out` or `flow_in`) for a
 /// FLOW record word; ids are made unique across processes with the pid.
 fn bind_flow(l: &mut String, flow: u64, pid: i32) {
-    let id = (flow & !crate::record::FLOW_IN) ^ ((pid as u32 as u64) << 40);
-    let dir = if flow & crate::record::FLOW_IN != 0 {
+    let id = (flow & !crate::record::layout::FLOW_IN) ^ ((pid as u32 as u64) << 40);
+    let dir = if flow & crate::record::layout::FLOW_IN != 0 {
         "flow_in"
     } else {
         "flow_out"
@@ -503,9 +496,9 @@ pub(crate) fn double_into(l: &mut String, v: f64) {
 }
 
 fn value_into(l: &mut String, r: &mut ArgReader<'_>, depth: usize) {
-    if depth > crate::args::MAX_NESTING {
+    if depth > crate::record::args::MAX_NESTING {
         r.skip_value();
-        escape_into(l, crate::args::TOO_DEEP);
+        escape_into(l, crate::record::args::TOO_DEEP);
         return;
     }
     match r.next() {
@@ -568,12 +561,12 @@ mod tests {
 
     #[test]
     fn values_nested_too_deep_become_a_placeholder() {
-        use crate::args::TraceValue;
+        use crate::record::args::TraceValue;
         let mut v: Vec<Vec<u8>> = vec![vec![1]];
         let mut words = Vec::new();
         // 100 levels of arrays around one value, then a sibling value.
         for _ in 0..99 {
-            words.push(crate::args::T_ARRAY | (1 << 8));
+            words.push(crate::record::args::T_ARRAY | (1 << 8));
         }
         v.remove(0).encode(&mut words);
         5u8.encode(&mut words);

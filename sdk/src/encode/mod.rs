@@ -1,15 +1,21 @@
 //! Encoders turn drained records into file bytes. Both formats share the
 //! pieces here: the process identity, the tick conversion, and the pairing of
 //! scope ends with their begins.
+//!
+//! Rules of this layer: an encoder sees a thread's identity (`ThreadRing`'s
+//! pid, tid, name, sequence id, mode) and the records drained from it
+//! (`record::layout::parse`), never the ring itself; it knows no `tracing`
+//! layer, no macro and no sink. It only appends bytes to the buffer it is
+//! given, so the file writer and any other output share it.
 
 pub(crate) mod event;
 pub(crate) mod json;
 pub(crate) mod perfetto;
 pub(crate) mod protowire;
 
-use crate::callsite::{self, Callsite};
-use crate::clock::Calibration;
-use crate::registry::ThreadRing;
+use crate::record::callsite::{self, Callsite};
+use crate::record::clock::Calibration;
+use crate::record::registry::ThreadRing;
 
 /// What the encoders know about the traced process.
 #[derive(Debug, Clone)]
@@ -67,6 +73,17 @@ pub(crate) fn hash_str(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
+}
+
+/// Name of the instant that marks where events were lost, with their count
+/// (the same in both formats).
+pub(crate) const LOST_EVENT_NAME: &str = "ringtrace: events lost";
+
+/// The id of a custom track, from its path (the same in both formats).
+pub(crate) fn track_key(path: &[String]) -> u64 {
+    path.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, n| mix(h ^ hash_str(n)))
+        & ((1 << 63) - 1)
 }
 
 /// Call sites by id, cached by the flusher so it does not lock per event.

@@ -13,11 +13,12 @@
 //! Field numbers are Perfetto's (`protos/perfetto/trace/...`).
 
 use super::protowire::{bytes, double, int, nested, string, uint};
+use super::LOST_EVENT_NAME;
 use super::{Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
-use crate::args::{ArgReader, ArgValue};
-use crate::callsite::Callsite;
-use crate::record::{parse, Record};
-use crate::registry::{ThreadRing, SESSION_SEQ};
+use crate::record::args::{ArgReader, ArgValue};
+use crate::record::callsite::Callsite;
+use crate::record::layout::{parse, Record};
+use crate::record::registry::{ThreadRing, SESSION_SEQ};
 use crate::sys;
 use std::collections::{HashMap, HashSet};
 
@@ -105,8 +106,6 @@ const LOSS_BUFFER_FULL: u32 = 256;
 const SEQ_CLOCK: u64 = 64;
 const BOOTTIME: u64 = sys::CLOCK_BOOTTIME as u64;
 
-/// Name of the instant that marks where events were lost, with their count.
-pub(crate) const LOST_EVENT_NAME: &str = "ringtrace: events lost";
 /// Async ids and counter sites get tracks of their own: uuid derivation keys.
 const UUID_KIND_COUNTER: u64 = 1;
 const UUID_KIND_ASYNC: u64 = 2;
@@ -317,7 +316,7 @@ impl Encoder for PerfettoEncoder {
             .or_insert_with(|| Seq::new(t, track_uuid));
         seq.valid = false;
         seq.loss_flags |= LOSS_PRESENT
-            | if t.ring.is_overwrite() {
+            | if t.is_overwrite() {
                 LOSS_OVERWRITE
             } else {
                 LOSS_BUFFER_FULL
@@ -775,7 +774,7 @@ impl PerfettoEncoder {
     fn push_pending_flows(&mut self, ctx: &Context<'_>, seq: &mut Seq) {
         for id in seq.flows.drain(..) {
             // Process-scoped ids, made trace-global as Perfetto's SDK does.
-            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
+            let id = (id & !crate::record::layout::FLOW_IN) ^ ctx.process.uuid;
             super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
     }
@@ -895,9 +894,9 @@ fn intern_entry(interned: &mut Vec<u8>, field: u32, iid: u32, name: &str) {
 
 /// Writes the value fields of the next argument value as a DebugAnnotation.
 fn annotation_value(a: &mut Vec<u8>, r: &mut ArgReader<'_>, depth: usize) {
-    if depth > crate::args::MAX_NESTING {
+    if depth > crate::record::args::MAX_NESTING {
         r.skip_value();
-        string(a, DA_STRING, crate::args::TOO_DEEP);
+        string(a, DA_STRING, crate::record::args::TOO_DEEP);
         return;
     }
     match r.next() {

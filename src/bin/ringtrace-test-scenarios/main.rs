@@ -63,6 +63,7 @@ fn main() {
         "json_endless" => phases::json_endless(&trace),
         "threads_alive" => memory::threads_alive(&trace),
         "teardown" => memory::teardown(&trace),
+        "flight_recorder_process" => memory::flight_recorder_process(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

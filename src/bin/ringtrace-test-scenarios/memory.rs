@@ -209,3 +209,60 @@ pub fn teardown(trace: &str) -> Value {
     let stats = guard.stop().unwrap();
     json!({"threads": threads, "events_written": stats.events_written, "events_lost": stats.events_lost})
 }
+
+/// Flight recorder, 64 threads, a 4 MiB budget: first every thread records
+/// `old` instants, then (all threads still alive, the first phase drained
+/// into the recorder) 4 threads record `new` instants, three times what the
+/// recorder holds. The trace must hold the newest of the whole process: no
+/// `old` instant, and of each busy thread a run of `new` ones ending at its
+/// last.
+pub fn flight_recorder_process(trace: &str) -> Value {
+    let budget: u64 = 4 << 20;
+    let guard = ringtrace::builder()
+        .output(trace)
+        .overwrite(true)
+        .buffer_bytes(budget)
+        .start()
+        .unwrap();
+    let threads = 64;
+    let old_each = 30u64;
+    // An instant with one argument is 3 words: the recorder holds budget / 2.
+    let new_each = (budget / 2 / 24) * 3 / 4;
+    let phase = Arc::new(Barrier::new(threads + 1));
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let phase = phase.clone();
+            thread::spawn(move || {
+                for i in 0..old_each {
+                    ringtrace::trace_instant!("fr", "old", i = i);
+                }
+                phase.wait(); // phase 1 done
+                phase.wait(); // phase 2 may start
+                if t < 4 {
+                    for i in 0..new_each {
+                        ringtrace::trace_instant!("fr", "new", i = i);
+                        if i % 500 == 499 {
+                            // Let the flusher keep up: this test is about
+                            // what the recorder keeps, not about the rings.
+                            thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    }
+                }
+                phase.wait(); // phase 2 done
+            })
+        })
+        .collect();
+    phase.wait();
+    thread::sleep(std::time::Duration::from_millis(300)); // the flusher drains phase 1
+    phase.wait();
+    phase.wait();
+    ringtrace::flush();
+    let stats = guard.stop().unwrap();
+    for h in hs {
+        h.join().unwrap();
+    }
+    json!({"threads": threads, "old_each": old_each, "new_each": new_each, "busy": 4,
+           "recorder_bytes": budget / 2,
+           "events_written": stats.events_written, "events_lost": stats.events_lost,
+           "buffer_bytes_peak": stats.buffer_bytes_peak})
+}

@@ -22,6 +22,7 @@
 
 use super::*;
 use crate::encode::event::{open_site, open_tts, EventView, OPEN_DYNAMIC, OPEN_TTS};
+use crate::encode::track_key;
 use crate::events::{op, LogLevel};
 
 /// How scopes are written.
@@ -46,13 +47,6 @@ pub(crate) struct JsonOptions {
     pub(crate) other_data: Vec<(String, String)>,
     /// Other top-level keys: key and the value as JSON text.
     pub(crate) metadata: Vec<(String, String)>,
-}
-
-/// The id of a custom track, from its path (the same in both formats).
-pub(crate) fn track_key(path: &[String]) -> u64 {
-    path.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, n| {
-        crate::encode::mix(h ^ crate::encode::hash_str(n))
-    }) & ((1 << 63) - 1)
 }
 
 /// A value as JSON text (for the object form's top-level data).
@@ -427,8 +421,8 @@ impl JsonEncoder {
     /// before its `E` so that slice still encloses them.
     fn layer_flows_v1(&mut self, who: (i32, i64), ts: u64, flows: &[u64], out: &mut Vec<u8>) {
         for &flow in flows {
-            let id = (flow & !crate::record::FLOW_IN) ^ ((who.0 as u32 as u64) << 40);
-            let into = flow & crate::record::FLOW_IN != 0;
+            let id = (flow & !crate::record::layout::FLOW_IN) ^ ((who.0 as u32 as u64) << 40);
+            let into = flow & crate::record::layout::FLOW_IN != 0;
             self.head_opt(
                 "flow",
                 Some("ringtrace.flow"),

@@ -254,7 +254,7 @@ impl PerfettoEncoder {
             extra_counter(&mut self.te, tt, t);
         }
         for id in seq.flows.drain(..) {
-            let id = (id & !crate::record::FLOW_IN) ^ ctx.process.uuid;
+            let id = (id & !crate::record::layout::FLOW_IN) ^ ctx.process.uuid;
             super::super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
         self.emit(seq, delta, out);
@@ -329,7 +329,7 @@ impl PerfettoEncoder {
     ) -> u64 {
         let mut parent = ctx.process.uuid;
         for i in 0..path.len() {
-            let key = crate::encode::json::track_key(&path[..=i]);
+            let key = crate::encode::track_key(&path[..=i]);
             let uuid = ctx.process.derived_uuid(UUID_KIND_TRACK, key);
             if seq.described.insert(uuid) {
                 let name = &path[i];

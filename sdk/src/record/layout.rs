@@ -31,8 +31,8 @@
 //! the depth to pair ends with begins even when records were lost in between.
 //! `args` are the values of the site's arguments in order (see `args`).
 
-use crate::args::{ArgList, WordSink};
-use crate::ring::{self, Reservation};
+use crate::record::args::{ArgList, WordSink};
+use crate::record::ring::{self, Reservation};
 
 pub(crate) const KIND_LOST: u64 = ring::KIND_LOST;
 pub(crate) const KIND_BEGIN: u64 = 2;

@@ -1,11 +1,11 @@
 //! What the macros call: recording scopes, instants, counters and traced
 //! futures into the calling thread's ring.
 
-use crate::args::ArgList;
-use crate::callsite::Callsite;
-use crate::clock::ticks;
-use crate::record::{self, MAX_DEPTH};
-use crate::registry::with_current;
+use crate::record::args::ArgList;
+use crate::record::callsite::Callsite;
+use crate::record::clock::ticks;
+use crate::record::layout::{self, MAX_DEPTH};
+use crate::record::registry::with_current;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -71,7 +71,7 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
         let written = if tr.thread_time {
             begin_with_thread_time(tr, payload, args)
         } else {
-            record::write(&tr.ring, record::KIND_BEGIN, payload, ticks(), &[], args)
+            layout::write(&tr.ring, layout::KIND_BEGIN, payload, ticks(), &[], args)
         };
         if written {
             tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
@@ -87,7 +87,7 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
         }
     })
     .unwrap_or_else(|| {
-        crate::registry::count_implied_drop_without_ring();
+        crate::record::registry::count_implied_drop_without_ring();
         ScopeGuard::inactive()
     })
 }
@@ -103,9 +103,9 @@ fn end_scope(depth: u32) {
             end_with_thread_time(tr, depth);
         } else {
             let ts = ticks();
-            record::write(
+            layout::write(
                 &tr.ring,
-                record::KIND_END,
+                layout::KIND_END,
                 depth.min(MAX_DEPTH) as u64,
                 ts,
                 &[],
@@ -122,24 +122,24 @@ fn end_scope(depth: u32) {
 /// its duration.
 #[inline(never)]
 fn begin_with_thread_time<A: ArgList>(
-    tr: &crate::registry::ThreadRing,
+    tr: &crate::record::registry::ThreadRing,
     payload: u64,
     args: &A,
 ) -> bool {
     let ts = ticks();
     let tts = crate::sys::thread_cpu_ns();
-    record::write(&tr.ring, record::KIND_BEGIN_TT, payload, ts, &[tts], args)
+    layout::write(&tr.ring, layout::KIND_BEGIN_TT, payload, ts, &[tts], args)
 }
 
 /// END_TT: an end with the thread's CPU time (opt-in; a system call).
 #[cold]
 #[inline(never)]
-fn end_with_thread_time(tr: &crate::registry::ThreadRing, depth: u32) {
+fn end_with_thread_time(tr: &crate::record::registry::ThreadRing, depth: u32) {
     let tts = crate::sys::thread_cpu_ns();
     let ts = ticks();
-    record::write(
+    layout::write(
         &tr.ring,
-        record::KIND_END_TT,
+        layout::KIND_END_TT,
         depth.min(MAX_DEPTH) as u64,
         ts,
         &[tts],
@@ -152,9 +152,9 @@ fn end_with_thread_time(tr: &crate::registry::ThreadRing, depth: u32) {
 #[inline(always)]
 pub fn instant<A: ArgList>(site: &'static Callsite, args: &A) {
     with_current(|tr| {
-        record::write(
+        layout::write(
             &tr.ring,
-            record::KIND_INSTANT,
+            layout::KIND_INSTANT,
             site.id() as u64,
             ticks(),
             &[],
@@ -204,10 +204,10 @@ counter_from!(Float f64: f32, f64);
 #[inline(always)]
 pub fn counter(site: &'static Callsite, value: impl IntoCounterValue) {
     let (kind, word) = match value.into_counter_value() {
-        CounterValue::Int(v) => (record::KIND_COUNTER_I64, v as u64),
-        CounterValue::Float(v) => (record::KIND_COUNTER_F64, v.to_bits()),
+        CounterValue::Int(v) => (layout::KIND_COUNTER_I64, v as u64),
+        CounterValue::Float(v) => (layout::KIND_COUNTER_F64, v.to_bits()),
     };
-    with_current(|tr| record::write(&tr.ring, kind, site.id() as u64, ticks(), &[word], &()));
+    with_current(|tr| layout::write(&tr.ring, kind, site.id() as u64, ticks(), &[word], &()));
 }
 
 static NEXT_ASYNC_ID: AtomicU64 = AtomicU64::new(1);
@@ -255,9 +255,9 @@ impl<F: Future> Future for TracedFuture<F> {
             let id = span.id;
             let site = span.site.id() as u64;
             with_current(|tr| {
-                record::write(
+                layout::write(
                     &tr.ring,
-                    record::KIND_ASYNC_BEGIN,
+                    layout::KIND_ASYNC_BEGIN,
                     site,
                     ticks(),
                     &[id],
@@ -283,7 +283,7 @@ impl AsyncSpan {
         if self.id != 0 && !self.done {
             let (site, id) = (self.site.id() as u64, self.id);
             with_current(|tr| {
-                record::write(&tr.ring, record::KIND_ASYNC_END, site, ticks(), &[id], &())
+                layout::write(&tr.ring, layout::KIND_ASYNC_END, site, ticks(), &[id], &())
             });
         }
         self.done = true;

@@ -18,8 +18,8 @@
 
 #![forbid(unsafe_code)]
 
-use crate::bridge::{self, SpanData, SpanStore};
-use crate::span_table::{Release, SpanTable};
+use super::bridge::{self, SpanData, SpanStore};
+use super::span_table::{Release, SpanTable};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
@@ -56,7 +56,7 @@ impl RingtraceSubscriber {
     }
 }
 
-impl crate::layer::sealed::FromSession for RingtraceSubscriber {
+impl super::sealed::FromSession for RingtraceSubscriber {
     fn from_session() -> Self {
         RingtraceSubscriber { _private: () }
     }

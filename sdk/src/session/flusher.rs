@@ -5,14 +5,16 @@
 //! full) is drained at once; every ring is drained each flush interval, on
 //! `flush()`, and when the session stops (including rings of threads that
 //! are still running at that moment). A ring whose thread exited is drained
-//! to the end and then forgotten. In flight-recorder (overwrite) mode rings
-//! are drained only on `flush()` and at stop, except rings of exited threads.
+//! to the end and then forgotten. In flight-recorder (overwrite) mode the
+//! rings are drained as often, into the process-wide `Recorder` instead of
+//! the encoder; it is written out on `flush()` and at stop.
 
-use crate::clock::Calibration;
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
-use crate::registry::{ThreadRing, REGISTRY};
-use crate::sink::Sink;
-use crate::sync::Arc;
+use crate::record::clock::Calibration;
+use crate::record::registry::{ThreadRing, REGISTRY};
+use crate::record::sync::Arc;
+use crate::session::recorder::Recorder;
+use crate::session::sink::Sink;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -90,6 +92,9 @@ pub(crate) struct Flusher {
     pub(crate) cal: Calibration,
     pub(crate) process: ProcessInfo,
     pub(crate) overwrite: bool,
+    /// Overwrite mode: bytes of the flight recorder's store (taken from the
+    /// budget by the session, given back when the flusher ends).
+    pub(crate) recorder_bytes: u64,
     pub(crate) interval: Duration,
 }
 
@@ -108,8 +113,11 @@ impl Flusher {
             mut cal,
             process,
             overwrite,
+            recorder_bytes,
             interval,
         } = self;
+        let mut recorder = overwrite.then(|| Recorder::new(recorder_bytes));
+        let mut finished: Vec<Arc<ThreadRing>> = Vec::new();
         let encoder = &mut *encoder;
         let mut sites = Sites::default();
         let mut out = Vec::with_capacity(1 << 20);
@@ -140,9 +148,10 @@ impl Flusher {
             }
             let stopping = shared.stop.load(Ordering::Acquire);
             let flush_req = shared.flush_requested.load(Ordering::Acquire);
-            let full = stopping
-                || flush_req != flush_seen
-                || (!overwrite && last_full.elapsed() >= interval);
+            // A flight recorder drains the rings as often (into the
+            // recorder); it writes out only on flush and at stop.
+            let write_out = stopping || flush_req != flush_seen;
+            let full = write_out || last_full.elapsed() >= interval;
             if full {
                 cal.refresh();
                 last_full = Instant::now();
@@ -150,7 +159,7 @@ impl Flusher {
             REGISTRY.snapshot(&mut rings);
             for tr in &rings {
                 let retired = tr.is_retired();
-                let hot = !overwrite && tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
+                let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
                 if !(full || retired || hot) {
                     continue;
                 }
@@ -174,12 +183,16 @@ impl Flusher {
                     if d.records == 0 && d.overwritten == 0 {
                         break;
                     }
-                    let batch = Batch {
-                        thread: tr,
-                        words: &words,
-                        overwritten: d.overwritten,
-                    };
-                    encoder.batch(&mut ctx, &batch, &mut out);
+                    if let Some(rec) = recorder.as_mut() {
+                        stats.events_lost += rec.push(tr, &words, d.overwritten, &mut finished);
+                    } else {
+                        let batch = Batch {
+                            thread: tr,
+                            words: &words,
+                            overwritten: d.overwritten,
+                        };
+                        encoder.batch(&mut ctx, &batch, &mut out);
+                    }
                     if out.len() >= 1 << 20 {
                         sink.write(&mut out);
                     }
@@ -196,9 +209,24 @@ impl Flusher {
                     encoder.note_lost(&mut ctx, tr, n, &mut out);
                 }
                 if retired && tr.ring.used_words() == 0 {
-                    thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
+                    if !recorder.as_mut().is_some_and(|r| r.thread_exited(tr)) {
+                        thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
+                    }
                     state.remove(&tr.seq_id);
                     REGISTRY.remove(tr.seq_id);
+                }
+            }
+            if let Some(rec) = recorder.as_mut() {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                if write_out {
+                    rec.write_out(encoder, &mut ctx, &mut out, &mut finished);
+                }
+                for tr in finished.drain(..) {
+                    thread_finished(encoder, &mut ctx, &tr, &mut stats, &mut out);
                 }
             }
             if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
@@ -245,6 +273,8 @@ impl Flusher {
             + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
         stats.bytes_written = sink.bytes_written();
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
+        drop(recorder);
+        REGISTRY.budget.give_back(recorder_bytes);
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.take_error())

@@ -2,9 +2,9 @@
 //! hand-over of a thread's ring to the flusher through the registry. Run with
 //! `RUSTFLAGS="--cfg ringtrace_loom" cargo test --release -p ringtrace --lib loom_tests`.
 
-use crate::budget::Budget;
-use crate::registry::{Registry, RingConfig};
-use crate::ring::{
+use crate::record::budget::Budget;
+use crate::record::registry::{Registry, RingConfig};
+use crate::record::ring::{
     header_kind, header_len, header_payload, make_header, segment_bytes, Ring, KIND_LOST,
 };
 use loom::sync::Arc;
@@ -133,6 +133,37 @@ fn loom_tests_ring_grows_while_the_consumer_drains() {
         assert_eq!(budget.used(), segment_bytes(16));
         drop(ring);
         assert_eq!(budget.used(), 0);
+    });
+}
+
+/// Overwrite mode: the producer grows (copying what the consumer has not
+/// taken yet into the new segment) and then frees its own oldest records,
+/// while the consumer drains: records whole, in order, the newest kept, and
+/// every record either copied out or counted as overwritten, none dropped.
+#[test]
+fn loom_tests_overwrite_ring_grows_and_overwrites_while_draining() {
+    loom::model(|| {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Arc::new(Ring::growable(8, 16, true, budget));
+        let p = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                for id in 1..=7 {
+                    assert!(write(&ring, id, 3), "record {id} dropped");
+                }
+            })
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let d1 = ring.drain(&mut out, usize::MAX, &mut seen);
+        p.join().unwrap();
+        let d2 = ring.drain(&mut out, usize::MAX, &mut seen);
+        let (ids, _) = decode(&out);
+        check_order(&ids);
+        assert_eq!(ids.last(), Some(&7));
+        assert_eq!(ids.len() as u64 + d1.overwritten + d2.overwritten, 7);
+        assert_eq!(ring.dropped(), 0);
+        assert_eq!(budget.used(), segment_bytes(16));
     });
 }
 

@@ -12,9 +12,9 @@
 //! Each session has an id; a ring belongs to one session. A thread whose
 //! cached ring is from an earlier session gets a fresh one on its next event.
 
-use crate::budget::{Budget, DEFAULT_BUDGET_BYTES};
-use crate::ring::Ring;
-use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
+use crate::record::budget::{Budget, DEFAULT_BUDGET_BYTES};
+use crate::record::ring::Ring;
+use crate::record::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use std::cell::Cell;
 
 /// One thread's ring and identity.
@@ -37,6 +37,8 @@ pub(crate) struct ThreadRing {
     pub(crate) thread_time: bool,
     /// Budget this thread's bookkeeping (`THREAD_BYTES`) was taken from.
     budget: &'static Budget,
+    /// The session is a flight recorder (set once, before the ring is shared).
+    pub(crate) overwrite: bool,
 }
 
 /// What a recording thread costs besides its ring's segments, taken from the
@@ -69,6 +71,7 @@ impl ThreadRing {
     ) -> Self {
         ThreadRing {
             budget,
+            overwrite: false,
             ring,
             session,
             seq_id,
@@ -89,6 +92,11 @@ impl ThreadRing {
 
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// Flight-recorder mode: the oldest records are overwritten when full.
+    pub(crate) fn is_overwrite(&self) -> bool {
+        self.overwrite
     }
 }
 
@@ -162,11 +170,6 @@ impl Registry {
         new_registry!(Budget::leaked(DEFAULT_BUDGET_BYTES))
     }
 
-    #[cfg(all(test, not(ringtrace_loom)))]
-    pub(crate) fn with_budget(budget: &'static Budget) -> Self {
-        new_registry!(budget)
-    }
-
     #[inline(always)]
     pub(crate) fn session(&self) -> u64 {
         self.session.load(Ordering::Relaxed)
@@ -233,6 +236,7 @@ impl Registry {
         st.next_seq += 1;
         let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name, self.budget);
         tr.thread_time = st.config.thread_time;
+        tr.overwrite = st.config.overwrite;
         let ring = Arc::new(tr);
         st.rings.push(ring.clone());
         Some(ring)

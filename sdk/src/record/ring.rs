@@ -43,8 +43,8 @@
 //!   only into slots of positions below `tail`), so the CAS is retried from
 //!   there.
 
-use crate::budget::Budget;
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::record::budget::Budget;
+use crate::record::sync::{AtomicPtr, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Words of the loss marker written in drop mode: header, timestamp, count.
@@ -118,46 +118,104 @@ fn prefault(words: &[AtomicU64]) {
 #[cfg(not(all(target_os = "linux", not(ringtrace_loom), not(miri))))]
 fn prefault(_words: &[AtomicU64]) {}
 
-/// One piece of a ring's storage: a power of two of slots holding the records
-/// at positions `start..` (slot of position `p`: `p & (len - 1)`), until the
-/// producer moves on to a bigger segment (`next`).
-pub(crate) struct Segment {
-    words: Box<[AtomicU64]>,
-    /// Position of the first record stored here.
-    start: u64,
-    /// The segment the producer moved on to (its records begin at
-    /// `next.start`); null while this is the producer's segment. Stored once,
-    /// with Release, after `next` is fully built.
-    next: AtomicPtr<Segment>,
+/// Segments a ring can hold at once: its newest (the producer's) and the
+/// older ones the consumer has not freed yet. Each growth at least
+/// quadruples the ring, so a few are enough to reach any size before the
+/// flusher catches up.
+const MAX_SEGMENTS: usize = 8;
+
+/// One piece of a ring's storage: `len` slots (a power of two) holding the
+/// records at positions `start..` (slot of position `p`: `p & (len - 1)`)
+/// until the next segment's `start`. Written by the producer before it
+/// publishes the segment (`Ring::made`), read by the consumer after.
+struct SegmentSlot {
+    base: AtomicPtr<AtomicU64>,
+    len: AtomicU64,
+    start: AtomicU64,
 }
 
-impl Segment {
-    /// A zeroed, mapped-in segment of `words` slots (a power of two).
-    fn new(words: usize, start: u64) -> Box<Segment> {
-        debug_assert!(words.is_power_of_two() && words >= 8);
-        let storage: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        prefault(&storage);
-        Box::new(Segment {
-            words: storage,
-            start,
-            next: AtomicPtr::new(std::ptr::null_mut()),
-        })
-    }
-
-    #[inline(always)]
-    fn slot(&self, pos: u64) -> &AtomicU64 {
-        &self.words[(pos & (self.words.len() as u64 - 1)) as usize]
+impl SegmentSlot {
+    fn empty() -> SegmentSlot {
+        SegmentSlot {
+            base: AtomicPtr::new(std::ptr::null_mut()),
+            len: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+        }
     }
 }
 
 /// Bytes a segment of `words` slots takes from the budget.
 pub(crate) fn segment_bytes(words: usize) -> u64 {
-    (words * 8 + std::mem::size_of::<Segment>()) as u64
+    (words * 8) as u64
 }
 
 /// Slots of a segment of at least `bytes` bytes: a power of two, at least 64.
 pub(crate) fn words_for(bytes: usize) -> usize {
     (bytes / 8).clamp(64, 1 << 40).next_power_of_two()
+}
+
+/// Page size the mapped segments are multiples of.
+const PAGE: usize = 4096;
+
+/// Makes zeroed, mapped-in storage of `words` slots (a power of two).
+///
+/// A thread's first segment (1 KiB) comes from the heap, on its first event.
+/// Every segment a ring grows into is a page multiple and gets an anonymous
+/// mapping of its own: growing never touches the heap of the recording
+/// thread, and freeing a segment gives its memory back to the system at
+/// once. `None` if the system refuses the mapping.
+fn alloc_storage(words: usize, mapped: bool) -> Option<*mut AtomicU64> {
+    debug_assert!(words.is_power_of_two() && words >= 8);
+    #[cfg(all(unix, not(ringtrace_loom), not(miri)))]
+    if mapped {
+        // SAFETY: a fresh private anonymous mapping: no address hint, no
+        // file; the kernel picks the place and zero-fills it. Checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                words * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: the mapping is `words * 8` zeroed bytes, page-aligned (so
+        // aligned for `AtomicU64`, which has the layout of `u64`; zero is a
+        // valid value), owned by the caller from now on.
+        let slots = unsafe { std::slice::from_raw_parts(p as *const AtomicU64, words) };
+        prefault(slots);
+        return Some(p as *mut AtomicU64);
+    }
+    let _ = mapped;
+    let storage: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+    prefault(&storage);
+    Some(Box::into_raw(storage) as *mut AtomicU64)
+}
+
+/// Frees what `alloc_storage(words, mapped)` returned.
+///
+/// # Safety
+/// `base` came from `alloc_storage` with these arguments, is freed once, and
+/// no reference into it outlives this call.
+unsafe fn free_storage(base: *mut AtomicU64, words: usize, mapped: bool) {
+    #[cfg(all(unix, not(ringtrace_loom), not(miri)))]
+    if mapped {
+        // SAFETY: the caller's contract: our own mapping of this length.
+        unsafe { libc::munmap(base as *mut libc::c_void, words * 8) };
+        return;
+    }
+    let _ = mapped;
+    // SAFETY: the caller's contract: a `Box<[AtomicU64]>` of `words` slots.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(base, words)) });
+}
+
+/// Whether a segment of `words` slots (not a thread's first) is mapped.
+fn is_mapped(index: u64, words: usize) -> bool {
+    index > 0 && words * 8 >= PAGE
 }
 
 pub(crate) struct Ring {
@@ -167,9 +225,15 @@ pub(crate) struct Ring {
     /// First position not yet consumed (or freed by the producer in overwrite mode).
     tail: CachePadded<AtomicU64>,
     producer: CachePadded<ProducerState>,
-    /// The oldest segment that may still hold records. Read and written only
-    /// by the consumer (and `Drop`), which alone frees segments.
-    first: AtomicPtr<Segment>,
+    /// Segments `freed..made`, oldest first; segment `i` is in slot
+    /// `i % MAX_SEGMENTS`.
+    segments: [SegmentSlot; MAX_SEGMENTS],
+    /// Segments ever made; the producer's is `made - 1`. Stored (Release) by
+    /// the producer after it filled the segment's slot.
+    made: AtomicU64,
+    /// Segments the consumer has freed. Stored (Release) by the consumer
+    /// once it is done with the segment's slot and storage.
+    freed: AtomicU64,
     /// Records freed by the producer in overwrite mode (monotonic).
     overwritten: AtomicU64,
     /// Largest segment this ring grows to, in slots.
@@ -180,9 +244,8 @@ pub(crate) struct Ring {
 
 /// Fields only the producer writes; atomics only so the struct is `Sync`.
 struct ProducerState {
-    /// The segment the producer writes into (the newest), and copies of its
-    /// base pointer, `len - 1` and largest record for the hot path.
-    seg: AtomicPtr<Segment>,
+    /// The segment the producer writes into (the newest): its base pointer,
+    /// `len - 1` and largest record, for the hot path.
     base: AtomicPtr<AtomicU64>,
     mask: AtomicU64,
     max_record: AtomicU64,
@@ -215,15 +278,14 @@ impl Reservation<'_> {
     #[inline(always)]
     pub(crate) fn push(&mut self, word: u64) {
         debug_assert!(self.pos < self.end);
-        // SAFETY: `base` and `mask` are the producer's segment's
-        // `words.as_ptr()` and `words.len() - 1` (a power of two minus one,
-        // see `Segment::new`), read by this thread, the only one that changes
-        // them, after the last change; so `pos & mask` indexes inside that
-        // storage. The segment is freed only by the consumer once it has seen
-        // a newer segment published (`Ring::grow`), which cannot happen while
-        // this reservation (made by the producer) is being written, or by
-        // `Drop`, which the borrow of `ring` excludes. The slot is an atomic,
-        // so the store races with nothing.
+        // SAFETY: `base` and `mask` are the producer's segment's storage and
+        // length minus one (a power of two minus one, see `alloc_storage`),
+        // read by this thread, the only one that changes them, after the
+        // last change; so `pos & mask` indexes inside that storage. A
+        // segment is freed only by the consumer once a newer one is made
+        // (`Ring::grow`, by this thread, not while this reservation is being
+        // written), or by `Drop`, which the borrow of `ring` excludes. The
+        // slot is an atomic, so the store races with nothing.
         unsafe { &*self.base.add((self.pos & self.mask) as usize) }.store(word, Ordering::Relaxed);
         self.pos += 1;
     }
@@ -249,10 +311,11 @@ pub(crate) struct Drained {
 
 impl Ring {
     /// A ring whose first segment has at least `initial_bytes` bytes and
-    /// which grows, doubling, up to `max_bytes` (both rounded up to a power
-    /// of two, minimum 512 bytes) while `budget` allows. In overwrite mode it
-    /// starts at `max_bytes` and never grows (the producer reuses its own
-    /// oldest slots). `None` when the budget cannot hold the first segment.
+    /// which grows, at least quadrupling, up to `max_bytes` (both rounded up
+    /// to a power of two, minimum 512 bytes) while `budget` allows. When it
+    /// cannot grow, drop mode drops; overwrite mode frees its own oldest
+    /// records once the older segments are consumed. `None` when the budget
+    /// cannot hold the first segment.
     ///
     /// The segment is mapped in at once (see `prefault`): at 1 KiB that is
     /// one page, a few microseconds on the thread's first event.
@@ -263,11 +326,7 @@ impl Ring {
         budget: &'static Budget,
     ) -> Option<Ring> {
         let max_words = words_for(max_bytes);
-        let initial = if overwrite {
-            max_words
-        } else {
-            words_for(initial_bytes).min(max_words)
-        };
+        let initial = words_for(initial_bytes).min(max_words);
         if !budget.try_take(segment_bytes(initial)) {
             return None;
         }
@@ -296,15 +355,15 @@ impl Ring {
     }
 
     fn build(words: usize, max_words: usize, overwrite: bool, budget: &'static Budget) -> Ring {
-        let seg = Box::into_raw(Segment::new(words, 0));
-        // SAFETY: just made by `Box::into_raw`, not shared yet.
-        let base = unsafe { (*seg).words.as_ptr() } as *mut AtomicU64;
+        let base = alloc_storage(words, is_mapped(0, words)).expect("heap storage");
+        let segments: [SegmentSlot; MAX_SEGMENTS] = std::array::from_fn(|_| SegmentSlot::empty());
+        segments[0].base.store(base, Ordering::Relaxed);
+        segments[0].len.store(words as u64, Ordering::Relaxed);
         Ring {
             overwrite,
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             producer: CachePadded::new(ProducerState {
-                seg: AtomicPtr::new(seg),
                 base: AtomicPtr::new(base),
                 mask: AtomicU64::new(words as u64 - 1),
                 max_record: AtomicU64::new(max_record_words(words) as u64),
@@ -314,20 +373,22 @@ impl Ring {
                 dropped: AtomicU64::new(0),
                 oversized: AtomicU64::new(0),
             }),
-            first: AtomicPtr::new(seg),
+            segments,
+            made: AtomicU64::new(1),
+            freed: AtomicU64::new(0),
             overwritten: AtomicU64::new(0),
             max_words,
             budget,
         }
     }
 
+    fn slot(&self, index: u64) -> &SegmentSlot {
+        &self.segments[(index % MAX_SEGMENTS as u64) as usize]
+    }
+
     /// Slots of the segment the producer writes into now.
     pub(crate) fn capacity_words(&self) -> usize {
         self.producer.mask.load(Ordering::Relaxed) as usize + 1
-    }
-
-    pub(crate) fn is_overwrite(&self) -> bool {
-        self.overwrite
     }
 
     /// Producer: reserves `len` words for a record stamped `ts`. In drop mode a
@@ -400,15 +461,18 @@ impl Ring {
             // Acquire: pairs with the consumer's release CAS on `tail`, so its
             // reads of the freed words happen before we overwrite them. Slots
             // of positions before `seg_start` are in older segments.
-            tail = self
-                .tail
-                .load(Ordering::Acquire)
-                .max(p.seg_start.load(Ordering::Relaxed));
+            let seg_start = p.seg_start.load(Ordering::Relaxed);
+            let consumed = self.tail.load(Ordering::Acquire);
+            tail = consumed.max(seg_start);
             if !fits(tail) {
-                if self.grow(head, len) {
-                    tail = head; // the new segment is empty
-                } else if self.overwrite {
-                    // Overwrite rings never grow: one segment, `len` fits it.
+                if let Some(start) = self.grow(head, len) {
+                    tail = start; // the new segment holds `start..head`
+                } else if self.overwrite
+                    && consumed >= seg_start
+                    && len as u64 <= p.max_record.load(Ordering::Relaxed)
+                {
+                    // Every older segment is consumed: the oldest records
+                    // are in this one, where the producer may free them.
                     let cap = p.mask.load(Ordering::Relaxed) + 1;
                     tail = self.free_oldest(head + need - cap);
                 } else {
@@ -434,58 +498,104 @@ impl Ring {
         Some(head)
     }
 
-    /// Drop mode: moves the producer to a new segment at least twice as big
-    /// (and with room for a record of `len` words plus a loss marker), if
-    /// the ring is below its largest size and the budget gives the memory.
-    /// Records before `head` stay in the older segments until the consumer
-    /// has copied them out and frees those.
+    /// Moves the producer to a new segment at least four times as big (and
+    /// with room for a record of `len` words plus a loss marker), if the
+    /// ring is below its largest size, has a free segment slot, and the
+    /// budget gives the memory; returns the new segment's first position.
+    ///
+    /// Drop mode: the new segment starts at `head`; records before it stay
+    /// in the older segments until the consumer has copied them out and
+    /// frees those. Overwrite mode: the records not yet consumed are copied
+    /// into the new segment, which starts at the tail, so that the oldest
+    /// records are always in the producer's segment, where it may free them.
     #[cold]
-    fn grow(&self, head: u64, len: usize) -> bool {
+    fn grow(&self, head: u64, len: usize) -> Option<u64> {
         let p = &*self.producer;
         let cur = p.mask.load(Ordering::Relaxed) as usize + 1;
-        let want = (cur * 2)
+        let want = (cur * 4)
             .max((len * 4).next_power_of_two())
             .min(self.max_words);
-        if self.overwrite || want <= cur || len > max_record_words(want) {
-            return false;
+        if want <= cur || len > max_record_words(want) {
+            return None;
+        }
+        let made = self.made.load(Ordering::Relaxed); // only this thread writes it
+                                                      // Acquire: pairs with the consumer's Release of `freed`; it is done
+                                                      // with the slot we are about to reuse.
+        if made - self.freed.load(Ordering::Acquire) >= MAX_SEGMENTS as u64 {
+            return None;
         }
         if !self.budget.try_take(segment_bytes(want)) {
-            return false;
+            return None;
         }
-        let seg = Box::into_raw(Segment::new(want, head));
-        // SAFETY: `p.seg` is the producer's segment: the consumer frees a
-        // segment only after loading its `next` as non-null, which happens
-        // after the store below at the earliest; we do not touch it after.
-        let old = unsafe { &*p.seg.load(Ordering::Relaxed) };
-        // Release: the new segment (its `start`, its zeroed slots) is built
-        // before the consumer can see the pointer (its Acquire loads of
-        // `next`). Records at `head` and after are published later, by the
+        let Some(base) = alloc_storage(want, is_mapped(made, want)) else {
+            self.budget.give_back(segment_bytes(want));
+            return None;
+        };
+        let start = if self.overwrite {
+            // Acquire: as in `reserve_slow`. Everything below `start` has
+            // been consumed; `start..head` is in the producer's segment
+            // (older segments end at or before the tail, see `free_oldest`'s
+            // precondition, kept by every growth being like this one).
+            let start = self
+                .tail
+                .load(Ordering::Acquire)
+                .max(p.seg_start.load(Ordering::Relaxed));
+            let (old, old_mask) = (
+                p.base.load(Ordering::Relaxed),
+                p.mask.load(Ordering::Relaxed),
+            );
+            for pos in start..head {
+                // SAFETY: `old`/`old_mask` are the producer's segment (its
+                // own copies; alive, see `Reservation::push`); `base` is the
+                // new storage of `want` slots, not yet shared; both indexes
+                // are masked into their storage.
+                let (from, to) = unsafe {
+                    (
+                        &*old.add((pos & old_mask) as usize),
+                        &*base.add((pos & (want as u64 - 1)) as usize),
+                    )
+                };
+                to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            start
+        } else {
+            head
+        };
+        let slot = self.slot(made);
+        slot.base.store(base, Ordering::Relaxed);
+        slot.len.store(want as u64, Ordering::Relaxed);
+        slot.start.store(start, Ordering::Relaxed);
+        // Release: the slot's fields and the zeroed storage are visible to
+        // the consumer before it counts the segment (its Acquire loads of
+        // `made`). Records at `head` and after are published later, by the
         // producer's Release stores of `head`.
-        old.next.store(seg, Ordering::Release);
-        // SAFETY: `seg` is alive (the consumer frees it only after a newer
-        // segment is published, which only this thread does).
-        let words = unsafe { &(*seg).words };
-        p.seg.store(seg, Ordering::Relaxed);
-        p.base
-            .store(words.as_ptr() as *mut AtomicU64, Ordering::Relaxed);
+        self.made.store(made + 1, Ordering::Release);
+        p.base.store(base, Ordering::Relaxed);
         p.mask.store(want as u64 - 1, Ordering::Relaxed);
         p.max_record
             .store(max_record_words(want) as u64, Ordering::Relaxed);
-        p.seg_start.store(head, Ordering::Relaxed);
-        true
+        p.seg_start.store(start, Ordering::Relaxed);
+        Some(start)
     }
 
-    /// Overwrite mode: advances `tail` by whole records until it is at least
-    /// `min_tail`; returns the new tail.
+    /// Overwrite mode, every older segment consumed (`tail >= seg_start`):
+    /// advances `tail` by whole records of the producer's segment until it
+    /// is at least `min_tail`; returns the new tail.
     #[cold]
     fn free_oldest(&self, min_tail: u64) -> u64 {
-        // SAFETY: overwrite rings have one segment, freed only by `Drop`.
-        let seg = unsafe { &*self.producer.seg.load(Ordering::Relaxed) };
+        let (base, mask) = (
+            self.producer.base.load(Ordering::Relaxed),
+            self.producer.mask.load(Ordering::Relaxed),
+        );
         let mut tail = self.tail.load(Ordering::Acquire);
         while tail < min_tail {
             // The header at `tail` is a word this thread wrote (only the
             // producer writes slots), so it is intact even if `tail` is stale.
-            let len = header_len(seg.slot(tail).load(Ordering::Relaxed));
+            // SAFETY: `base`/`mask` are the producer's segment (this thread's
+            // own copies), which the consumer does not free while it is the
+            // newest; `tail & mask` is inside it.
+            let word = unsafe { &*base.add((tail & mask) as usize) };
+            let len = header_len(word.load(Ordering::Relaxed));
             match self
                 .tail
                 .compare_exchange(tail, tail + len, Ordering::AcqRel, Ordering::Acquire)
@@ -552,32 +662,28 @@ impl Ring {
             let tail = self.tail.load(Ordering::Acquire);
             // Acquire: pairs with the producer's Release publish of `head`.
             let head = self.head.load(Ordering::Acquire);
-            // SAFETY: `first` and the segments linked after it are freed only
-            // by `release_segments` (this consumer, after this loop) and by
-            // `Drop`; so each is alive while we read it.
-            let mut seg = unsafe { &*self.first.load(Ordering::Relaxed) };
+            // Acquire: pairs with `grow`'s Release: the slots of the segments
+            // counted are filled in. Loaded after `head`: a segment holding
+            // any record below that head was made before it was published.
+            let made = self.made.load(Ordering::Acquire);
+            let mut index = self.freed.load(Ordering::Relaxed); // only we write it
+            let mut seg = SegmentView::of(self.slot(index));
+            let mut next_start = self.next_start(index, made);
             let mut pos = tail;
             while pos < head && (pos - tail) < max_words as u64 {
-                // Acquire: pairs with `grow`'s Release; the segment's fields
-                // are visible. If `pos` was written into a newer segment, its
-                // link is visible here: the producer stored it before the
-                // `head` we loaded.
-                let next = seg.next.load(Ordering::Acquire);
-                if !next.is_null() {
-                    // SAFETY: linked segments are alive (see above).
-                    let n = unsafe { &*next };
-                    if pos >= n.start {
-                        seg = n;
-                        continue;
-                    }
+                if pos >= next_start {
+                    index += 1;
+                    seg = SegmentView::of(self.slot(index));
+                    next_start = self.next_start(index, made);
+                    continue;
                 }
-                let len = header_len(seg.slot(pos).load(Ordering::Relaxed));
+                let len = header_len(seg.word(pos));
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
                 starts.push((pos, out.len()));
                 for p in pos..pos + len {
-                    out.push(seg.slot(p).load(Ordering::Relaxed));
+                    out.push(seg.word(p));
                 }
                 pos += len;
             }
@@ -625,42 +731,80 @@ impl Ring {
         }
     }
 
+    /// Where the segment after `index` starts, or `u64::MAX` if `index` is
+    /// the newest of the `made` ones.
+    fn next_start(&self, index: u64, made: u64) -> u64 {
+        if index + 1 < made {
+            self.slot(index + 1).start.load(Ordering::Relaxed)
+        } else {
+            u64::MAX
+        }
+    }
+
     /// Consumer: frees the segments the producer has left whose records are
     /// all consumed, giving their bytes back to the budget.
     fn release_segments(&self) {
-        // Only the consumer moves `tail` in a ring that grows.
-        let tail = self.tail.load(Ordering::Relaxed);
-        loop {
-            let first = self.first.load(Ordering::Relaxed);
-            // SAFETY: `first` is alive: only this function (one consumer) and
-            // `Drop` free segments.
-            let next = unsafe { &*first }.next.load(Ordering::Acquire);
-            // SAFETY: a linked segment is alive (the same argument).
-            if next.is_null() || tail < unsafe { &*next }.start {
-                return;
-            }
-            self.first.store(next, Ordering::Relaxed);
-            // SAFETY: `first` came from `Box::into_raw`; the producer left it
-            // for good when it published `next` (it writes only into its
-            // newest segment); every record in it lies below `next.start <=
-            // tail`, so it has been copied out; it is no longer reachable
-            // from `self.first`, and nothing else frees segments.
-            let old = unsafe { Box::from_raw(first) };
-            self.budget.give_back(segment_bytes(old.words.len()));
+        // Ours, or moved by the producer (overwrite mode) only once every
+        // older segment was consumed.
+        let tail = self.tail.load(Ordering::Acquire);
+        // Acquire: as in `drain`.
+        let made = self.made.load(Ordering::Acquire);
+        let mut freed = self.freed.load(Ordering::Relaxed); // only we write it
+        while tail >= self.next_start(freed, made) {
+            let slot = self.slot(freed);
+            let base = slot.base.load(Ordering::Relaxed);
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            // SAFETY: segment `freed` came from `alloc_storage(len,
+            // is_mapped(freed, len))`; the producer left it for good when it
+            // made segment `freed + 1` (it writes only into its newest); every
+            // record in it lies below that segment's start <= tail, so it
+            // was copied out, and no reference into it is left (`drain`'s
+            // views are gone); `freed` moves past it below, so it is freed once.
+            unsafe { free_storage(base, len, is_mapped(freed, len)) };
+            self.budget.give_back(segment_bytes(len));
+            freed += 1;
+            // Release: pairs with `grow`'s Acquire; we are done with the slot.
+            self.freed.store(freed, Ordering::Release);
         }
+    }
+}
+
+/// The consumer's view of one segment while it copies records out.
+struct SegmentView {
+    base: *const AtomicU64,
+    mask: u64,
+}
+
+impl SegmentView {
+    fn of(slot: &SegmentSlot) -> SegmentView {
+        SegmentView {
+            base: slot.base.load(Ordering::Relaxed),
+            mask: slot.len.load(Ordering::Relaxed) - 1,
+        }
+    }
+
+    #[inline(always)]
+    fn word(&self, pos: u64) -> u64 {
+        // SAFETY: `base`/`mask` are a made, not yet freed segment's storage
+        // and length minus one (read after the Acquire of `made` that
+        // published them); segments are freed only by the consumer, after
+        // its views are gone, or by `Drop`. `pos & mask` is inside.
+        unsafe { &*self.base.add((pos & self.mask) as usize) }.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        let mut seg = self.first.load(Ordering::Relaxed);
-        while !seg.is_null() {
-            // SAFETY: `&mut self`: no producer or consumer is left; every
-            // segment from `first` on came from `Box::into_raw` and is
-            // reachable once, through the previous segment's `next`.
-            let s = unsafe { Box::from_raw(seg) };
-            self.budget.give_back(segment_bytes(s.words.len()));
-            seg = s.next.load(Ordering::Relaxed);
+        let made = self.made.load(Ordering::Relaxed);
+        for index in self.freed.load(Ordering::Relaxed)..made {
+            let slot = self.slot(index);
+            let base = slot.base.load(Ordering::Relaxed);
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            // SAFETY: `&mut self`: no producer or consumer is left; segments
+            // `freed..made` are alive, each made by `alloc_storage(len,
+            // is_mapped(index, len))` and freed only here.
+            unsafe { free_storage(base, len, is_mapped(index, len)) };
+            self.budget.give_back(segment_bytes(len));
         }
     }
 }
@@ -743,8 +887,8 @@ mod tests {
         for id in 0..20 {
             assert!(write(&ring, id, 3), "record {id} dropped");
         }
-        assert_eq!(ring.capacity_words(), 64); // 8 -> 16 -> 32 -> 64
-        let held = segment_bytes(8) + segment_bytes(16) + segment_bytes(32) + segment_bytes(64);
+        assert_eq!(ring.capacity_words(), 64); // 8 -> 32 -> 64
+        let held = segment_bytes(8) + segment_bytes(32) + segment_bytes(64);
         assert_eq!(budget.used(), held);
         let mut out = Vec::new();
         let mut seen = 0;
@@ -766,25 +910,72 @@ mod tests {
 
     #[test]
     fn growth_stops_at_the_budget_and_drops_are_counted() {
-        let budget = Budget::leaked(segment_bytes(8) + segment_bytes(16));
+        let budget = Budget::leaked(segment_bytes(8) + segment_bytes(32));
         let ring = Ring::growable(8, 1024, false, budget);
-        let written = (0..20).filter(|&id| write(&ring, id, 2)).count();
-        assert_eq!(written, 12, "8 words, then 16 more after growing once");
-        assert_eq!(ring.capacity_words(), 16);
-        assert_eq!(ring.dropped(), 8);
+        let written = (0..30).filter(|&id| write(&ring, id, 2)).count();
+        assert_eq!(written, 20, "8 words, then 32 more after growing once");
+        assert_eq!(ring.capacity_words(), 32);
+        assert_eq!(ring.dropped(), 10);
         assert!(budget.refused() > 0);
         let mut out = Vec::new();
         let mut seen = 0;
         ring.drain(&mut out, usize::MAX, &mut seen);
-        // Draining gave the first segment back: the ring can grow again.
-        assert_eq!(budget.used(), segment_bytes(16));
+        // Draining gave the first segment back; the ring writes on.
+        assert_eq!(budget.used(), segment_bytes(32));
         assert!(write(&ring, 99, 2));
         ring.drain(&mut out, usize::MAX, &mut seen);
         let recs = records(&out);
-        assert_eq!(recs.len(), 14);
-        assert_eq!(recs[12].0, KIND_LOST);
-        assert_eq!(out[out.len() - 3], 8, "the marker counts the 8 drops");
-        assert_eq!(recs[13].1, 99);
+        assert_eq!(recs.len(), 22);
+        assert_eq!(recs[20].0, KIND_LOST);
+        assert_eq!(out[out.len() - 3], 10, "the marker counts the 10 drops");
+        assert_eq!(recs[21].1, 99);
+    }
+
+    #[test]
+    fn growing_into_mapped_segments_and_back() {
+        // 1 KiB on the heap, then mapped segments of 4 KiB, 16 KiB, 64 KiB.
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(128, 8192, false, budget);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let mut ids = Vec::new();
+        for round in 0..4u64 {
+            for id in round * 2000..(round + 1) * 2000 {
+                assert!(write(&ring, id, 3), "record {id} dropped");
+            }
+            out.clear();
+            ring.drain(&mut out, usize::MAX, &mut seen);
+            ids.extend(records(&out).iter().map(|r| r.1));
+        }
+        assert_eq!(ids, (0..8_000).collect::<Vec<_>>());
+        assert_eq!(ring.capacity_words(), 8192);
+        assert_eq!(budget.used(), segment_bytes(8192));
+    }
+
+    #[test]
+    fn overwrite_mode_grows_then_keeps_the_newest() {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(8, 64, true, budget);
+        for id in 0..100 {
+            assert!(
+                write(&ring, id, 3),
+                "record {id}: overwrite mode never drops"
+            );
+        }
+        assert_eq!(ring.capacity_words(), 64);
+        assert_eq!(ring.dropped(), 0);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let d = ring.drain(&mut out, usize::MAX, &mut seen);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(
+            ids,
+            (79..100).collect::<Vec<_>>(),
+            "the newest 21 (64 words / 3)"
+        );
+        assert_eq!(d.overwritten, 79);
+        // The outgrown segments went back to the budget.
+        assert_eq!(budget.used(), segment_bytes(64));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! only (a thread's first event, a ring growing, a ring segment freed by the
 //! flusher), never per event.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::record::sync::{AtomicU64, Ordering};
 
 /// Default process-wide budget: 32 MiB.
 pub(crate) const DEFAULT_BUDGET_BYTES: u64 = 32 << 20;

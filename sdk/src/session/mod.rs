@@ -1,0 +1,436 @@
+//! Sessions: configuring, starting and stopping tracing, and finishing the
+//! trace however the program ends (guard drop, `std::process::exit`, a panic
+//! unwinding out of `main`).
+
+//!
+//! [`Builder`] holds the options ([`builder`]), this module starts and stops
+//! the one session a process has, [`flusher`] is its background thread,
+//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling.
+//!
+//! Rules of this layer: it wires the recording path (`record`) to an encoder
+//! (`encode`) and a sink; it reads rings only through the registry's drain
+//! API, and it never formats bytes itself.
+
+mod builder;
+mod error;
+pub(crate) mod flusher;
+mod recorder;
+pub(crate) mod signals;
+pub(crate) mod sink;
+
+pub(crate) use builder::Output;
+pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
+pub use error::Error;
+
+use crate::encode::json::JsonEncoder;
+use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
+use crate::encode::{Encoder, ProcessInfo};
+use crate::record::callsite::{self, CategoryFilter};
+use crate::record::clock::Calibration;
+use crate::record::registry::{RingConfig, REGISTRY};
+use crate::session::flusher::{Flusher, Shared, Stats};
+use crate::session::sink::Sink;
+use once_cell::sync::Lazy;
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+impl Builder {
+    /// Starts recording: creates the output, starts the flusher thread and
+    /// replaces the process-wide category filter with this builder's. The
+    /// session is process-global and records until the returned guard is
+    /// dropped or [stopped](TraceGuard::stop); the trace is also finished at
+    /// `exit` (including `std::process::exit` and the return from `main`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("ringtrace-doc-start.json");
+    /// let trace = ringtrace::builder().output(&path).start()?;
+    /// assert!(ringtrace::is_recording());
+    /// // A second session cannot start while this one records.
+    /// assert!(matches!(
+    ///     ringtrace::builder().output(&path).start(),
+    ///     Err(ringtrace::Error::AlreadyStarted)
+    /// ));
+    /// trace.stop()?;
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyStarted`] if a session is recording,
+    /// [`Error::Io`] if the output file cannot be created (or the signal
+    /// handlers of [`finish_on_signals`](Builder::finish_on_signals) cannot
+    /// be installed),
+    /// [`Error::UnknownFormat`] if its extension names no known format,
+    /// [`Error::NoOutput`] without an output,
+    /// [`Error::InvalidConfig`] for a top-level JSON key that
+    /// [`json_metadata`](Builder::json_metadata) cannot set or a
+    /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread) over
+    /// 1 TiB,
+    /// [`Error::Flusher`] if the flusher thread cannot be spawned.
+    pub fn start(self) -> Result<TraceGuard, Error> {
+        if let Some(key) = &self.json_key_error {
+            return Err(Error::InvalidConfig(format!(
+                "json_metadata: the top-level key {key:?} is reserved or given twice"
+            )));
+        }
+        let mut slot = SESSION.lock();
+        if slot.is_some() {
+            return Err(Error::AlreadyStarted);
+        }
+        if self.buffer_bytes > (1usize << 40) {
+            return Err(Error::InvalidConfig(format!(
+                "buffer_bytes_per_thread {} is too large",
+                self.buffer_bytes
+            )));
+        }
+        if self.budget_bytes < MIN_BUDGET_BYTES {
+            return Err(Error::InvalidConfig(format!(
+                "buffer_bytes {} is less than {MIN_BUDGET_BYTES}",
+                self.budget_bytes
+            )));
+        }
+        let (mut sink, format, path) = match self.output {
+            Output::None => return Err(Error::NoOutput),
+            Output::Writer(w) => (
+                Sink::new(w, "the configured writer".into()),
+                self.format.unwrap_or(Format::Perfetto),
+                None,
+            ),
+            Output::Path(p) => {
+                let format = match self.format.or_else(|| Format::from_path(&p)) {
+                    Some(f) => f,
+                    None => return Err(Error::UnknownFormat(p)),
+                };
+                let file = std::fs::File::create(&p).map_err(|e| Error::Io {
+                    path: Some(p.clone()),
+                    source: e,
+                })?;
+                let w = std::io::BufWriter::with_capacity(1 << 16, file);
+                (
+                    Sink::new(Box::new(w), p.display().to_string()),
+                    format,
+                    Some(p),
+                )
+            }
+        };
+        let encoder: Box<dyn Encoder> = match format {
+            Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
+                source_locations: self.source_locations,
+                omit_needs_flag: self.compact_packets,
+            })),
+            Format::Json => Box::new(JsonEncoder::with_options(self.json)),
+        };
+        if self.compressed_packets {
+            sink.compress_perfetto_packets();
+        }
+        if self.finish_on_signals {
+            crate::session::signals::install(finish_current_session).map_err(|e| Error::Io {
+                path: None,
+                source: e,
+            })?;
+        }
+        let cal = Calibration::start(false);
+        let id = NEXT_SESSION.fetch_add(1, Ordering::Relaxed);
+        REGISTRY.open(
+            id,
+            RingConfig {
+                bytes: self.buffer_bytes,
+                budget_bytes: self.budget_bytes,
+                overwrite: self.overwrite,
+                thread_time: self.thread_time,
+            },
+        );
+        // A flight recorder keeps the process's most recent records in one
+        // store of half the budget; the rings share the other half.
+        let recorder_bytes = if self.overwrite {
+            let want = self.budget_bytes / 2;
+            if REGISTRY.budget.try_take(want) {
+                want
+            } else {
+                0 // what earlier sessions' rings still hold: the smallest store
+            }
+        } else {
+            0
+        };
+        let shared = Arc::new(Shared::new());
+        let flusher = Flusher {
+            shared: shared.clone(),
+            encoder,
+            sink,
+            cal,
+            process: {
+                let mut p = ProcessInfo::current(self.process_name);
+                p.labels = self.process_labels;
+                p.sort_index = self.process_sort_index;
+                p
+            },
+            overwrite: self.overwrite,
+            recorder_bytes,
+            interval: self.flush_interval.max(Duration::from_millis(1)),
+        };
+        let handle = std::thread::Builder::new()
+            .name("ringtrace-flusher".into())
+            .spawn(move || flusher.run())
+            .map_err(|e| {
+                REGISTRY.close();
+                Error::Flusher(format!("cannot start the flusher thread: {e}"))
+            })?;
+        callsite::replace_filter(self.filter);
+        callsite::set_active(true);
+        *slot = Some(Session {
+            id,
+            shared,
+            handle,
+            path: path.clone(),
+        });
+        drop(slot);
+        AT_EXIT.call_once(|| {
+            // SAFETY: `finish_at_exit` is an `extern "C" fn()` that never
+            // unwinds (it catches panics); registering it has no other
+            // precondition. A failure to register (non-zero) only loses the
+            // exit-path guarantee, which `start` cannot fix, so it is ignored.
+            unsafe {
+                libc::atexit(finish_at_exit);
+            }
+        });
+        Ok(TraceGuard {
+            id,
+            path,
+            stopped: false,
+        })
+    }
+}
+
+struct Session {
+    id: u64,
+    shared: Arc<Shared>,
+    handle: JoinHandle<(Stats, Option<std::io::Error>)>,
+    path: Option<PathBuf>,
+}
+
+static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+/// Smallest process-wide budget [`Builder::buffer_bytes`] accepts.
+const MIN_BUDGET_BYTES: u64 = 64 << 10;
+static AT_EXIT: Once = Once::new();
+
+/// Runs at `exit()` (including `std::process::exit` and the return from
+/// `main`): finishes the trace of a session still recording.
+extern "C" fn finish_at_exit() {
+    let _ = std::panic::catch_unwind(finish_current_session);
+}
+
+/// Stops whatever session is recording (exit and signal paths).
+fn finish_current_session() {
+    let id = SESSION
+        .try_lock_for(Duration::from_secs(2))
+        .and_then(|s| s.as_ref().map(|s| s.id));
+    if let Some(id) = id {
+        if let Err(e) = stop_session(id) {
+            eprintln!("ringtrace: finishing the trace failed: {e}");
+        }
+    }
+}
+
+/// Stops session `id` if it is the one recording; waits for the flusher to
+/// write everything.
+fn stop_session(id: u64) -> Result<Stats, Error> {
+    let session = {
+        let mut slot = SESSION.lock();
+        match slot.as_ref() {
+            Some(s) if s.id == id => slot.take().unwrap(),
+            _ => return Ok(Stats::default()),
+        }
+    };
+    callsite::set_active(false);
+    session
+        .shared
+        .stop
+        .store(true, std::sync::atomic::Ordering::Release);
+    session.shared.wake();
+    let joined = session.handle.join();
+    REGISTRY.close();
+    match joined {
+        Ok((stats, None)) => Ok(stats),
+        Ok((_, Some(e))) => Err(Error::Io {
+            path: session.path,
+            source: e,
+        }),
+        Err(_) => Err(Error::Flusher("the flusher thread panicked".into())),
+    }
+}
+
+/// Keeps a session recording; dropping it stops the session and finishes
+/// the trace file. Returned by [`Builder::start`].
+///
+/// Dropping the guard reports a failure to write the trace on stderr; call
+/// [`TraceGuard::stop`] to get it as an [`Error`] instead, along with the
+/// session's [`Stats`].
+///
+/// # Examples
+///
+/// ```
+/// let path = std::env::temp_dir().join("ringtrace-doc-guard.pftrace");
+/// let trace = ringtrace::builder().output(&path).start()?;
+/// assert_eq!(trace.path(), Some(path.as_path()));
+/// ringtrace::trace_instant!("tick");
+/// let stats = trace.stop()?;
+/// println!("{} events, {} bytes", stats.events_written, stats.bytes_written);
+/// assert_eq!(stats.events_lost, 0);
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+#[must_use = "the session stops when the guard is dropped; bind it with `let _trace = ...`"]
+pub struct TraceGuard {
+    id: u64,
+    path: Option<PathBuf>,
+    stopped: bool,
+}
+
+impl TraceGuard {
+    /// The trace file being written, if the output is a file.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Stops the session, waits for the flusher to write everything,
+    /// finishes the trace and returns its totals. If the session was already
+    /// finished another way (a signal with
+    /// [`Builder::finish_on_signals`]), the totals are all zero.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if writing the trace failed at any point (the first error);
+    /// [`Error::Flusher`] if the flusher thread panicked.
+    pub fn stop(mut self) -> Result<Stats, Error> {
+        self.stopped = true;
+        stop_session(self.id)
+    }
+
+    /// Writes out everything recorded so far (see [`flush`](crate::flush)).
+    pub fn flush(&self) {
+        flush();
+    }
+}
+
+impl Drop for TraceGuard {
+    fn drop(&mut self) {
+        if !self.stopped {
+            if let Err(e) = stop_session(self.id) {
+                eprintln!("ringtrace: {e}");
+            }
+        }
+    }
+}
+
+/// Drains every thread's ring to the output now and waits until it is written
+/// (at most 10 s). In flight-recorder mode this is the dump. No-op without a
+/// session.
+///
+/// # Examples
+///
+/// ```
+/// let buf = ringtrace::MemoryBuffer::new();
+/// let _trace = ringtrace::builder().writer(buf.clone()).start()?;
+/// ringtrace::trace_instant!("before the dump");
+/// ringtrace::flush();
+/// assert!(!buf.contents().is_empty()); // written while still recording
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+pub fn flush() {
+    let shared = match SESSION.lock().as_ref() {
+        Some(s) => s.shared.clone(),
+        None => return,
+    };
+    let want = shared.flush_requested.fetch_add(1, Ordering::AcqRel) + 1;
+    shared.wake();
+    let mut done = shared.flush_done.lock();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while *done < want {
+        if shared.flush_cv.wait_until(&mut done, deadline).timed_out() {
+            break;
+        }
+    }
+}
+
+/// Whether a session is recording.
+///
+/// # Examples
+///
+/// ```
+/// assert!(!ringtrace::is_recording());
+/// let trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start()?;
+/// assert!(ringtrace::is_recording());
+/// drop(trace);
+/// assert!(!ringtrace::is_recording());
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+pub fn is_recording() -> bool {
+    SESSION.lock().is_some()
+}
+
+/// Starts a session configured by environment variables, or does nothing if
+/// `RINGTRACE_OUTPUT` is unset or empty:
+///
+/// | variable | meaning |
+/// | --- | --- |
+/// | `RINGTRACE_OUTPUT` | output path; the extension picks the format |
+/// | `RINGTRACE_CATEGORIES` | comma-separated patterns to enable (default `*`); `-name` disables |
+/// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
+/// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
+/// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
+///
+/// # Examples
+///
+/// ```
+/// // With RINGTRACE_OUTPUT unset this records nothing and returns Ok(None).
+/// let _trace = ringtrace::init_from_env()?;
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`Builder::start`], and [`Error::InvalidConfig`] if
+/// `RINGTRACE_BUFFER_BYTES` or `RINGTRACE_BUFFER_BYTES_PER_THREAD` is not a
+/// number.
+pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
+    let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let mut b = builder().output(PathBuf::from(out));
+    if let Ok(cats) = std::env::var("RINGTRACE_CATEGORIES") {
+        let mut filter = CategoryFilter::none();
+        for p in cats.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match p.strip_prefix('-') {
+                Some(off) => filter.push(off, false),
+                None => filter.push(p, true),
+            }
+        }
+        b.filter = filter;
+    }
+    let number = |name: &str| -> Result<Option<u64>, Error> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::InvalidConfig(format!("{name}={v} is not a number"))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(n) = number("RINGTRACE_BUFFER_BYTES")? {
+        b = b.buffer_bytes(n);
+    }
+    if let Some(n) = number("RINGTRACE_BUFFER_BYTES_PER_THREAD")? {
+        b = b.buffer_bytes_per_thread(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
+        b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    }
+    b.start().map(Some)
+}

@@ -1,0 +1,314 @@
+//! What `tracing` spans and events become in ringtrace, shared by the
+//! [`layer`](crate::layer()) (span state in the registry's extensions) and the
+//! registry-free [`subscriber`](crate::subscriber()) (span state in its own
+//! slab): call sites, field values, span state, and the records each
+//! callback writes. See `layer.rs` for what is recorded.
+
+#![forbid(unsafe_code)]
+
+mod fields;
+mod sites;
+mod spans;
+
+use crate::record::args::TraceValue;
+use crate::record::clock::ticks;
+use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
+use crate::record::registry::with_current;
+use fields::{with_scratch, Visitor};
+use sites::{cached_site, site_info, SITES};
+pub(crate) use spans::{current_entered, SpanData};
+use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
+use std::sync::atomic::Ordering;
+use tracing::span::{Attributes, Id, Record as SpanValues};
+use tracing::{Event, Metadata};
+
+/// Where the span state lives: the registry's extensions or the subscriber's slab.
+pub(crate) trait SpanStore {
+    /// Runs `f` on the state of span `id`, if it has any.
+    fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R>;
+}
+
+// ---------------------------------------------------------------------------
+// Callbacks
+
+/// A new span: its state, or `None` when its category is off (then it is
+/// not recorded at all).
+pub(crate) fn new_span(attrs: &Attributes<'_>) -> Option<SpanData> {
+    let mut state = None;
+    new_span_into(attrs, &mut state);
+    state
+}
+
+/// As [`new_span`], into `state` (the subscriber's slot: no move).
+#[inline]
+pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>) {
+    let info = site_info(attrs.metadata());
+    if !info.full.is_enabled() {
+        *state = None;
+        return;
+    }
+    let created = ticks();
+    let data = state.insert(SpanData::new(info, created));
+    if attrs.values().is_empty() {
+        data.site = info.site(0); // fields declared `Empty`: no arg names
+    } else {
+        with_scratch(|f| {
+            attrs.record(&mut Visitor(f));
+            data.set_values(f);
+        });
+    }
+}
+
+/// Whether spans and events of this call site are recorded now.
+pub(crate) fn enabled(meta: &'static Metadata<'static>) -> bool {
+    site_info(meta).full.is_enabled()
+}
+
+/// As [`enabled`], for metadata that may not be `'static`: a call site not
+/// seen yet is let through (its span or event, whose metadata is `'static`,
+/// is checked again).
+pub(crate) fn enabled_any(meta: &Metadata<'_>) -> bool {
+    let key = meta as *const Metadata<'_> as usize;
+    let info = cached_site(key).or_else(|| SITES.read().get(&key).copied());
+    info.is_none_or(|info| info.full.is_enabled())
+}
+
+/// `Span::record`: the values join the span's state.
+pub(crate) fn record(store: &impl SpanStore, id: &Id, values: &SpanValues<'_>) {
+    store.with_data(id, |data| {
+        with_scratch(|f| {
+            values.record(&mut Visitor(f));
+            if !f.ranges.is_empty() {
+                data.tracking(|d| d.record(f));
+            }
+        })
+    });
+}
+
+/// `id.follows_from(follows)`: a flow between them.
+pub(crate) fn follows_from(store: &impl SpanStore, id: &Id, follows: &Id) {
+    let has = |i: &Id| store.with_data(i, |_| ()).is_some();
+    if !has(id) || !has(follows) {
+        return;
+    }
+    let flow = NEXT_FLOW_ID.fetch_add(1, Ordering::Relaxed) & !FLOW_IN;
+    store.with_data(follows, |d| d.tracking(|d| d.flows.push(flow)));
+    store.with_data(id, |d| d.tracking(|d| d.flows.push(flow | FLOW_IN)));
+}
+
+/// An event: an instant with its fields and level.
+pub(crate) fn event(event: &Event<'_>) {
+    let meta = event.metadata();
+    let info = site_info(meta);
+    if !info.full.is_enabled() {
+        return;
+    }
+    let ts = ticks();
+    with_scratch(|f| {
+        event.record(&mut Visitor(f));
+        let site = info.site(f.mask());
+        let words = f.ordered();
+        meta.level().as_str().encode(words);
+        with_current(|tr| layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &()));
+    });
+}
+
+/// Span `id` is entered on this thread: a slice begins.
+pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
+    let ts = ticks();
+    let mut entered = Entered {
+        id: id.into_u64(),
+        depth: 0,
+        session: 0,
+        recorded: false,
+    };
+    store.with_data(id, |data| {
+        if !data.site.is_enabled() {
+            return;
+        }
+        let key = thread_key();
+        with_current(|tr| {
+            if data.thread == 0 {
+                data.thread = key;
+            } else if data.thread != key {
+                data.begin_async(tr); // entered on a second thread
+            }
+            entered.session = tr.session;
+            if let Some(depth) = data.tracking(|d| d.begin_slice(tr, ts)) {
+                entered.depth = depth;
+                entered.recorded = true;
+            }
+        });
+    });
+    push_entered(entered);
+}
+
+/// Span `id` exits on this thread: its slice ends.
+pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
+    let ts = ticks();
+    let id64 = id.into_u64();
+    // Take this span's entry, and the entries above it if any.
+    let taken = STACK.try_with(|s| {
+        let mut s = s.borrow_mut();
+        let pos = s.iter().rposition(|e| e.id == id64)?;
+        let above = if pos + 1 < s.len() {
+            s.split_off(pos + 1)
+        } else {
+            Vec::new()
+        };
+        Some((s.pop().unwrap(), above))
+    });
+    let Ok(Some((entry, above))) = taken else {
+        return;
+    };
+    if above.is_empty() {
+        if entry.recorded {
+            with_current(|tr| {
+                if tr.session == entry.session {
+                    // Fast path: no span has anything for its end.
+                    let bare = END_PENDING.load(Ordering::Relaxed) == 0
+                        || store
+                            .with_data(id, |d| d.tracking(|d| d.end_slice(tr, entry.depth, ts)))
+                            .is_none();
+                    if bare {
+                        let depth = entry.depth.min(MAX_DEPTH) as u64;
+                        layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
+                    }
+                    tr.depth.store(entry.depth, Ordering::Relaxed);
+                }
+            });
+        }
+        return;
+    }
+    let reopened = exit_out_of_order(store, id, entry, above, ts);
+    let _ = STACK.try_with(|s| s.borrow_mut().extend(reopened));
+}
+
+/// Span `id` closes (its last handle dropped): an async span's range ends,
+/// flows no slice end carried are written.
+pub(crate) fn close(store: &impl SpanStore, id: &Id) {
+    if END_PENDING.load(Ordering::Relaxed) == 0 && ASYNC_LIVE.load(Ordering::Relaxed) == 0 {
+        return; // no span is async or has flows: nothing to write
+    }
+    let ts = ticks();
+    store.with_data(id, |data| {
+        if data.async_id == 0 && data.flows.is_empty() {
+            return;
+        }
+        with_current(|tr| {
+            // Flows no slice end carried: the span's range carries them
+            // (on its begin if it begins now: JSON binds flows to `b`).
+            if data.async_id == 0 {
+                data.tracking(|d| d.write_flows(tr, ts));
+                data.begin_async(tr);
+            }
+            data.tracking(|d| d.write_flows(tr, ts));
+            let site = data.info.site(data.dirty_async);
+            let mut fixed = vec![data.async_id];
+            data.words_of(data.dirty_async, &mut fixed);
+            layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, &fixed, &());
+        });
+    });
+}
+
+/// Span `id` exits while the spans of `above` (entered after it, on this
+/// thread) are still entered: ends their slices, ends its own, and begins
+/// theirs again; all of them become async. Returns the entries of `above`
+/// with their new depths.
+fn exit_out_of_order(
+    store: &impl SpanStore,
+    id: &Id,
+    entry: Entered,
+    mut above: Vec<Entered>,
+    ts: u64,
+) -> Vec<Entered> {
+    with_current(|tr| {
+        let live = |e: &Entered| e.recorded && e.session == tr.session;
+        let base = std::iter::once(&entry)
+            .chain(above.iter())
+            .filter(|e| live(e))
+            .map(|e| e.depth)
+            .min();
+        for e in above.iter().rev().filter(|e| live(e)) {
+            layout::write(
+                &tr.ring,
+                KIND_END,
+                e.depth.min(MAX_DEPTH) as u64,
+                ts,
+                &[],
+                &(),
+            );
+        }
+        store.with_data(id, |d| {
+            if live(&entry) {
+                d.tracking(|d| d.end_slice(tr, entry.depth, ts));
+            }
+            d.begin_async(tr);
+        });
+        if let Some(base) = base {
+            tr.depth.store(base, Ordering::Relaxed);
+        }
+        for e in above.iter_mut() {
+            if !live(e) {
+                continue;
+            }
+            let depth = store
+                .with_data(&Id::from_u64(e.id), |d| {
+                    d.begin_async(tr);
+                    d.tracking(|d| d.begin_slice(tr, ts))
+                })
+                .flatten();
+            match depth {
+                Some(depth) => e.depth = depth,
+                None => e.recorded = false,
+            }
+        }
+    });
+    above
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fields::Fields;
+    use super::spans::merge_values;
+    use super::*;
+
+    fn fields(values: &[(u32, i64)]) -> Fields {
+        let mut f = Fields::default();
+        for &(i, v) in values {
+            let start = f.words.len() as u32;
+            v.encode(&mut f.words);
+            f.ranges.push((i, start, f.words.len() as u32));
+        }
+        f
+    }
+
+    fn values(words: &[u64], ranges: &[(u32, u32, u32)]) -> Vec<(u32, i64)> {
+        ranges
+            .iter()
+            .map(|&(i, s, _)| (i, words[s as usize + 1] as i64))
+            .collect()
+    }
+
+    #[test]
+    fn values_come_out_in_field_order_last_visit_wins() {
+        let mut f = fields(&[(2, 20), (0, 1), (2, 21)]);
+        assert!(!f.in_order());
+        assert_eq!(f.mask(), 0b101);
+        let expect: Vec<u64> = fields(&[(0, 1), (2, 21)]).words;
+        assert_eq!(*f.ordered(), expect);
+    }
+
+    #[test]
+    fn recorded_values_replace_and_join_in_field_order() {
+        let old = fields(&[(0, 1), (3, 3)]);
+        let (w, r) = merge_values(
+            &old.words,
+            &old.ranges,
+            &fields(&[(3, 30), (1, 10), (5, 50)]),
+        );
+        assert_eq!(values(&w, &r), [(0, 1), (1, 10), (3, 30), (5, 50)]);
+        let (w, r) = merge_values(&[], &[], &fields(&[(4, 4)]));
+        assert_eq!(values(&w, &r), [(4, 4)]);
+    }
+}

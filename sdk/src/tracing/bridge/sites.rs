@@ -1,0 +1,169 @@
+//! A ringtrace call site for each `tracing` call site and field set, found
+//! through a direct-mapped thread-local cache before the shared map.
+
+use crate::record::callsite::{Callsite, CallsiteKind};
+use once_cell::sync::Lazy;
+use parking_lot::{Mutex, RwLock};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use tracing::Metadata;
+
+/// What ringtrace knows of one `tracing` callsite.
+pub(super) struct SiteInfo {
+    meta: &'static Metadata<'static>,
+    /// Field names, in the callsite's field order.
+    names: Vec<&'static str>,
+    /// Events get a trailing `level` arg.
+    event: bool,
+    /// Mask of every field (bit `i` = field `i`).
+    all: u64,
+    /// The ringtrace call site when every field has a value.
+    pub(super) full: &'static Callsite,
+    /// Call sites for other sets of present fields, made on first use.
+    subsets: Mutex<Vec<(u64, &'static Callsite)>>,
+}
+
+impl SiteInfo {
+    pub(super) fn new(meta: &'static Metadata<'static>) -> SiteInfo {
+        let names: Vec<&'static str> = meta.fields().iter().map(|f| f.name()).take(64).collect();
+        let all = if names.len() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << names.len()) - 1
+        };
+        let event = meta.is_event();
+        let full = make_site(meta, &names, all, event);
+        SiteInfo {
+            meta,
+            names,
+            event,
+            all,
+            full,
+            subsets: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The ringtrace call site whose arg names are the fields in `mask`.
+    pub(super) fn site(&self, mask: u64) -> &'static Callsite {
+        if mask == self.all {
+            return self.full;
+        }
+        let mut subsets = self.subsets.lock();
+        if let Some(&(_, cs)) = subsets.iter().find(|(m, _)| *m == mask) {
+            return cs;
+        }
+        let cs = make_site(self.meta, &self.names, mask, self.event);
+        subsets.push((mask, cs));
+        cs
+    }
+}
+
+/// Leaks a ringtrace call site for `meta` with the fields of `mask` as arg
+/// names, and registers it (so its id is valid in records from now on).
+fn make_site(
+    meta: &'static Metadata<'static>,
+    names: &[&'static str],
+    mask: u64,
+    event: bool,
+) -> &'static Callsite {
+    let mut args: Vec<&'static str> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask >> i & 1 == 1)
+        .map(|(_, n)| *n)
+        .collect();
+    if event {
+        args.push("level");
+    }
+    let cs: &'static Callsite = Box::leak(Box::new(Callsite::new(
+        meta.target(),
+        meta.name(),
+        meta.file().unwrap_or(""),
+        meta.line().unwrap_or(0),
+        meta.module_path().unwrap_or(""),
+        Box::leak(args.into_boxed_slice()),
+        if event {
+            CallsiteKind::Instant
+        } else {
+            CallsiteKind::Scope
+        },
+    )));
+    let _ = cs.is_enabled(); // registers the site: gives it its id
+    cs
+}
+
+/// Hashes a metadata address (already unique and well spread above bit 3).
+#[derive(Default)]
+pub(super) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(29);
+    }
+}
+
+type SiteMap = HashMap<usize, &'static SiteInfo, BuildHasherDefault<AddrHasher>>;
+
+pub(super) static SITES: Lazy<RwLock<SiteMap>> = Lazy::new(|| RwLock::new(SiteMap::default()));
+
+/// Entries of a thread's site cache (a power of two).
+const SITE_CACHE_LEN: usize = 256;
+
+type CacheEntry = Cell<(usize, Option<&'static SiteInfo>)>;
+
+thread_local! {
+    /// This thread's view of `SITES`, direct-mapped by metadata address, so
+    /// spans and events find their site without a shared lock or a hash map
+    /// (a collision only sends the lookup to `SITES`).
+    static SITE_CACHE: [CacheEntry; SITE_CACHE_LEN] =
+        const { [const { Cell::new((0, None)) }; SITE_CACHE_LEN] };
+}
+
+fn cache_slot(key: usize) -> usize {
+    (key >> 4 ^ key >> 12) & (SITE_CACHE_LEN - 1)
+}
+
+pub(super) fn cached_site(key: usize) -> Option<&'static SiteInfo> {
+    SITE_CACHE
+        .try_with(|c| match c[cache_slot(key)].get() {
+            (k, info) if k == key => info,
+            _ => None,
+        })
+        .ok()
+        .flatten()
+}
+
+#[inline]
+pub(super) fn site_info(meta: &'static Metadata<'static>) -> &'static SiteInfo {
+    let key = meta as *const Metadata<'static> as usize;
+    if let Some(info) = cached_site(key) {
+        return info;
+    }
+    let info = site_info_slow(key, meta);
+    let _ = SITE_CACHE.try_with(|c| c[cache_slot(key)].set((key, Some(info))));
+    info
+}
+
+#[cold]
+#[inline(never)]
+fn site_info_slow(key: usize, meta: &'static Metadata<'static>) -> &'static SiteInfo {
+    if let Some(&info) = SITES.read().get(&key) {
+        return info;
+    }
+    let mut sites = SITES.write();
+    let info = sites
+        .entry(key)
+        .or_insert_with(|| Box::leak(Box::new(SiteInfo::new(meta))));
+    info
+}

@@ -1,0 +1,283 @@
+//! The state of one recorded span (`SpanData`) and the records its enter,
+//! exit and close write; the thread's stack of entered spans.
+
+use super::fields::{Fields, Words};
+use super::sites::SiteInfo;
+use crate::record::callsite::Callsite;
+use crate::record::layout::{
+    self, KIND_ASYNC_BEGIN, KIND_BEGIN, KIND_END, KIND_END_ARGS, KIND_FLOW, MAX_DEPTH,
+};
+use crate::record::registry::ThreadRing;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Async range ids of the layer: bit 62 set, so they never meet the ids of
+/// `#[trace] async fn` ranges.
+const ASYNC_ID_BASE: u64 = 1 << 62;
+/// Relaxed: only uniqueness matters.
+static NEXT_ASYNC_ID: AtomicU64 = AtomicU64::new(1);
+pub(super) static NEXT_FLOW_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_THREAD_KEY: AtomicU64 = AtomicU64::new(1);
+/// Number of spans whose next slice end has something to carry (fields
+/// recorded, flows). While it is 0, an exit writes a bare END without
+/// looking the span up. Relaxed: a value recorded on another thread without
+/// synchronisation with the exit may as well be carried by the next end.
+pub(super) static END_PENDING: AtomicU64 = AtomicU64::new(0);
+/// Number of async spans not dropped yet. While it and `END_PENDING` are 0,
+/// a close has nothing to write and does not look the span up.
+pub(super) static ASYNC_LIVE: AtomicU64 = AtomicU64::new(0);
+
+/// What ringtrace keeps of a span: in its registry extensions (layer) or its
+/// span table slot (subscriber).
+pub(crate) struct SpanData {
+    pub(super) info: &'static SiteInfo,
+    /// The call site for the fields present now.
+    pub(super) site: &'static Callsite,
+    /// Values of the present fields in field order: what each begin carries.
+    words: Vec<u64>,
+    /// (field index, start, end) into `words`, in field order.
+    ranges: Vec<(u32, u32, u32)>,
+    mask: u64,
+    /// Tick count at creation: where an async range begins.
+    created: u64,
+    /// The thread (`thread_key`) of the first enter; 0 before it.
+    pub(super) thread: u64,
+    /// Id of the async range, 0 while the span is not async.
+    pub(super) async_id: u64,
+    /// Fields recorded since the last begin: carried by the next end.
+    dirty: u64,
+    /// Fields recorded since the async range began: carried by its end.
+    pub(super) dirty_async: u64,
+    /// Flow ids (with `FLOW_IN`) waiting for this span's next slice end.
+    pub(super) flows: Vec<u64>,
+}
+
+impl SpanData {
+    #[inline]
+    pub(super) fn new(info: &'static SiteInfo, created: u64) -> SpanData {
+        SpanData {
+            info,
+            site: info.full,
+            words: Vec::new(),
+            ranges: Vec::new(),
+            mask: 0,
+            created,
+            thread: 0,
+            async_id: 0,
+            dirty: 0,
+            dirty_async: 0,
+            flows: Vec::new(),
+        }
+    }
+
+    /// The values a span was created with.
+    pub(super) fn set_values(&mut self, fields: &Fields) {
+        if fields.in_order() {
+            self.words = fields.words.clone();
+            self.ranges = fields.ranges.clone();
+        } else {
+            self.merge(fields);
+        }
+        self.mask = fields.mask();
+        self.site = self.info.site(self.mask);
+    }
+
+    /// Takes the values in `fields` (recorded later), replacing old ones.
+    fn merge(&mut self, fields: &Fields) {
+        (self.words, self.ranges) = merge_values(&self.words, &self.ranges, fields);
+    }
+
+    /// Whether closing the span writes anything: the end of its async range,
+    /// or flows no slice end carried.
+    pub(crate) fn must_close(&self) -> bool {
+        self.async_id != 0 || !self.flows.is_empty()
+    }
+
+    fn end_pending(&self) -> bool {
+        self.dirty != 0 || !self.flows.is_empty()
+    }
+
+    /// Runs `f`, keeping `END_PENDING` in step with this span's state.
+    pub(super) fn tracking<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let was = self.end_pending();
+        let r = f(self);
+        match (was, self.end_pending()) {
+            (false, true) => {
+                END_PENDING.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                END_PENDING.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        r
+    }
+
+    pub(super) fn record(&mut self, fields: &Fields) {
+        let m = fields.mask();
+        self.merge(fields);
+        self.mask |= m;
+        self.dirty |= m;
+        self.dirty_async |= m;
+        self.site = self.info.site(self.mask);
+    }
+
+    /// The values of the fields in `mask`, in field order.
+    pub(super) fn words_of(&self, mask: u64, out: &mut Vec<u64>) {
+        for &(i, s, e) in &self.ranges {
+            if mask >> i & 1 == 1 {
+                out.extend_from_slice(&self.words[s as usize..e as usize]);
+            }
+        }
+    }
+
+    /// Makes the span async: its range begins at its creation.
+    pub(super) fn begin_async(&mut self, tr: &ThreadRing) {
+        if self.async_id != 0 {
+            return;
+        }
+        self.async_id = ASYNC_ID_BASE | NEXT_ASYNC_ID.fetch_add(1, Ordering::Relaxed);
+        ASYNC_LIVE.fetch_add(1, Ordering::Relaxed);
+        self.dirty_async = 0;
+        layout::write(
+            &tr.ring,
+            KIND_ASYNC_BEGIN,
+            self.site.id() as u64,
+            self.created,
+            &[self.async_id],
+            &Words(&self.words),
+        );
+    }
+
+    /// Writes the pending flows; the next end record binds them.
+    pub(super) fn write_flows(&mut self, tr: &ThreadRing, ts: u64) {
+        if !self.flows.is_empty() {
+            layout::write(&tr.ring, KIND_FLOW, 0, ts, &self.flows, &());
+            self.flows.clear();
+        }
+    }
+
+    /// Ends this span's slice that began at `depth` on this thread.
+    pub(super) fn end_slice(&mut self, tr: &ThreadRing, depth: u32, ts: u64) {
+        self.write_flows(tr, ts);
+        let depth = depth.min(MAX_DEPTH) as u64;
+        if self.dirty == 0 {
+            layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
+        } else {
+            let site = self.info.site(self.dirty);
+            let mut args = Vec::new();
+            self.words_of(self.dirty, &mut args);
+            self.dirty = 0;
+            let payload = site.id() as u64 | depth << 24;
+            layout::write(&tr.ring, KIND_END_ARGS, payload, ts, &args, &());
+        }
+    }
+
+    /// Begins a slice of this span at the thread's current depth; returns
+    /// that depth if it was recorded.
+    pub(super) fn begin_slice(&mut self, tr: &ThreadRing, ts: u64) -> Option<u32> {
+        let depth = tr.depth.load(Ordering::Relaxed);
+        let payload = self.site.id() as u64 | (depth.min(MAX_DEPTH) as u64) << 24;
+        if layout::write(&tr.ring, KIND_BEGIN, payload, ts, &self.words, &()) {
+            tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
+            self.dirty = 0;
+            Some(depth)
+        } else {
+            None
+        }
+    }
+}
+
+/// Values of `old_*` (field order) with those of `fields` (recorded later)
+/// replacing or joining them, in field order.
+pub(super) fn merge_values(
+    old_words: &[u64],
+    old_ranges: &[(u32, u32, u32)],
+    fields: &Fields,
+) -> (Vec<u64>, Vec<(u32, u32, u32)>) {
+    let new = fields.ordered_ranges();
+    let mut words = Vec::with_capacity(old_words.len() + fields.words.len());
+    let mut ranges = Vec::with_capacity(old_ranges.len() + new.len());
+    let (mut a, mut b) = (old_ranges.iter().peekable(), new.iter().peekable());
+    loop {
+        let (idx, src, s, e) = match (a.peek(), b.peek()) {
+            (Some(&&(ia, sa, ea)), Some(&&(ib, sb, eb))) => {
+                if ib <= ia {
+                    b.next();
+                    if ib == ia {
+                        a.next();
+                    }
+                    (ib, &fields.words[..], sb, eb)
+                } else {
+                    a.next();
+                    (ia, old_words, sa, ea)
+                }
+            }
+            (Some(&&(ia, sa, ea)), None) => {
+                a.next();
+                (ia, old_words, sa, ea)
+            }
+            (None, Some(&&(ib, sb, eb))) => {
+                b.next();
+                (ib, &fields.words[..], sb, eb)
+            }
+            (None, None) => break,
+        };
+        let start = words.len() as u32;
+        words.extend_from_slice(&src[s as usize..e as usize]);
+        ranges.push((idx, start, words.len() as u32));
+    }
+    (words, ranges)
+}
+
+impl Drop for SpanData {
+    fn drop(&mut self) {
+        if self.end_pending() {
+            END_PENDING.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.async_id != 0 {
+            ASYNC_LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A span entered on this thread and not exited yet.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entered {
+    pub(super) id: u64,
+    /// Depth its begin record carries (valid if `recorded`).
+    pub(super) depth: u32,
+    /// Session of the ring it was recorded into.
+    pub(super) session: u64,
+    pub(super) recorded: bool,
+}
+
+thread_local! {
+    /// Spans entered on this thread, innermost last.
+    pub(super) static STACK: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+    /// This thread's key for "entered on another thread" (0: not assigned).
+    static THREAD_KEY: Cell<u64> = const { Cell::new(0) };
+}
+
+pub(super) fn thread_key() -> u64 {
+    THREAD_KEY
+        .try_with(|k| {
+            if k.get() == 0 {
+                k.set(NEXT_THREAD_KEY.fetch_add(1, Ordering::Relaxed));
+            }
+            k.get()
+        })
+        .unwrap_or(u64::MAX)
+}
+
+pub(super) fn push_entered(e: Entered) {
+    let _ = STACK.try_with(|s| s.borrow_mut().push(e));
+}
+
+/// The id of the innermost span entered on this thread, if any.
+pub(crate) fn current_entered() -> Option<u64> {
+    STACK
+        .try_with(|s| s.borrow().last().map(|e| e.id))
+        .ok()
+        .flatten()
+}

@@ -1,0 +1,83 @@
+//! What the integration tests of `ringtrace` share: scratch directories, the
+//! Python that has the official Perfetto schema, and the decoders.
+//!
+//! Each test binary uses part of it.
+#![allow(dead_code)]
+
+pub mod archive;
+pub mod slices;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A fresh directory, unique per call (tests run in parallel threads).
+pub fn scratch(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "ringtrace-{}-{}-{n}-{name}",
+        env!("CARGO_CRATE_NAME"),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The Python with the `perfetto` package (`scripts/test.sh` sets it up).
+pub fn python() -> String {
+    std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+/// Runs a Python script; fails the test if it fails. Returns its stdout.
+pub fn run_python(script: &str, args: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e} (set RINGTRACE_PYTHON)", python()));
+    assert!(
+        out.status.success(),
+        "python failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The Perfetto trace as a reader resolves it; fails on any rule it breaks.
+pub fn perfetto_model(trace: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support/perfetto_model.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .arg(trace)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e} (see scripts/test.sh)", python()));
+    let model: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "decoder output is not JSON ({e}); stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success() && model["errors"].as_array().is_some_and(|e| e.is_empty()),
+        "the Perfetto decoder rejects {}: {:#}\nstderr: {}",
+        trace.display(),
+        model["errors"],
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let warnings = model["warnings"].as_array().unwrap();
+    assert!(warnings.is_empty(), "decoder warnings: {warnings:#?}");
+    model
+}
+
+/// The events of a JSON trace in the bare array form.
+pub fn json_events(trace: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(trace).unwrap();
+    match serde_json::from_str::<Value>(&text).expect("the JSON trace is valid JSON") {
+        Value::Array(events) => events,
+        other => panic!("expected the bare array form, got {other}"),
+    }
+}

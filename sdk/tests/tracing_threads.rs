@@ -1,0 +1,405 @@
+//! `tracing` end to end across threads: spans that hop threads or exit out of
+//! stack order, `follows_from`, tasks of a multi-threaded tokio runtime, and
+//! the subscriber's span table under many threads; through the layer and the
+//! registry-free subscriber, decoded with the official Perfetto schema and
+//! parsed as JSON.
+//!
+//! A session is process-global, so the tests take a lock and run one at a
+//! time; each has its own subscriber (`Dispatch`), set on every thread it uses.
+
+mod common;
+
+use common::scratch;
+use common::slices::*;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use tracing::dispatcher::{self, Dispatch};
+use tracing::{info, info_span};
+
+// ---------------------------------------------------------------------------
+// Spans across threads and out of stack order
+
+fn run_cross_thread(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
+    // A span entered on one thread, then on another: async.
+    let moved = on_thread("layer-a", &dispatch, || {
+        let span = info_span!(target: "app", "moved", n = 1u64);
+        span.in_scope(|| info!(target: "app", "on a"));
+        span
+    });
+    on_thread("layer-b", &dispatch, move || {
+        moved.in_scope(|| info!(target: "app", "on b"));
+        moved.record("n", 2u64);
+        drop(moved); // closes here
+    });
+    // Guards dropped out of order on one thread.
+    on_thread("layer-c", &dispatch, || {
+        let outer = info_span!(target: "app", "outer");
+        let inner = info_span!(target: "app", "inner");
+        let o = outer.enter();
+        let i = inner.enter();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        drop(o); // outer exits while inner is still entered
+        info!(target: "app", "after outer");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        drop(i);
+        // A plain span afterwards nests normally from depth 0.
+        info_span!(target: "app", "plain").in_scope(|| {});
+    });
+    guard.stop().unwrap();
+}
+
+fn check_cross_thread(trace: &Path) {
+    let (slices, _) = decode(trace);
+    let on = |thread: &str, name: &str| -> Vec<&Slice> {
+        slices
+            .iter()
+            .filter(|s| s.thread().starts_with(&format!("{thread}#")) && s.name == name)
+            .collect()
+    };
+    let asyncs = |name: &str| -> Vec<&Slice> {
+        slices
+            .iter()
+            .filter(|s| s.is_async() && s.name == name)
+            .collect()
+    };
+    // moved: one slice on each thread, one async range covering both, with
+    // the creation value and the recorded one.
+    let (a, b) = (on("layer-a", "moved"), on("layer-b", "moved"));
+    assert_eq!((a.len(), b.len()), (1, 1), "{slices:#?}");
+    let r = asyncs("moved");
+    assert_eq!(
+        r.len(),
+        1,
+        "one async range for the moved span: {slices:#?}"
+    );
+    assert!(
+        r[0].ts <= a[0].ts && r[0].end() >= b[0].end(),
+        "range covers every enter"
+    );
+    assert_eq!(
+        r[0].args,
+        json!({"n": 2}),
+        "range args: the latest value wins"
+    );
+    assert_eq!(a[0].args, json!({"n": 1}));
+    assert_eq!(b[0].depth, 0);
+
+    // outer/inner on layer-c: outer [t0, t2] at depth 0, inner split in two:
+    // [t1, t2] at depth 1 and [t2, t3] at depth 0; both async.
+    let (outer, inner) = (on("layer-c", "outer"), on("layer-c", "inner"));
+    assert_eq!((outer.len(), inner.len()), (1, 2), "{slices:#?}");
+    let mut inner = inner;
+    inner.sort_by_key(|s| s.ts);
+    assert_eq!((outer[0].depth, inner[0].depth, inner[1].depth), (0, 1, 0));
+    assert_eq!(inner[0].end(), outer[0].end());
+    assert_eq!(inner[1].ts, outer[0].end());
+    let after = slices
+        .iter()
+        .find(|s| s.instant && s.args["message"] == "after outer")
+        .unwrap();
+    assert_eq!(
+        after.depth, 1,
+        "the event is inside the continued inner slice"
+    );
+    assert!(after.ts >= inner[1].ts && after.ts <= inner[1].end());
+    assert_eq!(asyncs("outer").len(), 1);
+    assert_eq!(asyncs("inner").len(), 1);
+    assert!(asyncs("inner")[0].end() >= inner[1].end());
+    let plain = on("layer-c", "plain");
+    assert_eq!(plain.len(), 1);
+    assert_eq!(plain[0].depth, 0);
+    assert!(asyncs("plain").is_empty());
+}
+
+#[test]
+fn spans_across_threads_and_out_of_order_perfetto() {
+    let _s = serial();
+    let trace = scratch("cross-pf").join("cross.pftrace");
+    run_cross_thread(&trace, Via::Layer);
+    check_cross_thread(&trace);
+}
+
+#[test]
+fn spans_across_threads_and_out_of_order_json() {
+    let _s = serial();
+    let trace = scratch("cross-json").join("cross.json");
+    run_cross_thread(&trace, Via::Layer);
+    check_cross_thread(&trace);
+}
+
+// ---------------------------------------------------------------------------
+// follows_from
+
+fn run_flows(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
+    on_thread("layer-flows", &dispatch, || {
+        // The source is entered when the flow is made.
+        let producer = info_span!(target: "app", "producer");
+        let consumer = {
+            let _p = producer.enter();
+            let c = info_span!(target: "app", "consumer");
+            c.follows_from(&producer);
+            c
+        };
+        consumer.in_scope(|| {});
+        // The source is no longer entered and closes without another enter.
+        let batch_item = info_span!(target: "app", "item");
+        batch_item.in_scope(|| {});
+        let batch = info_span!(target: "app", "batch");
+        batch.follows_from(&batch_item);
+        drop(batch_item);
+        batch.in_scope(|| {});
+    });
+    guard.stop().unwrap();
+}
+
+fn check_flows(trace: &Path) {
+    let (slices, flows) = decode(trace);
+    let named: Vec<(String, String, bool)> = flows
+        .iter()
+        .map(|&(a, b)| {
+            (
+                slices[a].name.clone(),
+                slices[b].name.clone(),
+                slices[a].is_async(),
+            )
+        })
+        .collect();
+    // producer's flow is bound to the end of its slice; item was not entered
+    // after the flow was made, so it is bound to item's range (made async).
+    let expected = vec![
+        ("producer".to_string(), "consumer".to_string(), false),
+        ("item".into(), "batch".into(), true),
+    ];
+    assert_eq!(named, expected, "{slices:#?}");
+    for &(a, b) in &flows {
+        assert!(slices[a].ts <= slices[b].ts, "flows go forward in time");
+    }
+}
+
+#[test]
+fn follows_from_is_a_flow_perfetto() {
+    let _s = serial();
+    let trace = scratch("flows-pf").join("flows.pftrace");
+    run_flows(&trace, Via::Layer);
+    check_flows(&trace);
+}
+
+#[test]
+fn follows_from_is_a_flow_json() {
+    let _s = serial();
+    let trace = scratch("flows-json").join("flows.json");
+    run_flows(&trace, Via::Layer);
+    check_flows(&trace);
+}
+
+// ---------------------------------------------------------------------------
+// A multi-threaded tokio runtime
+
+#[tracing::instrument(target = "tasks")]
+async fn task(
+    i: u64,
+    rx: tokio::sync::mpsc::Receiver<u64>,
+    tx: Option<tokio::sync::mpsc::Sender<u64>>,
+) -> u64 {
+    let mut rx = rx;
+    let mut sum = 0;
+    while let Some(v) = rx.recv().await {
+        info!(target: "tasks", v, "got");
+        sum += v;
+        if let Some(tx) = &tx {
+            let _ = tx.send(v + 1).await;
+        }
+        tokio::task::yield_now().await;
+    }
+    sum
+}
+
+fn run_tokio(trace: &Path, via: Via) -> u64 {
+    let (dispatch, guard) = start(trace, via);
+    let d = dispatch.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("layer-worker")
+        .on_thread_start(move || std::mem::forget(dispatcher::set_default(&d)))
+        .enable_all()
+        .build()
+        .unwrap();
+    let tasks = 16u64;
+    let total = dispatcher::with_default(&dispatch, || {
+        rt.block_on(async {
+            // A ring of tasks: each one's sends wake the next from whichever
+            // worker runs it, so tasks move between workers.
+            let (txs, rxs): (Vec<_>, Vec<_>) =
+                (0..tasks).map(|_| tokio::sync::mpsc::channel(4)).unzip();
+            let first = txs[0].clone();
+            let mut handles = Vec::new();
+            let mut txs: Vec<Option<_>> = txs.into_iter().map(Some).collect();
+            for (i, rx) in rxs.into_iter().enumerate() {
+                let next = if i + 1 < tasks as usize {
+                    txs[i + 1].take()
+                } else {
+                    None
+                };
+                handles.push(tokio::spawn(task(i as u64, rx, next)));
+            }
+            drop(txs);
+            for v in 0..50 {
+                first.send(v).await.unwrap();
+                if v % 5 == 0 {
+                    tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+                }
+            }
+            drop(first);
+            let mut total = 0;
+            for h in handles {
+                total += h.await.unwrap();
+            }
+            total
+        })
+    });
+    drop(rt);
+    guard.stop().unwrap();
+    total
+}
+
+fn check_tokio(trace: &Path) {
+    let (slices, _) = decode(trace);
+    let mut polls: BTreeMap<u64, Vec<&Slice>> = BTreeMap::new();
+    let mut ranges: BTreeMap<u64, Vec<&Slice>> = BTreeMap::new();
+    for s in slices.iter().filter(|s| s.name == "task") {
+        let i = s.args["i"].as_u64().unwrap();
+        if s.is_async() {
+            ranges.entry(i).or_default().push(s);
+        } else {
+            assert!(
+                s.thread().starts_with("layer-worker#"),
+                "polls run on workers: {s:?}"
+            );
+            polls.entry(i).or_default().push(s);
+        }
+    }
+    assert_eq!(polls.len(), 16, "every task's polls are on thread tracks");
+    let mut hopped = 0;
+    for (i, p) in &polls {
+        let threads: BTreeSet<&str> = p.iter().map(|s| s.thread()).collect();
+        let r = ranges.get(i).map_or(&[][..], |v| v.as_slice());
+        if threads.len() > 1 {
+            hopped += 1;
+            assert_eq!(r.len(), 1, "task {i} ran on {threads:?}: one async range");
+            let first = p.iter().map(|s| s.ts).min().unwrap();
+            let last = p.iter().map(|s| s.end()).max().unwrap();
+            assert!(
+                r[0].ts <= first && r[0].end() >= last,
+                "task {i}: the range covers every poll"
+            );
+        } else {
+            assert!(
+                r.is_empty(),
+                "task {i} stayed on {threads:?}: no async range"
+            );
+        }
+    }
+    assert!(
+        hopped > 0,
+        "no task moved between workers: the test proves nothing"
+    );
+    // The events of each poll are inside it.
+    for e in slices.iter().filter(|s| s.instant && s.cat == "tasks") {
+        assert!(e.depth >= 1, "event outside its task's slice: {e:?}");
+    }
+}
+
+#[test]
+fn tokio_tasks_hopping_threads_perfetto() {
+    let _s = serial();
+    let trace = scratch("tokio-pf").join("tokio.pftrace");
+    assert!(run_tokio(&trace, Via::Layer) > 0);
+    check_tokio(&trace);
+}
+
+#[test]
+fn tokio_tasks_hopping_threads_json() {
+    let _s = serial();
+    let trace = scratch("tokio-json").join("tokio.json");
+    assert!(run_tokio(&trace, Via::Layer) > 0);
+    check_tokio(&trace);
+}
+
+// ---------------------------------------------------------------------------
+// The registry-free subscriber: the same workloads give the same traces
+
+#[test]
+fn subscriber_spans_across_threads_and_out_of_order() {
+    let _s = serial();
+    let trace = scratch("sub-cross-pf").join("cross.pftrace");
+    run_cross_thread(&trace, Via::Subscriber);
+    check_cross_thread(&trace);
+}
+
+#[test]
+fn subscriber_follows_from_is_a_flow() {
+    let _s = serial();
+    let trace = scratch("sub-flows-json").join("flows.json");
+    run_flows(&trace, Via::Subscriber);
+    check_flows(&trace);
+}
+
+#[test]
+fn subscriber_tokio_tasks_hopping_threads() {
+    let _s = serial();
+    let trace = scratch("sub-tokio-pf").join("tokio.pftrace");
+    assert!(run_tokio(&trace, Via::Subscriber) > 0);
+    check_tokio(&trace);
+}
+
+#[test]
+fn subscriber_frees_every_span() {
+    // Spans made and dropped on many threads, some closed on another thread
+    // than their own: every slot comes back (the table does not grow).
+    let _s = serial();
+    let trace = scratch("sub-free").join("free.pftrace");
+    let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
+    let dispatch = Dispatch::new(subscriber);
+    let round = || {
+        let mut handles = Vec::new();
+        for t in 0..8 {
+            let d = dispatch.clone();
+            handles.push(std::thread::spawn(move || {
+                dispatcher::with_default(&d, || {
+                    let mut spans: Vec<_> = (0..500)
+                        .map(|i| info_span!(target: "app", "s", t, i))
+                        .collect();
+                    for s in &spans[..250] {
+                        s.in_scope(|| {});
+                    }
+                    spans.truncate(250); // half dropped here
+                    spans // half on the joining thread
+                })
+            }));
+        }
+        let moved: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        dispatcher::with_default(&dispatch, || drop(moved));
+    };
+    // A new span takes a free slot; its id's low half is the slot index + 1.
+    let probe = || {
+        dispatcher::with_default(&dispatch, || {
+            info_span!(target: "app", "probe").id().unwrap().into_u64() as u32
+        })
+    };
+    round();
+    let before = probe();
+    for _ in 0..5 {
+        round();
+    }
+    let after = probe();
+    assert!(
+        after as usize <= 8 * 500 + 9 * 128,
+        "slots are reused: index {after} after six rounds of 4000 spans (first probe {before})"
+    );
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    assert_eq!(slices.iter().filter(|s| s.name == "s").count(), 6 * 8 * 250);
+}

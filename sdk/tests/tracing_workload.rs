@@ -1,0 +1,308 @@
+//! `tracing` end to end, one thread at a time: spans, fields, `Span::record`,
+//! events and `#[instrument]`, and filters composed with ringtrace, through
+//! the layer and through the registry-free subscriber. What is recorded must
+//! come back, decoded with the official Perfetto schema (through
+//! `tests/support/perfetto_model.py`) and parsed as JSON.
+//!
+//! A session is process-global, so the tests take a lock and run one at a
+//! time; each has its own subscriber (`Dispatch`), set on every thread it uses.
+
+mod common;
+
+use common::scratch;
+use common::slices::*;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use tracing::dispatcher::Dispatch;
+use tracing::{debug, info, info_span, trace, warn, Level};
+use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::Layer;
+
+// ---------------------------------------------------------------------------
+// Spans, fields, Span::record, events, #[instrument]
+
+#[tracing::instrument(target = "app::db", fields(rows = tracing::field::Empty))]
+fn query(table: &str, limit: u32) -> u64 {
+    tracing::Span::current().record("rows", 42u64);
+    debug!(target: "app::db", table, "query done");
+    42
+}
+
+fn workload() {
+    let request = info_span!(
+        target: "app",
+        "request",
+        id = 7u64,
+        path = "/users",
+        ok = tracing::field::Empty
+    );
+    let entered = request.enter();
+    info!(target: "app", user = "ann", count = -3i64, ratio = 0.5, "hello {}", "world");
+    warn!(target: "app::net", retry = true, "slow");
+    query("users", 10);
+    request.record("ok", true);
+    drop(entered);
+    // Recorded while not entered: the next enter carries it.
+    request.record("path", "/users/2");
+    request.in_scope(|| trace!(target: "app", "again"));
+}
+
+fn check_workload(trace: &Path) {
+    let (slices, _) = decode(trace);
+    let mut main: Vec<&Slice> = slices
+        .iter()
+        .filter(|s| s.thread().starts_with("layer-workload#"))
+        .collect();
+    main.sort_by_key(|s| (s.ts, s.depth));
+    let seen: Vec<Value> = main
+        .iter()
+        .map(|s| {
+            let name = if s.name.starts_with("event ") {
+                "event"
+            } else {
+                s.name.as_str()
+            };
+            json!([name, s.cat, s.depth, s.instant, s.args])
+        })
+        .collect();
+    let expected = vec![
+        json!(["request", "app", 0, false, {"id": 7, "path": "/users", "ok": true}]),
+        json!(["event", "app", 1, true,
+            {"message": "hello world", "user": "ann", "count": -3, "ratio": 0.5, "level": "INFO"}]),
+        json!(["event", "app::net", 1, true, {"message": "slow", "retry": true, "level": "WARN"}]),
+        json!(["query", "app::db", 1, false, {"table": "users", "limit": 10, "rows": 42}]),
+        json!(["event", "app::db", 2, true, {"message": "query done", "table": "users", "level": "DEBUG"}]),
+        json!(["request", "app", 0, false, {"id": 7, "path": "/users/2", "ok": true}]),
+        json!(["event", "app", 1, true, {"message": "again", "level": "TRACE"}]),
+    ];
+    assert_eq!(
+        seen,
+        expected,
+        "slices of the workload thread in {}",
+        trace.display()
+    );
+    // Each slice lies inside its parent and events inside their span.
+    assert!(main[3].ts >= main[0].ts && main[3].end() <= main[0].end());
+    assert!(main[4].ts >= main[3].ts && main[4].ts <= main[3].end());
+    assert!(
+        slices.iter().all(|s| !s.is_async()),
+        "no async range: {slices:#?}"
+    );
+}
+
+fn run_workload(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
+    on_thread("layer-workload", &dispatch, workload);
+    guard.stop().unwrap();
+}
+
+#[test]
+fn spans_events_and_records_perfetto() {
+    let _s = serial();
+    let trace = scratch("workload-pf").join("workload.pftrace");
+    run_workload(&trace, Via::Layer);
+    check_workload(&trace);
+}
+
+#[test]
+fn spans_events_and_records_json() {
+    let _s = serial();
+    let trace = scratch("workload-json").join("workload.json");
+    run_workload(&trace, Via::Layer);
+    check_workload(&trace);
+}
+
+// ---------------------------------------------------------------------------
+// Filters: per-layer (Targets, EnvFilter) and ringtrace categories
+
+/// Counts the events a second layer sees: filters of our layer must not
+/// change what other layers get.
+#[derive(Clone, Default)]
+struct Counting(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> Layer<S> for Counting {
+    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.lock().unwrap().push(format!(
+            "{} {}",
+            e.metadata().level(),
+            e.metadata().target()
+        ));
+    }
+}
+
+fn filtered_workload() {
+    let s = info_span!(target: "app", "kept_span");
+    let _e = s.enter();
+    let _d = tracing::debug_span!(target: "app", "debug_span").entered();
+    info!(target: "app", "kept");
+    debug!(target: "app", "app debug");
+    info!(target: "other", "other info");
+    warn!(target: "other", "other warn");
+    info!(target: "app::quiet", "quiet");
+    info!(target: "app::noisy", "noisy");
+}
+
+fn instants(slices: &[Slice]) -> BTreeSet<String> {
+    slices
+        .iter()
+        .filter(|s| s.instant)
+        .map(|s| {
+            format!(
+                "{} {} {}",
+                s.args["level"].as_str().unwrap(),
+                s.cat,
+                s.args["message"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn per_layer_filters_compose() {
+    let _s = serial();
+    let dir = scratch("filters");
+
+    // Targets: app at INFO and up, other at WARN; ringtrace's own category
+    // filter takes app::quiet out.
+    let trace = dir.join("targets.pftrace");
+    let (layer, guard) = ringtrace::layer()
+        .output(&trace)
+        .disable_categories(["app::quiet"])
+        .build()
+        .unwrap();
+    let counting = Counting::default();
+    let filter = Targets::new()
+        .with_target("app", Level::INFO)
+        .with_target("other", Level::WARN);
+    let dispatch = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(layer.with_filter(filter))
+            .with(counting.clone()),
+    );
+    on_thread("layer-targets", &dispatch, filtered_workload);
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    assert_eq!(
+        instants(&slices),
+        set(&[
+            "INFO app kept",
+            "WARN other other warn",
+            "INFO app::noisy noisy"
+        ])
+    );
+    let spans: Vec<&str> = slices
+        .iter()
+        .filter(|s| !s.instant)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(spans, ["kept_span"]);
+    assert_eq!(
+        counting.0.lock().unwrap().len(),
+        6,
+        "the other layer sees every event"
+    );
+
+    // EnvFilter, JSON output.
+    let trace = dir.join("env.json");
+    let (layer, guard) = ringtrace::layer().output(&trace).build().unwrap();
+    let filter = EnvFilter::new("app=debug,app::noisy=off,other=off");
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer.with_filter(filter)));
+    on_thread("layer-env", &dispatch, filtered_workload);
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    assert_eq!(
+        instants(&slices),
+        set(&[
+            "INFO app kept",
+            "DEBUG app app debug",
+            "INFO app::quiet quiet"
+        ])
+    );
+    let spans: BTreeSet<&str> = slices
+        .iter()
+        .filter(|s| !s.instant)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(spans, BTreeSet::from(["kept_span", "debug_span"]));
+}
+
+// ---------------------------------------------------------------------------
+// The registry-free subscriber: the same workloads give the same traces
+
+#[test]
+fn subscriber_spans_events_and_records_perfetto() {
+    let _s = serial();
+    let trace = scratch("sub-workload-pf").join("workload.pftrace");
+    run_workload(&trace, Via::Subscriber);
+    check_workload(&trace);
+}
+
+#[test]
+fn subscriber_spans_events_and_records_json() {
+    let _s = serial();
+    let trace = scratch("sub-workload-json").join("workload.json");
+    run_workload(&trace, Via::Subscriber);
+    check_workload(&trace);
+}
+
+#[test]
+fn subscriber_composes_with_filters_and_tracks_the_current_span() {
+    let _s = serial();
+    let trace = scratch("sub-filters").join("env.pftrace");
+    let (subscriber, guard) = ringtrace::subscriber()
+        .output(&trace)
+        .disable_categories(["app::quiet"])
+        .build()
+        .unwrap();
+    let filter = EnvFilter::new("app=debug,app::noisy=off,other=warn");
+    let dispatch = Dispatch::new(subscriber.with(filter));
+    let current = on_thread("sub-env", &dispatch, || {
+        filtered_workload();
+        let outer = info_span!(target: "app", "outer");
+        let _o = outer.enter();
+        let names = |s: tracing::Span| s.metadata().map(|m| m.name());
+        let mut seen = vec![names(tracing::Span::current())];
+        {
+            let inner = info_span!(target: "app", "inner");
+            let _i = inner.enter();
+            seen.push(names(tracing::Span::current()));
+            let kept = tracing::Span::current(); // a second handle
+            drop(_i);
+            drop(inner);
+            seen.push(kept.metadata().map(|m| m.name())); // still alive
+        }
+        seen.push(names(tracing::Span::current()));
+        seen
+    });
+    assert_eq!(
+        current,
+        [Some("outer"), Some("inner"), Some("inner"), Some("outer")]
+    );
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    assert_eq!(
+        instants(&slices),
+        set(&[
+            "INFO app kept",
+            "DEBUG app app debug",
+            "WARN other other warn"
+        ])
+    );
+    let spans: BTreeSet<&str> = slices
+        .iter()
+        .filter(|s| !s.instant)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        spans,
+        BTreeSet::from(["kept_span", "debug_span", "outer", "inner"])
+    );
+    assert_well_nested(&slices);
+}
