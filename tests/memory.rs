@@ -62,25 +62,26 @@ fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Ve
     (on.clone(), events, growth(&on) - growth(&off))
 }
 
-/// Peak RSS growth is compared with the budget in optimised builds; an
-/// unoptimised build also grows each thread's stack by a few KiB of big
-/// frames (the macros' generic code is compiled into the caller without
-/// optimisation), allowed for here. `scripts/test.sh` runs these tests in
-/// release too.
+/// What recording holds never exceeds the budget; and in optimised builds
+/// (`scripts/test.sh` runs these tests in release) the peak RSS it adds
+/// stays within the budget plus 1 MiB. An unoptimised build also grows each
+/// of the thousands of threads' stacks by several KiB of big frames (the
+/// macros' generic code is compiled into the caller without optimisation):
+/// stack, not buffers, so there only the budget's own count is checked.
 fn assert_within(name: &str, budget: u64, extra: i64, on: &Value) {
-    let threads = on["threads"].as_i64().unwrap();
-    let stack_allowance = if cfg!(debug_assertions) {
-        threads * (12 << 10)
-    } else {
-        0
-    };
     assert!(
-        extra <= budget as i64 + (1 << 20) + stack_allowance,
+        on["buffer_bytes_peak"].as_u64().unwrap() <= budget,
+        "{name}: {on}"
+    );
+    if cfg!(debug_assertions) {
+        return;
+    }
+    assert!(
+        extra <= budget as i64 + (1 << 20),
         "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB",
         extra / 1024,
         budget / 1024
     );
-    assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= budget);
 }
 
 #[test]
@@ -113,13 +114,15 @@ fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
     assert_eq!(records_in(&events), 3 * 513);
 }
 
+/// Through `ringtrace::subscriber()`: 5,000 threads alive at once (more
+/// than the 4,096 `tracing-subscriber`'s registry allows), every event kept.
 #[test]
-fn the_subscriber_with_many_threads_stays_within_the_budget() {
-    let budget = 8 << 20;
-    let (on, events, extra) = threads_alive("mem-sub", 2_000, budget, "subscriber");
+fn the_subscriber_with_5000_threads_stays_within_the_budget() {
+    let budget = 16 << 20;
+    let (on, events, extra) = threads_alive("mem-sub", 5_000, budget, "subscriber");
     assert_within("subscriber", budget, extra, &on);
-    let lost = on["events_lost"].as_u64().unwrap();
-    assert_eq!(records_in(&events) + lost, 3 * 2_001, "{on}");
+    assert_eq!(on["events_lost"], 0, "{on}");
+    assert_eq!(records_in(&events), 3 * 5_001, "{on}");
 }
 
 /// Instants recorded from `Drop` of thread-locals, made before and after the

@@ -128,6 +128,9 @@ pub(crate) struct Registry {
 
 struct RegistryState {
     rings: Vec<Arc<ThreadRing>>,
+    /// Rings of earlier sessions a thread replaced: dropped (their memory
+    /// freed) by the flusher, not by the recording thread.
+    graveyard: Vec<Arc<ThreadRing>>,
     config: RingConfig,
     next_seq: u32,
 }
@@ -142,6 +145,7 @@ macro_rules! new_registry {
             session: AtomicU64::new(0),
             state: Mutex::new(RegistryState {
                 rings: Vec::new(),
+                graveyard: Vec::new(),
                 config: RingConfig {
                     bytes: 1 << 20,
                     budget_bytes: DEFAULT_BUDGET_BYTES,
@@ -242,10 +246,23 @@ impl Registry {
         Some(ring)
     }
 
-    /// The flusher's view: every listed ring.
+    /// The flusher's view: every listed ring. It also frees, on the
+    /// flusher's thread, the rings `bury` was given.
     pub(crate) fn snapshot(&self, out: &mut Vec<Arc<ThreadRing>>) {
         out.clear();
-        out.extend(self.state.lock().rings.iter().cloned());
+        let buried = {
+            let mut st = self.state.lock();
+            out.extend(st.rings.iter().cloned());
+            std::mem::take(&mut st.graveyard)
+        };
+        drop(buried);
+    }
+
+    /// Hands a ring of an earlier session, which a thread no longer uses, to
+    /// the flusher to free: freeing a big ring (unmapping its segments) is
+    /// not for the recording thread's first event of a new session.
+    fn bury(&self, ring: Arc<ThreadRing>) {
+        self.state.lock().graveyard.push(ring);
     }
 
     /// Unlists a ring the flusher has fully drained after its thread exited.
@@ -411,6 +428,7 @@ mod thread_local_access {
             // longer points to it.
             let old = unsafe { Arc::from_raw(old as *const ThreadRing) };
             old.retire();
+            REGISTRY.bury(old);
         }
         Some(tr)
     }
