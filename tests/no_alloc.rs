@@ -145,8 +145,7 @@ fn disabled_events_do_not_allocate_either() {
 
 /// Through `ringtrace::subscriber()`: spans without fields live in the
 /// subscriber's span table and events format into a reused buffer, so after
-/// the first iteration neither allocates. (A span with field values copies
-/// them into its state once, at creation: one allocation per such span.)
+/// the first iteration neither allocates.
 #[inline(never)]
 fn tracing_events(i: u64) {
     let outer = tracing::info_span!(target: "alloc", "outer");
@@ -188,4 +187,115 @@ fn tracing_subscriber_spans_and_events_do_not_allocate() {
     assert_eq!(stats.events_lost, 0, "{stats:?}");
     // 2 slices (begin + end each) and 1 instant per iteration.
     assert_eq!(stats.events_written, (N + 1) * 5, "{stats:?}");
+}
+
+/// Spans whose fields are primitives (integers, bools, floats, strings) keep
+/// their values in place in the span's state, so after the first iteration
+/// neither the subscriber nor the layer (span state in its own table, not in
+/// the registry's extensions) allocates per span.
+#[inline(never)]
+fn tracing_spans_with_fields(i: u64) {
+    let outer = tracing::info_span!(target: "alloc", "request", id = i, ok = true, ratio = 0.5);
+    let _o = outer.enter();
+    tracing::info_span!(target: "alloc", "load", user = i as i64, table = "users").in_scope(|| {
+        tracing::info!(target: "alloc", n = i, "loaded");
+    });
+    black_box(i);
+}
+
+fn spans_with_fields_through(
+    dispatch_of: impl FnOnce() -> (tracing::Dispatch, ringtrace::TraceGuard),
+) {
+    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+    const N: u64 = 20_000;
+    let (dispatch, guard) = dispatch_of();
+    let during = tracing::dispatcher::with_default(&dispatch, || {
+        // First use: ring, call sites, the span table or map, the registry's slab.
+        for i in 0..100 {
+            tracing_spans_with_fields(i);
+        }
+        allocations_during(|| {
+            for i in 1..=N {
+                tracing_spans_with_fields(i);
+            }
+        })
+    });
+    drop(dispatch);
+    let stats = guard.stop().expect("stop");
+    assert_eq!(
+        during, 0,
+        "the recording thread allocated {during} times in {N} iterations"
+    );
+    assert_eq!(stats.events_lost, 0, "{stats:?}");
+    assert_eq!(stats.events_written, (N + 100) * 5, "{stats:?}");
+}
+
+#[test]
+fn tracing_subscriber_spans_with_primitive_fields_do_not_allocate() {
+    spans_with_fields_through(|| {
+        let (subscriber, guard) = ringtrace::subscriber()
+            .writer(ringtrace::MemoryBuffer::new())
+            .buffer_bytes_per_thread(64 << 20)
+            .build()
+            .expect("start a session");
+        (tracing::Dispatch::new(subscriber), guard)
+    });
+}
+
+#[test]
+fn tracing_layer_spans_with_primitive_fields_do_not_allocate() {
+    use tracing_subscriber::prelude::*;
+    spans_with_fields_through(|| {
+        let (layer, guard) = ringtrace::layer()
+            .writer(ringtrace::MemoryBuffer::new())
+            .buffer_bytes_per_thread(64 << 20)
+            .build()
+            .expect("start a session");
+        (
+            tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+            guard,
+        )
+    });
+}
+
+/// Through the `log` bridge (`ringtrace::log`): after a call site's first
+/// record on the thread (site registration, ring, the formatting buffer
+/// grown to the longest message), formatted and static records alike
+/// allocate nothing; a record below the level filter neither.
+#[inline(never)]
+fn log_records(i: u64) {
+    log::info!(target: "alloc", "tick {i} of {}", "many");
+    log::warn!(target: "alloc", "static message");
+    log::trace!(target: "alloc", "below the filter {i}");
+    black_box(i);
+}
+
+#[test]
+fn log_records_do_not_allocate() {
+    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+    const N: u64 = 50_000;
+    ringtrace::log::Logger::new()
+        .max_level(log::LevelFilter::Debug)
+        .init()
+        .expect("the only logger of this test binary");
+    let out = ringtrace::MemoryBuffer::new();
+    let guard = ringtrace::builder()
+        .writer(out.clone())
+        .buffer_bytes_per_thread(64 << 20)
+        .start()
+        .expect("start a session");
+    log_records(N);
+    let during = allocations_during(|| {
+        for i in 1..=N {
+            log_records(i);
+        }
+    });
+    let stats = guard.stop().expect("stop");
+    assert_eq!(
+        during, 0,
+        "the recording thread allocated {during} times in {N} iterations"
+    );
+    assert_eq!(stats.events_lost, 0, "{stats:?}");
+    // Two log instants per iteration (the trace! is filtered out).
+    assert_eq!(stats.events_written, (N + 1) * 2, "{stats:?}");
 }

@@ -265,15 +265,16 @@ fn kind_name(k: &MemberKind) -> &'static str {
         MemberKind::Tar => "tar",
         MemberKind::Empty => "empty",
         MemberKind::UndetectableJson => "undetectable-json",
+        MemberKind::Unrecognized => "unrecognized",
         _ => "other",
     }
 }
 
 /// Inspects an archive: members, manifest (checked), each trace. Returns
 /// the JSON summary and whether the archive passed every check.
-pub fn archive_summary(name: &str, bytes: &[u8]) -> Result<(Value, bool), String> {
-    let members = archive::read_members(bytes).map_err(|e| e.to_string())?;
-    let check = archive::check_archive(bytes);
+pub fn archive_summary(name: &str, bytes: &[u8], limit: u64) -> Result<(Value, bool), String> {
+    let members = archive::read_members_limited(bytes, limit).map_err(|e| e.to_string())?;
+    let check = archive::check_archive_limited(bytes, limit);
     let container = match archive::sniff(bytes) {
         MemberKind::Zip => "zip",
         MemberKind::Gzip { .. } => "tar.gz",

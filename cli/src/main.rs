@@ -8,23 +8,8 @@
 
 #![forbid(unsafe_code)]
 
-/// `print!` to standard output, ending the program quietly when the reader
-/// has gone (a closed pipe) instead of panicking as `print!` does.
-macro_rules! out {
-    ($($t:tt)*) => { $crate::write_out(format_args!($($t)*), false) };
-}
-
-/// `println!`, as [`out!`].
-macro_rules! outln {
-    ($($t:tt)*) => { $crate::write_out(format_args!($($t)*), true) };
-}
-
-mod convert;
-mod inspect;
-mod model;
-
 use ringtrace::archive::{Archive, Clock, ZipMethod};
-use std::io::Write;
+use ringtrace_cli::{inspect, out, outln, unpack_limit, Inspected};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -55,16 +40,22 @@ perfetto_manifest. FILE below is a member name (a file's name).
                                   automatic pinning
   --no-auto-clocks                do not pin ringtrace JSON files automatically
   --stored                        ZIP: store members uncompressed
+  --allow-unrecognized            pack files no Perfetto reader recognizes as a
+                                  trace (trace_processor refuses such archives)
   --print-manifest                print the manifest written
   Clocks: REALTIME REALTIME_COARSE MONOTONIC MONOTONIC_COARSE MONOTONIC_RAW BOOTTIME
 
 inspect: sequences, processes and threads, events by kind, lost events, time
 range and clocks of a .pftrace or .json trace, or of every trace in a .tar/.zip
-archive (after checking its manifest); gzipped traces are read too. --json
-prints it as JSON.
+archive (after checking its manifest and that every member is a trace a
+Perfetto reader recognizes; exit status 1 if not); gzipped traces are read
+too. --json prints it as JSON.
 
 convert: ringtrace Perfetto (.pftrace, .perfetto-trace, .pb) to Chrome JSON
 (.json) or back; the output format follows OUT's extension.
+
+inspect and convert decompress (gzip, ZIP deflate) at most 1 GiB; set
+RINGTRACE_MAX_UNPACKED=BYTES to change that.
 ";
 
 /// A failure, with the exit status it maps to.
@@ -111,20 +102,6 @@ fn read(path: &str) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| failed(format!("cannot read {path}: {e}")))
 }
 
-/// A trace's bytes, gunzipped when they are a gzip stream (`.pftrace.gz`).
-fn trace_bytes(path: &str, bytes: Vec<u8>) -> Result<Vec<u8>, Failure> {
-    if !bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(bytes);
-    }
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::MultiGzDecoder::new(bytes.as_slice()),
-        &mut out,
-    )
-    .map_err(|e| failed(format!("{path}: bad gzip stream: {e}")))?;
-    Ok(out)
-}
-
 /// Splits `FILE=VALUE`.
 fn split_eq<'a>(opt: &str, v: &'a str) -> Result<(&'a str, &'a str), Failure> {
     match v.split_once('=') {
@@ -158,6 +135,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
     let mut trace_time: Option<(Clock, Option<String>)> = None;
     let mut attrs: Vec<(String, String)> = Vec::new();
     let (mut auto, mut stored, mut print_manifest) = (true, false, false);
+    let mut allow_unrecognized = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -231,6 +209,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
             "--foreign" => ops.push(Op::Foreign(value(a)?)),
             "--no-auto-clocks" => auto = false,
             "--stored" => stored = true,
+            "--allow-unrecognized" => allow_unrecognized = true,
             "--print-manifest" => print_manifest = true,
             s if s.starts_with('-') && s.len() > 1 => {
                 return Err(usage(format!("unknown option {s:?}")))
@@ -315,6 +294,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
         };
     }
     archive.auto_clocks(auto);
+    archive.allow_unrecognized(allow_unrecognized);
     if stored {
         archive.zip_method(ZipMethod::Stored);
     }
@@ -391,38 +371,31 @@ fn inspect(args: &[String]) -> Result<(), Failure> {
     }
     let file = file.ok_or_else(|| usage("inspect needs a file"))?;
     let bytes = read(&file)?;
-    let kind = ringtrace::archive::sniff(&bytes);
-    use ringtrace::archive::MemberKind;
-    let is_archive = match kind {
-        MemberKind::Zip | MemberKind::Tar => true,
-        MemberKind::Gzip { .. } => ringtrace::archive::read_members(&bytes).is_ok(),
-        _ => false,
-    };
-    if is_archive {
-        let (summary, valid) = inspect::archive_summary(&file, &bytes).map_err(failed)?;
-        if as_json {
-            outln!("{}", serde_json::to_string_pretty(&summary).unwrap());
-        } else {
-            inspect::print_archive(&summary);
+    match ringtrace_cli::inspect_bytes(&file, bytes, unpack_limit()).map_err(failed)? {
+        Inspected::Archive { summary, valid } => {
+            if as_json {
+                outln!("{}", serde_json::to_string_pretty(&summary).unwrap());
+            } else {
+                inspect::print_archive(&summary);
+            }
+            if valid {
+                Ok(())
+            } else {
+                Err(failed(format!(
+                    "{file}: {}",
+                    summary["error"].as_str().unwrap_or("")
+                )))
+            }
         }
-        return if valid {
+        Inspected::Trace(summary) => {
+            if as_json {
+                outln!("{}", serde_json::to_string_pretty(&summary).unwrap());
+            } else {
+                inspect::print_trace(&file, &summary, "");
+            }
             Ok(())
-        } else {
-            Err(failed(format!(
-                "{file}: {}",
-                summary["error"].as_str().unwrap_or("")
-            )))
-        };
+        }
     }
-    let bytes = trace_bytes(&file, bytes)?;
-    let m = model::TraceModel::decode(&bytes).map_err(|e| failed(format!("{file}: {e}")))?;
-    let summary = inspect::trace_summary(&m);
-    if as_json {
-        outln!("{}", serde_json::to_string_pretty(&summary).unwrap());
-    } else {
-        inspect::print_trace(&file, &summary, "");
-    }
-    Ok(())
 }
 
 fn convert_cmd(args: &[String]) -> Result<(), Failure> {
@@ -437,14 +410,8 @@ fn convert_cmd(args: &[String]) -> Result<(), Failure> {
             )))
         }
     };
-    let bytes = trace_bytes(input, read(input)?)?;
-    let m = model::TraceModel::decode(&bytes).map_err(|e| failed(format!("{input}: {e}")))?;
-    let data = match (m.format, out_format) {
-        (model::Format::Perfetto, ringtrace::Format::Json) => convert::to_json(&m).into_bytes(),
-        (model::Format::Json, ringtrace::Format::Perfetto) => convert::to_perfetto(&m),
-        (model::Format::Perfetto, ringtrace::Format::Perfetto) => convert::to_perfetto(&m),
-        (model::Format::Json, ringtrace::Format::Json) => convert::to_json(&m).into_bytes(),
-    };
+    let (data, m) = ringtrace_cli::convert_bytes(input, read(input)?, out_format, unpack_limit())
+        .map_err(failed)?;
     std::fs::write(output, &data).map_err(|e| failed(format!("cannot write {output}: {e}")))?;
     for w in &m.warnings {
         eprintln!("ringtrace: warning: {w}");
@@ -455,24 +422,4 @@ fn convert_cmd(args: &[String]) -> Result<(), Failure> {
         data.len()
     );
     Ok(())
-}
-
-/// Writes to standard output; a closed pipe ends the program with status 0,
-/// any other write error with status 1.
-fn write_out(args: std::fmt::Arguments<'_>, newline: bool) {
-    let mut stdout = std::io::stdout().lock();
-    let written = stdout.write_fmt(args).and_then(|()| {
-        if newline {
-            stdout.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-    });
-    if let Err(e) = written {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("ringtrace: cannot write the output: {e}");
-        std::process::exit(1);
-    }
 }

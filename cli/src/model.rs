@@ -20,6 +20,20 @@ use ringtrace_protos::{debug_annotation, track_event, DebugAnnotation, TracePack
 use serde_json::{Map, Number, Value};
 use std::collections::{BTreeMap, HashMap};
 
+/// Timestamps and durations are kept within ±2^61 ns (±73 years): whatever
+/// a file says, sums and differences of two of them cannot overflow.
+pub const TS_LIMIT: i64 = 1 << 61;
+
+/// `v` within ±[`TS_LIMIT`].
+pub fn clamp_ts(v: i64) -> i64 {
+    v.clamp(-TS_LIMIT, TS_LIMIT)
+}
+
+/// A clock reading `t` in units of `mult` ns, in ns within ±[`TS_LIMIT`].
+fn clock_ns(t: u64, mult: i64) -> i64 {
+    clamp_ts(i64::try_from(t).unwrap_or(i64::MAX).saturating_mul(mult))
+}
+
 /// The instant ringtrace writes where events were lost.
 pub const LOST_EVENT_NAME: &str = "ringtrace: events lost";
 
@@ -248,6 +262,11 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
     let mut last_boot = 0i64;
     for (index, bytes) in packets.iter().enumerate() {
         let p = TracePacket::decode(*bytes).map_err(|e| format!("packet {index}: {e}"))?;
+        if p == TracePacket::default() {
+            // Carries nothing known: padding (ringtrace keeps packets off
+            // page boundaries with packets holding only a retired field).
+            continue;
+        }
         m.packets += 1;
         let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
         let summary = m.sequences.entry(seq_id).or_default();
@@ -284,7 +303,7 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                 .iter()
                 .find(|c| c.clock_id == Some(6))
                 .and_then(|c| c.timestamp)
-                .map(|t| t as i64);
+                .map(|t| clock_ns(t, 1));
             let mut global = HashMap::new();
             for c in &cs.clocks {
                 let (Some(id), Some(ts)) = (c.clock_id, c.timestamp) else {
@@ -293,8 +312,9 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                 if !m.clocks.ids.contains(&id) {
                     m.clocks.ids.push(id);
                 }
-                let mult = c.unit_multiplier_ns.unwrap_or(1).max(1) as i64;
-                let v = ts as i64 * mult;
+                let mult =
+                    i64::try_from(c.unit_multiplier_ns.unwrap_or(1).max(1)).unwrap_or(i64::MAX);
+                let v = clock_ns(ts, mult);
                 if (64..128).contains(&id) {
                     let sc = seq.clocks.entry(id).or_default();
                     sc.incremental = c.is_incremental.unwrap_or(false);
@@ -329,24 +349,24 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
                     match seq.clocks.get_mut(&clock) {
                         Some(sc) => {
                             let v = if sc.incremental {
-                                sc.last += t as i64 * sc.mult;
+                                sc.last = clamp_ts(sc.last.saturating_add(clock_ns(t, sc.mult)));
                                 sc.last
                             } else {
-                                t as i64 * sc.mult
+                                clock_ns(t, sc.mult)
                             };
-                            sc.anchor.map(|(cv, b)| b + (v - cv))
+                            sc.anchor.map(|(cv, b)| clamp_ts(b + (v - cv)))
                         }
                         None => None,
                     }
                 } else if clock == 6 {
-                    Some(t as i64)
+                    Some(clock_ns(t, 1))
                 } else {
                     // clock value - (clock - BOOTTIME) of the last snapshot holding it.
                     globals
                         .iter()
                         .rev()
                         .find_map(|g| g.get(&clock))
-                        .map(|d| t as i64 - d)
+                        .map(|d| clamp_ts(clock_ns(t, 1) - d))
                 }
             }
         };
@@ -644,20 +664,44 @@ fn parse_json_events(bytes: &[u8]) -> Result<(Vec<Value>, bool), String> {
             if !text.trim_start().starts_with('[') {
                 return Err(format!("invalid JSON: {e}"));
             }
-            // Cut after the last complete event and close the array.
-            let mut end = text.len();
-            while let Some(pos) = text[..end].rfind('}') {
-                let candidate = format!(
-                    "{}]",
-                    text[..=pos].trim_end_matches(|c: char| c == ',' || c.is_whitespace())
-                );
-                if let Ok(Value::Array(a)) = serde_json::from_str::<Value>(&candidate) {
-                    return Ok((a, true));
-                }
-                end = pos;
+            // Keep the whole elements before the cut, one pass (a search
+            // backwards for a cut point that parses would be quadratic).
+            let events = whole_elements(bytes);
+            if events.is_empty() {
+                return Err(format!("invalid JSON: {e}"));
             }
-            Err(format!("invalid JSON: {e}"))
+            Ok((events, true))
         }
+    }
+}
+
+/// The complete elements at the start of a JSON array cut short, each
+/// parsed once.
+fn whole_elements(bytes: &[u8]) -> Vec<Value> {
+    let skip_ws = |mut i: usize| {
+        while bytes.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let mut out = Vec::new();
+    let mut pos = skip_ws(0);
+    if bytes.get(pos) != Some(&b'[') {
+        return out;
+    }
+    pos += 1;
+    loop {
+        pos = skip_ws(pos);
+        let mut values = serde_json::Deserializer::from_slice(&bytes[pos..]).into_iter::<Value>();
+        match values.next() {
+            Some(Ok(v)) => out.push(v),
+            _ => return out,
+        }
+        pos = skip_ws(pos + values.byte_offset());
+        if bytes.get(pos) != Some(&b',') {
+            return out;
+        }
+        pos += 1;
     }
 }
 
@@ -676,7 +720,7 @@ fn micros_to_ns(v: &Value) -> Option<i64> {
         Value::String(s) => s.trim().parse().ok()?,
         _ => return None,
     };
-    f.is_finite().then(|| (f * 1000.0).round() as i64)
+    f.is_finite().then(|| clamp_ts((f * 1000.0).round() as i64))
 }
 
 pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {

@@ -800,3 +800,44 @@ fn output_cut_short_by_its_reader_ends_quietly() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
     }
 }
+
+/// Issue 17 part 5: `pack` refuses a file no Perfetto reader recognizes as a
+/// trace (11 bytes of text), unless `--allow-unrecognized`; `inspect` of the
+/// archive then reports it and exits 1.
+#[test]
+fn pack_and_inspect_refuse_a_file_that_is_no_trace() {
+    let dir = scratch("junk");
+    let junk = dir.join("junk.pftrace");
+    std::fs::write(&junk, b"hello world").unwrap();
+    let good = dir.join("good.pftrace");
+    record(&good, false);
+    let tar = dir.join("bad.tar");
+    let (pj, pg, pt) = (
+        junk.to_str().unwrap(),
+        good.to_str().unwrap(),
+        tar.to_str().unwrap(),
+    );
+    let e = fails(&["pack", "-o", pt, pg, pj], 1);
+    assert!(
+        e.contains("archive member 'junk.pftrace' is not a trace")
+            && e.contains("Unknown trace type"),
+        "{e}"
+    );
+    assert!(!tar.exists(), "nothing written");
+    let out = ok(&["pack", "-o", pt, "--allow-unrecognized", pg, pj]);
+    assert!(out.contains("wrote"), "{out}");
+    let e = fails(&["inspect", pt], 1);
+    assert!(e.contains("'junk.pftrace' is not a trace"), "{e}");
+    let out = ringtrace(&["inspect", "--json", pt]);
+    assert_eq!(out.status.code(), Some(1));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["valid"], false);
+    let kinds: Vec<&str> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["manifest", "perfetto", "unrecognized"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

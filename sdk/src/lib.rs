@@ -98,16 +98,29 @@
 //! control characters; invalid UTF-8 replaced; non-ASCII raw, never
 //! surrogate escapes); NaN and infinities are the strings `"NaN"`,
 //! `"Infinity"` and `"-Infinity"`.
+//!
+//! ## Features
+//!
+//! | feature | default | what it adds |
+//! | --- | --- | --- |
+//! | `enable` | on | the instrumentation itself; off, every macro and `#[trace]` expand to nothing |
+//! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
+//! | `log` | off | [`log`](mod@log): records of the `log` crate recorded as log instants |
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod archive;
 mod encode;
 pub mod events;
+#[cfg(feature = "log")]
+pub mod log;
 mod record;
 mod session;
 mod sys;
+// System tracing: a producer for Perfetto's tracing service (`traced`).
+mod system;
 #[cfg(feature = "tracing")]
 mod tracing;
 

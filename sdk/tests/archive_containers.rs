@@ -6,7 +6,7 @@ mod common;
 
 use common::archive::*;
 use common::scratch;
-use ringtrace::archive::{check_archive, read_members, Archive, ArchiveError, Clock};
+use ringtrace::archive::{check_archive, read_members, Archive, ArchiveError, Clock, MemberKind};
 use serde_json::Value;
 
 // ------------------------------------------- container rules and our own
@@ -218,4 +218,53 @@ fn the_python_validator_is_not_vacuous() {
     // And our reader refuses the same archive.
     assert!(check_archive(&std::fs::read(&path).unwrap()).is_err());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ------------------------------------------- members no reader recognizes
+
+/// Issue 17 part 5: 11 bytes of text are no trace any Perfetto reader
+/// recognizes; trace_processor fails the whole archive ("Unknown trace
+/// type"), so writing refuses them unless told otherwise, and an existing
+/// archive holding one fails the check.
+#[test]
+fn error_member_no_reader_recognizes() {
+    let mut a = two_files();
+    a.add_bytes("junk.pftrace", b"hello world".to_vec());
+    assert_rejected(
+        &a,
+        |e| matches!(e, ArchiveError::UnrecognizedMember(n) if n == "junk.pftrace"),
+        "archive member 'junk.pftrace' is not a trace",
+    );
+    // Told otherwise, it is packed, and the check of the result still says no.
+    a.allow_unrecognized(true);
+    let mut tar = Vec::new();
+    a.write_tar_to(&mut tar).unwrap();
+    assert!(read_members(&tar)
+        .unwrap()
+        .iter()
+        .any(|(n, d)| n == "junk.pftrace" && d == b"hello world"));
+    let e = check_archive(&tar).expect_err("an unrecognized member must fail the check");
+    assert!(
+        matches!(&e, ArchiveError::UnrecognizedMember(n) if n == "junk.pftrace"),
+        "{e:?}"
+    );
+    // Formats trace_processor reads beside ours pass: systrace text, a ninja
+    // log, `perf script` output.
+    let dir = scratch("formats");
+    let r = check_archive(&python_tar(
+        &dir,
+        &[
+            ("a.pftrace", &synthetic_trace(&[None])),
+            ("sys.txt", b"# tracer: nop\n#\n"),
+            ("build.log", b"# ninja log v5\n0\t10\t0\ta.o\tdeadbeef\n"),
+            (
+                "perf.txt",
+                b"app 1234/1235 [001] 303057.417513:          1 cycles:\n",
+            ),
+        ],
+    ))
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(r.members.len(), 4);
+    assert!(r.members[1..].iter().all(|m| m.kind == MemberKind::Other));
 }

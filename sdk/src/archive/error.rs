@@ -191,6 +191,19 @@ pub enum ArchiveError {
     /// A member that looks like JSON but that trace_processor does not detect
     /// (for example `[]`): the import would fail.
     UndetectableMember(String),
+    /// A member in no format any Perfetto reader recognizes (see
+    /// [`sniff`](super::sniff)): trace_processor fails the whole import
+    /// ("Unknown trace type"). [`Archive::allow_unrecognized`](super::Archive::allow_unrecognized)
+    /// packs it anyway.
+    UnrecognizedMember(String),
+    /// Reading an archive would decompress more than `limit` bytes (see
+    /// [`DEFAULT_UNPACK_LIMIT`](super::DEFAULT_UNPACK_LIMIT)).
+    UnpackLimit {
+        /// The member (or stream) that went past the limit.
+        member: String,
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// A ZIP or TAR inside the archive: archives must not nest.
     NestedArchive {
         /// The member.
@@ -352,6 +365,18 @@ impl fmt::Display for ArchiveError {
                 f,
                 "archive member '{n}' looks like JSON but is not detectable as a trace (a JSON trace \
                  starts with {{\" or [{{\" once whitespace is removed): the import would fail"
+            ),
+            UnrecognizedMember(n) => write!(
+                f,
+                "archive member '{n}' is not a trace: no Perfetto reader recognizes its format \
+                 (not Perfetto protobuf, Chrome JSON, systrace, perf, Fuchsia, ninja log or another \
+                 format trace_processor reads), and trace_processor fails the whole import \
+                 (\"Unknown trace type\")"
+            ),
+            UnpackLimit { member, limit } => write!(
+                f,
+                "archive member '{member}' decompresses to more than the limit of {limit} bytes \
+                 (a damaged or malicious archive, or raise the limit)"
             ),
             NestedArchive { member, kind } => write!(
                 f,

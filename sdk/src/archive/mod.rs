@@ -133,7 +133,10 @@ pub use error::ArchiveError;
 pub use manifest::{AttrValue, Clocks, FileEntry, Manifest, MemberInfo, SyncTo, TraceTime};
 pub use member::Member;
 use member::{ClockSpec, RefClock, Source, SyncSpec};
-pub use read::{check_archive, read_members, ArchiveReport};
+pub use read::{
+    check_archive, check_archive_limited, read_members, read_members_limited, ArchiveReport,
+    DEFAULT_UNPACK_LIMIT,
+};
 pub use sniff::{sniff, MemberKind, ProtoInfo};
 pub use zip::ZipMethod;
 
@@ -154,6 +157,7 @@ pub struct Archive {
     auto_clocks: bool,
     zip_method: ZipMethod,
     mtime: Option<u64>,
+    allow_unrecognized: bool,
 }
 
 impl Default for Archive {
@@ -185,6 +189,7 @@ impl Archive {
             auto_clocks: true,
             zip_method: ZipMethod::Deflate,
             mtime: None,
+            allow_unrecognized: false,
         }
     }
 
@@ -318,6 +323,16 @@ impl Archive {
         self
     }
 
+    /// Accepts members no Perfetto reader recognizes
+    /// ([`MemberKind::Unrecognized`]; default `false`: they are an
+    /// [`ArchiveError::UnrecognizedMember`]). For formats newer than the
+    /// rules ringtrace knows; trace_processor refuses an archive with a member
+    /// it cannot tell the type of.
+    pub fn allow_unrecognized(&mut self, on: bool) -> &mut Self {
+        self.allow_unrecognized = on;
+        self
+    }
+
     /// The modification time written for every member, in seconds since the
     /// epoch (default: now). Fix it for byte-identical archives.
     pub fn mtime(&mut self, secs: u64) -> &mut Self {
@@ -341,7 +356,7 @@ impl Archive {
     /// # Errors
     ///
     /// The first [`ArchiveError`] found: unreadable members, bad member names,
-    /// empty, undetectable or nested members, a second manifest, any violation
+    /// empty, undetectable, unrecognized or nested members, a second manifest, any violation
     /// of the manifest spec, an offset ringtrace cannot compute.
     pub fn validate(&self) -> Result<(), ArchiveError> {
         self.prepare(Container::Any).map(|_| ())
@@ -439,7 +454,9 @@ impl Archive {
         for m in &self.members {
             let bytes = m.load()?;
             let kind = sniff(&bytes);
-            check_member_kind(m, &kind)?;
+            if !(self.allow_unrecognized && kind == MemberKind::Unrecognized) {
+                check_member_kind(m, &kind)?;
+            }
             if container == Container::Tar && bytes.len() as u64 > tar::MAX_SIZE {
                 return Err(ArchiveError::TooLarge {
                     member: m.name.clone(),
@@ -773,6 +790,7 @@ fn check_kind(name: &str, kind: &MemberKind) -> Result<(), ArchiveError> {
     match kind {
         MemberKind::Empty => Err(ArchiveError::EmptyMember(name.to_owned())),
         MemberKind::UndetectableJson => Err(ArchiveError::UndetectableMember(name.to_owned())),
+        MemberKind::Unrecognized => Err(ArchiveError::UnrecognizedMember(name.to_owned())),
         MemberKind::Manifest => Err(ArchiveError::MultipleManifests {
             member: name.to_owned(),
         }),

@@ -2,19 +2,44 @@
 
 use super::{check_kind, sniff, tar, zip, ArchiveError, Manifest, MemberInfo, MemberKind};
 
+/// How many bytes [`read_members`] and [`check_archive`] decompress at most
+/// (deflated ZIP members, gzip streams, all together; 1 GiB), so that a small
+/// archive cannot claim memory far beyond its size ("zip bomb"). TAR and
+/// stored ZIP members do not count: they are copies of the input. The
+/// `_limited` variants take another limit.
+pub const DEFAULT_UNPACK_LIMIT: u64 = 1 << 30;
+
 /// The file members of a ZIP, TAR or gzipped TAR archive, in order.
 ///
 /// # Errors
 ///
-/// [`ArchiveError::NotAnArchive`], or [`ArchiveError::Corrupt`] for a damaged
-/// archive (bad checksums, CRCs, truncation).
+/// [`ArchiveError::NotAnArchive`], [`ArchiveError::Corrupt`] for a damaged
+/// archive (bad checksums, CRCs, truncation), [`ArchiveError::UnpackLimit`]
+/// past [`DEFAULT_UNPACK_LIMIT`].
 pub fn read_members(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
+    read_members_limited(bytes, DEFAULT_UNPACK_LIMIT)
+}
+
+/// [`read_members`], decompressing at most `limit` bytes.
+///
+/// # Errors
+///
+/// As [`read_members`].
+pub fn read_members_limited(
+    bytes: &[u8],
+    limit: u64,
+) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
     match sniff(bytes) {
-        MemberKind::Zip => zip::read(bytes),
+        MemberKind::Zip => zip::read(bytes, limit),
         MemberKind::Tar => tar::read(bytes),
         MemberKind::Gzip { .. } => {
-            let inner = sniff::gunzip_members(bytes, u64::MAX).concat();
-            if inner.len() >= 262 && &inner[257..262] == b"ustar" {
+            let inner = sniff::gunzip_members(bytes, limit)
+                .map_err(|()| ArchiveError::UnpackLimit {
+                    member: "(gzip stream)".into(),
+                    limit,
+                })?
+                .concat();
+            if sniff(&inner) == MemberKind::Tar {
                 tar::read(&inner)
             } else {
                 Err(ArchiveError::NotAnArchive(
@@ -41,19 +66,33 @@ pub struct ArchiveReport {
 }
 
 /// Reads an archive (or a concatenated gzip stream) and applies the rules
-/// [`Archive`](super::Archive) applies when writing: one manifest at most, never gzipped nor
-/// after a trace, valid per the spec against the members present; no empty,
-/// undetectable or nested members.
+/// [`Archive`] applies when writing: one manifest at most, never gzipped nor
+/// after a trace, valid per the spec against the members present; unique
+/// member names; no empty, undetectable, unrecognized or nested members.
 ///
 /// # Errors
 ///
 /// The first [`ArchiveError`] found.
 pub fn check_archive(bytes: &[u8]) -> Result<ArchiveReport, ArchiveError> {
-    let members = match read_members(bytes) {
+    check_archive_limited(bytes, DEFAULT_UNPACK_LIMIT)
+}
+
+/// [`check_archive`], decompressing at most `limit` bytes (see
+/// [`DEFAULT_UNPACK_LIMIT`]).
+///
+/// # Errors
+///
+/// As [`check_archive`].
+pub fn check_archive_limited(bytes: &[u8], limit: u64) -> Result<ArchiveReport, ArchiveError> {
+    let members = match read_members_limited(bytes, limit) {
         Ok(m) => m,
         Err(ArchiveError::NotAnArchive(_)) if matches!(sniff(bytes), MemberKind::Gzip { .. }) => {
             // A concatenated gzip stream: the manifest may only be first.
-            let parts = sniff::gunzip_members(bytes, u64::MAX);
+            let parts =
+                sniff::gunzip_members(bytes, limit).map_err(|()| ArchiveError::UnpackLimit {
+                    member: "(gzip stream)".into(),
+                    limit,
+                })?;
             for (i, p) in parts.iter().enumerate().skip(1) {
                 if sniff::is_manifest(p) {
                     return Err(ArchiveError::ManifestNotFirst {
@@ -75,10 +114,14 @@ pub fn check_archive(bytes: &[u8]) -> Result<ArchiveReport, ArchiveError> {
         manifest: None,
     };
     let mut manifest_text = None;
+    let mut names = std::collections::HashSet::new();
     for (name, data) in members {
         if name.split('/').any(|p| p.starts_with('.')) {
             report.ignored.push(name);
             continue;
+        }
+        if !names.insert(name.clone()) {
+            return Err(ArchiveError::DuplicateMember(name));
         }
         let kind = sniff(&data);
         if kind == MemberKind::Manifest {

@@ -2,12 +2,24 @@
 //! (writer notes §4.1: "each member is type-sniffed by content, not
 //! extension"), and what a Perfetto member says about machines and clocks.
 //!
+//! [`sniff`] applies trace_processor's detection rules in its order: magic
+//! numbers first (TAR, Fuchsia, perf.data, ZIP, gzip, ART method and heap
+//! profiles), then the first 64 bytes (JSON and Gecko JSON once whitespace is
+//! removed, ART text, systrace in its forms, Instruments XML, ctrace, ninja
+//! logs), Android logcat lines, `perf script` text, and last the Perfetto
+//! protobuf (first byte 0x0A). Data that matches none of them is
+//! [`MemberKind::Unrecognized`]: trace_processor refuses it ("Unknown trace
+//! type"), and so do [`Archive`](super::Archive) and
+//! [`check_archive`](super::check_archive).
+//!
 //! Perfetto members are walked packet by packet on the wire (field 1 of
 //! `Trace`, length-delimited), reading only `clock_snapshot` (field 6, decoded
 //! with the `ringtrace-protos` prost type), `machine_id` (field 98) and
 //! `compressed_packets` (field 50, zlib, walked recursively). Everything else
 //! is skipped by wire type, so files from any producer are read safely, and a
-//! truncated last packet (a trace cut by a crash) ends the walk.
+//! truncated last packet (a trace cut by a crash) ends the walk. Compressed
+//! packets nest at most 4 deep and inflate to at most
+//! [`DEFAULT_UNPACK_LIMIT`](super::DEFAULT_UNPACK_LIMIT) bytes in all.
 
 use super::clock::ClockSample;
 use prost::Message;
@@ -37,8 +49,12 @@ pub enum MemberKind {
     Empty,
     /// Starts like JSON but is not detectable as a trace (`[]`, `{}`).
     UndetectableJson,
-    /// Something else (systrace text, perf data, ...): passed through.
+    /// Another format trace_processor reads (systrace text, perf data,
+    /// Fuchsia, ninja logs, ...): passed through.
     Other,
+    /// No format any Perfetto reader recognizes (text, junk): trace_processor
+    /// fails the whole import with "Unknown trace type".
+    Unrecognized,
 }
 
 impl MemberKind {
@@ -54,6 +70,7 @@ impl MemberKind {
             MemberKind::Empty => "empty",
             MemberKind::UndetectableJson => "undetectable JSON",
             MemberKind::Other => "another format",
+            MemberKind::Unrecognized => "not a trace format any Perfetto reader recognizes",
         }
     }
 
@@ -90,6 +107,10 @@ pub struct ProtoInfo {
     pub samples: BTreeMap<u32, ClockSample>,
     /// The file ends inside a packet (a trace cut short; readable up to there).
     pub truncated: bool,
+    /// `compressed_packets` inflating to more than
+    /// [`DEFAULT_UNPACK_LIMIT`](super::DEFAULT_UNPACK_LIMIT) bytes in all
+    /// were not read (their clock snapshots and machine ids are not counted).
+    pub compressed_over_limit: bool,
 }
 
 impl ProtoInfo {
@@ -123,81 +144,224 @@ fn starts_without_ws(data: &[u8], prefix: &[u8]) -> bool {
     false
 }
 
-/// Tells what `data` is.
+/// How far trace_processor looks into a file to tell text formats apart.
+const LOOKAHEAD: usize = 64;
+
+/// Tells what `data` is (see the module docs for the order of the rules).
 pub fn sniff(data: &[u8]) -> MemberKind {
     if data.is_empty() {
         return MemberKind::Empty;
     }
-    if data.len() >= 2 && data[0] == 0x1f && data[1] == 0x8b {
+    let magic_at = |at: usize, magic: &[u8]| data.get(at..at + magic.len()) == Some(magic);
+    if magic_at(257, b"ustar\0") || magic_at(257, b"ustar  \0") {
+        return MemberKind::Tar;
+    }
+    if magic_at(0, b"\x10\x00\x04\x46\x78\x54\x16\x00") || magic_at(0, b"PERFILE2") {
+        return MemberKind::Other; // Fuchsia, perf.data
+    }
+    if magic_at(0, b"PK\x03\x04") || magic_at(0, b"PK\x05\x06") {
+        return MemberKind::Zip;
+    }
+    if magic_at(0, &[0x1f, 0x8b]) {
         return MemberKind::Gzip {
             holds_manifest: gzip_holds_manifest(data),
         };
     }
-    if data.starts_with(b"PK\x03\x04") || data.starts_with(b"PK\x05\x06") {
-        return MemberKind::Zip;
+    if magic_at(0, b"SLOW") || magic_at(0, b"JAVA PROFILE") {
+        return MemberKind::Other; // ART method trace, ART heap dump
     }
-    if data.len() >= 262 && &data[257..262] == b"ustar" {
-        return MemberKind::Tar;
+    let head = &data[..data.len().min(LOOKAHEAD)];
+    if is_manifest(data) {
+        return MemberKind::Manifest;
+    }
+    if starts_without_ws(head, b"{\"") || starts_without_ws(head, b"[{\"") {
+        // Gecko profiles (`{"meta"`, `{"libs"`) are read too.
+        return MemberKind::Json;
+    }
+    let contains = |needle: &[u8]| head.windows(needle.len()).any(|w| w == needle);
+    let lower: Vec<u8> = head.to_ascii_lowercase();
+    let text_format = head.starts_with(b"*version\n")
+        || contains(b"# tracer")
+        || lower.starts_with(b"<!doctype html>")
+        || lower.starts_with(b"<html>")
+        || head.starts_with(b"<?xml version=\"1.0\"?>\n<trace-query-result>")
+        || contains(b"TRACE:\n")
+        || head.starts_with(b"# ninja log")
+        || is_logcat(data)
+        || is_perf_script(data)
+        || head.starts_with(b" ");
+    if text_format {
+        return MemberKind::Other;
     }
     if data[0] == 0x0a {
         return MemberKind::Perfetto(scan_proto(data));
     }
-    if is_manifest(data) {
-        return MemberKind::Manifest;
-    }
-    if starts_without_ws(data, b"{\"") || starts_without_ws(data, b"[{\"") {
-        return MemberKind::Json;
+    if head.starts_with(b"9,0,i,vers,") {
+        return MemberKind::Other; // Android dumpstate
     }
     match data.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'[') | Some(b'{') => MemberKind::UndetectableJson,
         None => MemberKind::Empty,
-        _ => MemberKind::Other,
+        _ => MemberKind::Unrecognized,
     }
 }
 
-/// Splits a (possibly concatenated) gzip stream into its decompressed members.
-/// Stops at the first damaged member.
-pub(crate) fn gunzip_members(data: &[u8], limit_per_member: u64) -> Vec<Vec<u8>> {
+/// Android logcat text (`adb logcat -v threadtime` or a bugreport's): the
+/// first line that is not a `--------` marker, within the first 4 KiB, is
+/// `MM-DD HH:MM:SS.mmm` followed by pid, tid (and, in a bugreport, uid)
+/// and a one-letter priority.
+fn is_logcat(data: &[u8]) -> bool {
+    let window = &data[..data.len().min(4096)];
+    // Whole lines only: those ending before the window's last newline.
+    let Some(last_nl) = window.iter().rposition(|&b| b == b'\n') else {
+        return false;
+    };
+    let Some(line) = window[..last_nl]
+        .split(|&b| b == b'\n')
+        .find(|l| !l.starts_with(b"--------"))
+    else {
+        return false;
+    };
+    let parts: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.len() < 5 {
+        return false;
+    }
+    let (date, time) = (parts[0], parts[1]);
+    if date.len() != 5 || date[2] != b'-' {
+        return false;
+    }
+    if time.len() < 10 || time[2] != b':' || time[5] != b':' || time[8] != b'.' {
+        return false;
+    }
+    let priority = |p: &[u8]| p.len() == 1 && p[0].is_ascii_uppercase();
+    priority(parts[4]) || parts.get(5).is_some_and(|p| priority(p))
+}
+
+/// `perf script` / simpleperf text: the first line holds a sample header,
+/// `comm [pid/]tid [[cpu]] seconds.micros:` (six digits after the point).
+fn is_perf_script(data: &[u8]) -> bool {
+    let Some(nl) = data.iter().position(|&b| b == b'\n') else {
+        return false;
+    };
+    let line = &data[..nl];
+    line.iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b':')
+        .any(|(colon, _)| perf_sample_head(&line[..colon]))
+}
+
+/// `before` (the text up to a colon) ends with a sample's tid (and cpu) and
+/// timestamp.
+fn perf_sample_head(before: &[u8]) -> bool {
+    let n = before.len();
+    if n < 8 || !before[n - 6..].iter().all(u8::is_ascii_digit) || before[n - 7] != b'.' {
+        return false;
+    }
+    let until_dot = &before[..n - 7];
+    let Some(space) = until_dot.iter().rposition(|&b| b == b' ') else {
+        return false;
+    };
+    if !until_dot[space + 1..].iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    // What precedes the timestamp: `comm [pid/]tid [[cpu]]`, tabs as spaces.
+    let rest: Vec<u8> = until_dot[..=space]
+        .iter()
+        .map(|&b| if b == b'\t' { b' ' } else { b })
+        .collect();
+    let mut words = rest.split(|&b| b == b' ').filter(|w| !w.is_empty()).rev();
+    let Some(mut word) = words.next() else {
+        return false;
+    };
+    let is_u32 = |w: &[u8]| {
+        !w.is_empty()
+            && w.iter().all(u8::is_ascii_digit)
+            && std::str::from_utf8(w).is_ok_and(|s| s.parse::<u32>().is_ok())
+    };
+    if word.len() >= 2 && word[0] == b'[' && word[word.len() - 1] == b']' {
+        if !is_u32(&word[1..word.len() - 1]) {
+            return false;
+        }
+        let Some(w) = words.next() else {
+            return false;
+        };
+        word = w;
+    }
+    let ids: Vec<&[u8]> = word.split(|&b| b == b'/').collect();
+    match ids.as_slice() {
+        [tid] => is_u32(tid),
+        [pid, tid] => is_u32(pid) && is_u32(tid),
+        _ => false,
+    }
+}
+
+/// The decompressed members of a (possibly concatenated) gzip stream, up to
+/// the first damaged member; `Err(())` when together they hold more than
+/// `limit` bytes (nothing larger is ever allocated).
+pub(crate) fn gunzip_members(data: &[u8], limit: u64) -> Result<Vec<Vec<u8>>, ()> {
     let mut out = Vec::new();
+    let mut left = limit;
     let mut rest = data;
-    while rest.len() >= 2 && rest[0] == 0x1f && rest[1] == 0x8b {
+    while rest.starts_with(&[0x1f, 0x8b]) {
         let mut dec = flate2::bufread::GzDecoder::new(rest);
         let mut buf = Vec::new();
-        // Read the member (up to the limit), then the rest of it to find where
-        // the next member starts.
-        if (&mut dec)
-            .take(limit_per_member)
+        match (&mut dec)
+            .take(left.saturating_add(1))
             .read_to_end(&mut buf)
-            .is_err()
         {
-            break;
+            Err(_) => break,
+            Ok(n) if n as u64 > left => return Err(()),
+            Ok(n) => left -= n as u64,
         }
-        if std::io::copy(&mut dec, &mut std::io::sink()).is_err() {
-            out.push(buf);
-            break;
-        }
-        let left = dec.into_inner();
+        // The member was read to its end: what follows is the next one.
+        let next = dec.into_inner();
         out.push(buf);
-        if left.len() == rest.len() {
+        if next.len() == rest.len() {
             break;
         }
-        rest = left;
+        rest = next;
     }
-    out
+    Ok(out)
 }
 
+/// A member of the gzip stream starts with a manifest. Reads the first 4 KiB
+/// of each member; the rest of a member is decompressed into nothing to find
+/// the next one.
 fn gzip_holds_manifest(data: &[u8]) -> bool {
-    gunzip_members(data, 4096).iter().any(|m| is_manifest(m))
+    let mut rest = data;
+    while rest.starts_with(&[0x1f, 0x8b]) {
+        let mut dec = flate2::bufread::GzDecoder::new(rest);
+        let mut head = Vec::new();
+        if (&mut dec).take(4096).read_to_end(&mut head).is_err() {
+            return false;
+        }
+        if is_manifest(&head) {
+            return true;
+        }
+        if std::io::copy(&mut dec, &mut std::io::sink()).is_err() {
+            return false;
+        }
+        let next = dec.into_inner();
+        if next.len() == rest.len() {
+            return false;
+        }
+        rest = next;
+    }
+    false
 }
 
 /// Walks a Perfetto trace's packets (see the module docs).
 pub fn scan_proto(data: &[u8]) -> ProtoInfo {
     let mut info = ProtoInfo::default();
-    walk_trace(data, &mut info, 0);
+    let mut budget = super::DEFAULT_UNPACK_LIMIT;
+    walk_trace(data, &mut info, 0, &mut budget);
     info
 }
 
-fn walk_trace(mut data: &[u8], info: &mut ProtoInfo, depth: u32) {
+fn walk_trace(mut data: &[u8], info: &mut ProtoInfo, depth: u32, budget: &mut u64) {
     while !data.is_empty() {
         let Some((key, rest)) = varint(data) else {
             info.truncated = true;
@@ -210,12 +374,12 @@ fn walk_trace(mut data: &[u8], info: &mut ProtoInfo, depth: u32) {
         };
         data = rest;
         if field == 1 && wire == 2 {
-            walk_packet(value, info, depth);
+            walk_packet(value, info, depth, budget);
         }
     }
 }
 
-fn walk_packet(mut data: &[u8], info: &mut ProtoInfo, depth: u32) {
+fn walk_packet(mut data: &[u8], info: &mut ProtoInfo, depth: u32, budget: &mut u64) {
     info.packets += 1;
     let mut machine = 0u32;
     let mut snapshot = None;
@@ -232,12 +396,21 @@ fn walk_packet(mut data: &[u8], info: &mut ProtoInfo, depth: u32) {
             (6, 2) => snapshot = Some(value),
             (98, 0) => machine = varint(value).map_or(0, |(v, _)| v as u32),
             (50, 2) if depth < 4 => {
+                // Inflated at most `budget` bytes in all, nested ones included.
                 let mut inflated = Vec::new();
-                if flate2::read::ZlibDecoder::new(value)
-                    .read_to_end(&mut inflated)
-                    .is_ok()
-                {
-                    walk_trace(&inflated, info, depth + 1);
+                let read = flate2::read::ZlibDecoder::new(value)
+                    .take(budget.saturating_add(1))
+                    .read_to_end(&mut inflated);
+                match read {
+                    Ok(n) if n as u64 > *budget => {
+                        *budget = 0;
+                        info.compressed_over_limit = true;
+                    }
+                    Ok(n) => {
+                        *budget -= n as u64;
+                        walk_trace(&inflated, info, depth + 1, budget);
+                    }
+                    Err(_) => {}
                 }
             }
             _ => {}
@@ -346,6 +519,47 @@ mod tests {
         );
         assert_eq!(sniff(b"[]"), MemberKind::UndetectableJson);
         assert_eq!(sniff(b"# tracer: nop"), MemberKind::Other);
+        assert_eq!(sniff(b"hello world"), MemberKind::Unrecognized);
+        assert_eq!(sniff(b"\x00\x01\x02"), MemberKind::Unrecognized);
+        // trace_processor looks for JSON before protobuf: a leading newline
+        // (0x0A) does not make a JSON file a Perfetto trace.
+        assert_eq!(sniff(b"\n[{\"ph\":\"i\"}]"), MemberKind::Json);
+        for other in [
+            &b"PERFILE2\0\0"[..],
+            b"\x10\x00\x04\x46\x78\x54\x16\x00rest",
+            b"SLOW\x03",
+            b"JAVA PROFILE 1.0.3\0",
+            b"*version\n3\n",
+            b"<!DOCTYPE html>\n<html>",
+            b"TRACE:\n# tracer: nop\n",
+            b"# ninja log v5\n",
+            b"  <idle>-0     [000] d..1  1.0: cpu_idle: state=1\n",
+            b"--------- beginning of main\n11-23 10:00:00.123  1234  1235 I tag: hello\n",
+            b"app 1234/1235 [001] 303057.417513: 1 cycles:\n",
+            b"app\t1235 303057.417513: 1 cycles:\n",
+            b"9,0,i,vers,1\n",
+        ] {
+            assert_eq!(
+                sniff(other),
+                MemberKind::Other,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        // Near misses stay unrecognized.
+        for junk in [
+            &b"11-23 10:00:00.123 no priority here\n"[..],
+            b"app 1234 303057.41751: cycles:\n",
+            b"app x/1235 303057.417513: cycles:\n",
+            b"perf without newline 303057.417513:",
+        ] {
+            assert_eq!(
+                sniff(junk),
+                MemberKind::Unrecognized,
+                "{:?}",
+                String::from_utf8_lossy(junk)
+            );
+        }
         assert_eq!(sniff(b"PK\x03\x04rest"), MemberKind::Zip);
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         std::io::Write::write_all(&mut gz, b"{\"perfetto_manifest\":{\"version\":1}}").unwrap();

@@ -221,8 +221,12 @@ fn u32_at(d: &[u8], at: usize) -> Result<u32, ArchiveError> {
 }
 
 /// The file members of a ZIP archive, in central-directory order; stored and
-/// deflate only, CRCs checked. Directory entries are skipped.
-pub(crate) fn read(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
+/// deflate only, CRCs checked. Directory entries are skipped. Deflated
+/// members inflate to at most `limit` bytes in all, and never to more than
+/// their declared size: memory follows what the data really holds, not what
+/// its headers claim.
+pub(crate) fn read(data: &[u8], limit: u64) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> {
+    let mut left = limit;
     let eocd = (0..data.len().saturating_sub(21))
         .rev()
         .take(65_557)
@@ -230,7 +234,8 @@ pub(crate) fn read(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> 
         .ok_or_else(|| ArchiveError::Corrupt("no ZIP end-of-central-directory record".into()))?;
     let count = u16_at(data, eocd + 10)? as usize;
     let mut at = u32_at(data, eocd + 16)? as usize;
-    let mut out = Vec::with_capacity(count);
+    // Each central entry takes 46 bytes at least: a count beyond that is a lie.
+    let mut out = Vec::with_capacity(count.min(data.len() / 46));
     for _ in 0..count {
         if u32_at(data, at)? != 0x0201_4b50 {
             return Err(ArchiveError::Corrupt(format!(
@@ -272,10 +277,21 @@ pub(crate) fn read(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ArchiveError> 
         let bytes = match method {
             0 => body.to_vec(),
             8 => {
-                let mut v = Vec::with_capacity(size);
+                if size as u64 > left {
+                    return Err(ArchiveError::UnpackLimit {
+                        member: name,
+                        limit,
+                    });
+                }
+                // Deflate expands 1032 times at most: preallocate no more
+                // than the data can hold; read one byte past the declared
+                // size to catch a member larger than its header says.
+                let mut v = Vec::with_capacity(size.min(csize.saturating_mul(1032)));
                 flate2::read::DeflateDecoder::new(body)
+                    .take(size as u64 + 1)
                     .read_to_end(&mut v)
                     .map_err(|e| ArchiveError::Corrupt(format!("ZIP member '{name}': {e}")))?;
+                left -= (v.len() as u64).min(left);
                 v
             }
             m => {
@@ -307,7 +323,7 @@ mod tests {
             .unwrap();
         let bytes = w.finish().unwrap();
         assert!(bytes.starts_with(b"PK\x03\x04"));
-        let m = read(&bytes).unwrap();
+        let m = read(&bytes, u64::MAX).unwrap();
         assert_eq!(m[0], ("a.pftrace".to_string(), vec![0x0a; 1000]));
         assert_eq!(m[1], ("é.json".to_string(), b"[{\"a\":1}]".to_vec()));
     }

@@ -138,7 +138,7 @@ impl<'a> EventView<'a> {
 
 fn string(r: &mut ArgReader<'_>) -> Option<String> {
     match r.next() {
-        ArgValue::Str(s) => Some(s),
+        ArgValue::Str(s) => Some(s.to_string_lossy()),
         _ => None,
     }
 }
@@ -167,7 +167,7 @@ fn strings(r: &mut ArgReader<'_>) -> Vec<String> {
                     return None;
                 }
                 Some(match r.next() {
-                    ArgValue::Str(s) => s,
+                    ArgValue::Str(s) => s.to_string_lossy(),
                     ArgValue::Pointer(p) | ArgValue::Uint(p) => format!("0x{p:x}"),
                     ArgValue::Int(i) => i.to_string(),
                     _ => String::new(),

@@ -17,13 +17,102 @@
 //! Non-finite numbers have no JSON form: NaN and infinities are written as the
 //! strings `"NaN"`, `"Infinity"` and `"-Infinity"`.
 
-use super::{event, Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
-use crate::record::args::{ArgReader, ArgValue};
+use super::{event, Batch, Context, EncodeStats, Encoder, IdMap, OpenScope, ScopeStack};
+use crate::record::args::{ArgReader, ArgValue, StrWords};
 use crate::record::callsite::Callsite;
 use crate::record::layout::{parse, Record};
 use crate::record::registry::ThreadRing;
-use std::collections::HashMap;
 use std::fmt::Write as _;
+
+/// JSON text being built, as bytes: recorded strings are escaped into it
+/// straight from their words (they are UTF-8 already: see `StrWords`), and
+/// numbers are written by hand. `push_str`, `push` and `write!` as on a
+/// `String`; everything put in is UTF-8, so the line is.
+#[derive(Default, Clone, Debug)]
+pub(crate) struct Line(Vec<u8>);
+
+impl Line {
+    #[inline]
+    pub(crate) fn push_str(&mut self, s: &str) {
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, c: char) {
+        if c.is_ascii() {
+            self.0.push(c as u8);
+        } else {
+            let mut b = [0u8; 4];
+            self.0.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+        }
+    }
+
+    /// Appends another line's text.
+    #[inline]
+    pub(crate) fn push_line(&mut self, other: &Line) {
+        self.0.extend_from_slice(&other.0);
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    #[inline]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The text (cold paths: the object form's top-level values).
+    pub(crate) fn into_string(self) -> String {
+        String::from_utf8(self.0)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// Appends `v` in decimal, two digits per step.
+    #[inline]
+    pub(crate) fn uint(&mut self, mut v: u64) {
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        while v >= 100 {
+            let r = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+        }
+        if v >= 10 {
+            let r = v as usize * 2;
+            i -= 2;
+            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+        } else {
+            i -= 1;
+            buf[i] = b'0' + v as u8;
+        }
+        self.0.extend_from_slice(&buf[i..]);
+    }
+
+    /// Appends `v` in decimal.
+    #[inline]
+    pub(crate) fn int(&mut self, v: i64) {
+        if v < 0 {
+            self.0.push(b'-');
+        }
+        self.uint(v.unsigned_abs());
+    }
+}
+
+impl std::fmt::Write for Line {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
 
 mod phases;
 pub(crate) use phases::{to_json_text, JsonOptions, ScopeForm};
@@ -39,11 +128,16 @@ struct Thread {
 
 #[derive(Default)]
 pub(crate) struct JsonEncoder {
-    threads: HashMap<u32, Thread>,
+    threads: IdMap<u32, Thread>,
+    /// Per call site id: `{"name":..,"cat":..,"ph":"` escaped once (empty:
+    /// not made yet).
+    heads: Vec<Vec<u8>>,
     stats: EncodeStats,
     /// True once the first event is written (separators go before the rest).
     wrote_event: bool,
-    line: String,
+    line: Line,
+    /// `,"pid":..,"tid":..` of the last thread written, and for whom.
+    who: (i32, i64, Vec<u8>),
     /// Options and state of the phases of the typed API (`phases`).
     phases: phases::Phases,
 }
@@ -90,11 +184,42 @@ impl JsonEncoder {
         escape_into(l, name);
         l.push_str(",\"cat\":");
         escape_into(l, cat);
-        let _ = write!(l, ",\"ph\":\"{ph}\",\"ts\":");
-        micros(l, ts_ns);
-        let _ = write!(l, ",\"pid\":{pid},\"tid\":{tid}");
+        l.push_str(",\"ph\":\"");
+        head_tail(l, ph, ts_ns, pid, tid);
     }
 
+    /// As [`Self::head`] for a call site's event: its name and category are
+    /// escaped once per site, then copied.
+    #[inline]
+    fn head_site(&mut self, cs: &Callsite, ph: &str, ts_ns: u64, pid: i32, tid: i64) {
+        self.begin_event();
+        let idx = cs.id() as usize;
+        if self.heads.len() <= idx {
+            self.heads.resize_with(idx + 1, Vec::new);
+        }
+        if self.heads[idx].is_empty() {
+            let mut h = Line::default();
+            h.push_str("{\"name\":");
+            escape_into(&mut h, cs.name);
+            h.push_str(",\"cat\":");
+            escape_into(&mut h, cs.category);
+            h.push_str(",\"ph\":\"");
+            self.heads[idx] = h.0;
+        }
+        self.line.0.extend_from_slice(&self.heads[idx]);
+        self.line.push_str(ph);
+        self.line.push_str("\",\"ts\":");
+        micros(&mut self.line, ts_ns);
+        if self.who.2.is_empty() || self.who.0 != pid || self.who.1 != tid {
+            let mut w = Line(std::mem::take(&mut self.who.2));
+            w.clear();
+            who_into(&mut w, pid, tid);
+            self.who = (pid, tid, w.0);
+        }
+        self.line.0.extend_from_slice(&self.who.2);
+    }
+
+    #[inline]
     fn args(&mut self, cs: &Callsite, words: &[u64], extra: Option<&str>) {
         if cs.arg_names.is_empty() && extra.is_none() {
             return;
@@ -136,7 +261,7 @@ impl JsonEncoder {
             return;
         };
         self.stats.events += 1;
-        self.head(cs.name, cs.category, "X", scope.ts_ns, t.0, t.1);
+        self.head_site(cs, "X", scope.ts_ns, t.0, t.1);
         self.line.push_str(",\"dur\":");
         micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
         self.args(cs, &scope.args, flag);
@@ -201,15 +326,18 @@ impl Encoder for JsonEncoder {
                 Record::Begin {
                     site, depth, args, ..
                 } => {
+                    let mut kept = th.stack.spare_args();
+                    kept.extend_from_slice(args);
                     let scope = OpenScope {
                         depth,
                         site,
                         ts_ns: ts,
-                        args: args.to_vec(),
+                        args: kept,
                     };
                     for orphan in th.stack.begin(scope) {
                         self.stats.ends_lost += 1;
                         self.complete(ctx, who, &orphan, ts, Some("ringtrace.end_lost"), out);
+                        th.stack.recycle(orphan);
                     }
                 }
                 Record::End { depth, .. } => {
@@ -217,11 +345,17 @@ impl Encoder for JsonEncoder {
                     for orphan in m.orphaned {
                         self.stats.ends_lost += 1;
                         self.complete(ctx, who, &orphan, ts, Some("ringtrace.end_lost"), out);
+                        th.stack.recycle(orphan);
                     }
                     match m.matched {
                         Some(scope) => {
-                            let flows = std::mem::take(&mut th.flows);
-                            self.complete_with(ctx, who, &scope, ts, None, &flows, out)
+                            if th.flows.is_empty() {
+                                self.complete_with(ctx, who, &scope, ts, None, &[], out);
+                            } else {
+                                let flows = std::mem::take(&mut th.flows);
+                                self.complete_with(ctx, who, &scope, ts, None, &flows, out);
+                            }
+                            th.stack.recycle(scope);
                         }
                         None => self.stats.unmatched_ends += 1,
                     }
@@ -233,12 +367,14 @@ impl Encoder for JsonEncoder {
                     for orphan in m.orphaned {
                         self.stats.ends_lost += 1;
                         self.complete(ctx, who, &orphan, ts, Some("ringtrace.end_lost"), out);
+                        th.stack.recycle(orphan);
                     }
                     match m.matched {
                         Some(scope) => {
                             let flows = std::mem::take(&mut th.flows);
                             let extra = ctx.sites.get(site).map(|cs| (cs, args));
-                            self.complete_with(ctx, who, &scope, ts, extra, &flows, out)
+                            self.complete_with(ctx, who, &scope, ts, extra, &flows, out);
+                            th.stack.recycle(scope);
                         }
                         None => self.stats.unmatched_ends += 1,
                     }
@@ -249,7 +385,7 @@ impl Encoder for JsonEncoder {
                         continue;
                     };
                     self.stats.events += 1;
-                    self.head(cs.name, cs.category, "i", ts, who.0, who.1);
+                    self.head_site(cs, "i", ts, who.0, who.1);
                     self.line.push_str(",\"s\":\"t\"");
                     self.args(cs, args, None);
                     self.line.push('}');
@@ -398,7 +534,7 @@ impl JsonEncoder {
             return;
         };
         self.stats.events += 1;
-        self.head(cs.name, cs.category, "X", scope.ts_ns, t.0, t.1);
+        self.head_site(cs, "X", scope.ts_ns, t.0, t.1);
         self.line.push_str(",\"dur\":");
         micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
         if let Some(&flow) = flows.first() {
@@ -409,7 +545,7 @@ impl JsonEncoder {
                 let l = &mut self.line;
                 l.push_str(",\"args\":{");
                 let mut first = true;
-                let mut value = String::new();
+                let mut value = Line::default();
                 let mut r = ArgReader::new(&scope.args);
                 for name in cs.arg_names {
                     value.clear();
@@ -422,7 +558,7 @@ impl JsonEncoder {
                     }
                     escape_into(l, name);
                     l.push(':');
-                    l.push_str(&value);
+                    l.push_line(&value);
                 }
                 let mut r = ArgReader::new(end_args);
                 for name in end_cs.arg_names {
@@ -444,7 +580,7 @@ impl JsonEncoder {
 
 /// Appends a v2 flow binding (`bind_id` and `flow_out` or `flow_in`) for a
 /// FLOW record word; ids are made unique across processes with the pid.
-fn bind_flow(l: &mut String, flow: u64, pid: i32) {
+fn bind_flow(l: &mut Line, flow: u64, pid: i32) {
     let id = (flow & !crate::record::layout::FLOW_IN) ^ ((pid as u32 as u64) << 40);
     let dir = if flow & crate::record::layout::FLOW_IN != 0 {
         "flow_in"
@@ -454,38 +590,121 @@ fn bind_flow(l: &mut String, flow: u64, pid: i32) {
     let _ = write!(l, ",\"bind_id\":\"0x{id:x}\",\"{dir}\":true");
 }
 
+/// The rest of an event's head after `"ph":"`: the phase, `ts`, `pid`, `tid`.
+#[inline]
+fn head_tail(l: &mut Line, ph: &str, ts_ns: u64, pid: i32, tid: i64) {
+    l.push_str(ph);
+    l.push_str("\",\"ts\":");
+    micros(l, ts_ns);
+    who_into(l, pid, tid);
+}
+
+/// `,"pid":..,"tid":..`.
+#[inline]
+fn who_into(l: &mut Line, pid: i32, tid: i64) {
+    l.push_str(",\"pid\":");
+    l.int(pid as i64);
+    l.push_str(",\"tid\":");
+    l.int(tid);
+}
+
 /// Appends `ns` as microseconds with exactly three decimals.
-pub(crate) fn micros(l: &mut String, ns: u64) {
-    let _ = write!(l, "{}.{:03}", ns / 1000, ns % 1000);
+#[inline]
+pub(crate) fn micros(l: &mut Line, ns: u64) {
+    l.uint(ns / 1000);
+    let frac = (ns % 1000) as u16;
+    l.0.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
 }
 
 /// Appends `s` as a JSON string: quotes, backslashes and control characters
 /// escaped; everything else raw UTF-8 (never surrogate escapes, which some
 /// readers reject).
-pub(crate) fn escape_into(l: &mut String, s: &str) {
-    l.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => l.push_str("\\\""),
-            '\\' => l.push_str("\\\\"),
-            '\n' => l.push_str("\\n"),
-            '\r' => l.push_str("\\r"),
-            '\t' => l.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(l, "\\u{:04x}", c as u32);
-            }
-            c => l.push(c),
+#[inline]
+pub(crate) fn escape_into<W: std::fmt::Write>(l: &mut W, s: &str) {
+    let _ = l.write_char('"');
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if needs_escape(b) {
+            // Runs end at ASCII bytes: always on a character boundary.
+            let _ = l.write_str(&s[run..i]);
+            run = i + 1;
+            let mut esc = [0u8; 6];
+            let _ = l.write_str(escape_of(b, &mut esc));
         }
     }
-    l.push('"');
+    let _ = l.write_str(&s[run..]);
+    let _ = l.write_char('"');
+}
+
+/// The escape sequence of a byte [`needs_escape`] picks.
+#[inline]
+fn escape_of(b: u8, buf: &mut [u8; 6]) -> &str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match b {
+        b'"' => "\\\"",
+        b'\\' => "\\\\",
+        b'\n' => "\\n",
+        b'\r' => "\\r",
+        b'\t' => "\\t",
+        _ => {
+            *buf = [
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ];
+            std::str::from_utf8(buf).unwrap_or("?")
+        }
+    }
+}
+
+/// As [`escape_into`] for a recorded string, read from its words.
+#[inline]
+fn escape_words(l: &mut Line, s: &StrWords<'_>) {
+    l.0.push(b'"');
+    l.0.reserve(s.len());
+    s.for_each_chunk(|c| escape_raw(l, c));
+    l.0.push(b'"');
+}
+
+/// Whether byte `b` of UTF-8 text needs an escape in a JSON string.
+#[inline]
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f
+}
+
+/// Appends UTF-8 bytes escaped (no quotes): runs of plain bytes are copied
+/// whole. Bytes of multi-byte characters are all >= 0x80, never escaped, so
+/// a character split across calls comes out whole.
+#[inline]
+fn escape_raw(l: &mut Line, bytes: &[u8]) {
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !needs_escape(b) {
+            continue;
+        }
+        l.0.extend_from_slice(&bytes[run..i]);
+        run = i + 1;
+        let mut esc = [0u8; 6];
+        l.push_str(escape_of(b, &mut esc));
+    }
+    l.0.extend_from_slice(&bytes[run..]);
 }
 
 /// Appends a double; non-finite values as strings (JSON has no NaN).
-pub(crate) fn double_into(l: &mut String, v: f64) {
+pub(crate) fn double_into<W: std::fmt::Write>(l: &mut W, v: f64) {
     if v.is_nan() {
-        l.push_str("\"NaN\"");
+        let _ = l.write_str("\"NaN\"");
     } else if v.is_infinite() {
-        l.push_str(if v > 0.0 {
+        let _ = l.write_str(if v > 0.0 {
             "\"Infinity\""
         } else {
             "\"-Infinity\""
@@ -495,7 +714,7 @@ pub(crate) fn double_into(l: &mut String, v: f64) {
     }
 }
 
-fn value_into(l: &mut String, r: &mut ArgReader<'_>, depth: usize) {
+fn value_into(l: &mut Line, r: &mut ArgReader<'_>, depth: usize) {
     if depth > crate::record::args::MAX_NESTING {
         r.skip_value();
         escape_into(l, crate::record::args::TOO_DEEP);
@@ -503,26 +722,22 @@ fn value_into(l: &mut String, r: &mut ArgReader<'_>, depth: usize) {
     }
     match r.next() {
         ArgValue::Null => l.push_str("null"),
-        ArgValue::Int(v) => {
-            let _ = write!(l, "{v}");
-        }
-        ArgValue::Uint(v) => {
-            let _ = write!(l, "{v}");
-        }
+        ArgValue::Int(v) => l.int(v),
+        ArgValue::Uint(v) => l.uint(v),
         ArgValue::Double(v) => double_into(l, v),
         ArgValue::Bool(v) => l.push_str(if v { "true" } else { "false" }),
         ArgValue::Pointer(v) => {
             let _ = write!(l, "\"0x{v:x}\"");
         }
-        ArgValue::Str(s) => escape_into(l, &s),
+        ArgValue::Str(s) => escape_words(l, &s),
         ArgValue::Dict(n) => {
             l.push('{');
             for i in 0..n {
                 if i > 0 {
                     l.push(',');
                 }
-                let key = r.key();
-                escape_into(l, &key);
+                let key = r.key_words();
+                escape_words(l, &key);
                 l.push(':');
                 value_into(l, r, depth + 1);
             }
@@ -547,16 +762,75 @@ mod tests {
 
     #[test]
     fn strings_are_escaped() {
-        let mut l = String::new();
+        let mut l = Line::default();
         escape_into(&mut l, "a\"b\\c\n\u{1}é😀");
-        assert_eq!(l, "\"a\\\"b\\\\c\\n\\u0001é😀\"");
+        assert_eq!(l.into_string(), "\"a\\\"b\\\\c\\n\\u0001é😀\"");
+    }
+
+    #[test]
+    fn recorded_strings_are_escaped_from_their_words() {
+        use crate::record::args::TraceValue;
+        for s in [
+            "",
+            "plain",
+            "a\"b\\c\n\u{1}\u{7f}",
+            "héllo wörld 😀 across words",
+            "12345678\t",
+        ] {
+            let mut words = Vec::new();
+            s.encode(&mut words);
+            let mut got = Line::default();
+            value_into(&mut got, &mut ArgReader::new(&words), 0);
+            let got = got.into_string();
+            let mut want = Line::default();
+            escape_into(&mut want, s);
+            assert_eq!(got, want.into_string());
+            let back: String = serde_json::from_str(&got).unwrap();
+            assert_eq!(back, s);
+        }
+    }
+
+    #[test]
+    fn integers_are_written_in_decimal() {
+        let mut l = Line::default();
+        for v in [
+            0i64,
+            7,
+            -7,
+            10,
+            99,
+            100,
+            101,
+            1000,
+            12345,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            l.int(v);
+            l.push(' ');
+        }
+        l.uint(u64::MAX);
+        let want = format!(
+            "0 7 -7 10 99 100 101 1000 12345 {} {} {}",
+            i64::MAX,
+            i64::MIN,
+            u64::MAX
+        );
+        assert_eq!(l.into_string(), want);
     }
 
     #[test]
     fn micros_keep_nanoseconds() {
-        let mut l = String::new();
+        let mut l = Line::default();
         micros(&mut l, 1_234_567_890);
-        assert_eq!(l, "1234567.890");
+        assert_eq!(l.into_string(), "1234567.890");
+        let mut l = Line::default();
+        micros(&mut l, 7);
+        l.push(' ');
+        micros(&mut l, 0);
+        l.push(' ');
+        micros(&mut l, u64::MAX);
+        assert_eq!(l.into_string(), "0.007 0.000 18446744073709551.615");
     }
 
     #[test]
@@ -570,9 +844,10 @@ mod tests {
         }
         v.remove(0).encode(&mut words);
         5u8.encode(&mut words);
-        let mut l = String::new();
+        let mut l = Line::default();
         let mut r = ArgReader::new(&words);
         value_into(&mut l, &mut r, 0);
+        let l = l.into_string();
         assert!(l.contains("<nested too deep>"), "{l}");
         assert_eq!(
             r.next(),
@@ -583,10 +858,10 @@ mod tests {
 
     #[test]
     fn non_finite_doubles_are_strings() {
-        let mut l = String::new();
+        let mut l = Line::default();
         double_into(&mut l, f64::NAN);
         double_into(&mut l, f64::NEG_INFINITY);
         double_into(&mut l, 0.5);
-        assert_eq!(l, "\"NaN\"\"-Infinity\"0.5");
+        assert_eq!(l.into_string(), "\"NaN\"\"-Infinity\"0.5");
     }
 }

@@ -68,6 +68,42 @@ pub(crate) fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A hasher for keys that are already ids (sequence ids, track uuids): one
+/// multiply, no SipHash. Not for keys an outsider chooses.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing: the high bits (which hashbrown uses) depend on
+        // every bit of the key.
+        self.0 = (self.0 ^ v)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+}
+
+/// A map keyed by an id, hashed with [`IdHasher`].
+pub(crate) type IdMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A set of ids, hashed with [`IdHasher`].
+pub(crate) type IdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// FNV-1a, for keys derived from names.
 pub(crate) fn hash_str(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -165,6 +201,9 @@ pub(crate) struct OpenScope {
 #[derive(Debug, Default)]
 pub(crate) struct ScopeStack {
     open: Vec<OpenScope>,
+    /// Argument vectors of closed scopes, kept for the next begins (no
+    /// allocation per scope once warm).
+    spare: Vec<Vec<u64>>,
 }
 
 /// What an end record closes.
@@ -177,13 +216,26 @@ pub(crate) struct EndMatch {
 
 impl ScopeStack {
     /// A begin at `depth`: scopes at that depth or deeper lost their end.
+    #[inline]
     pub(crate) fn begin(&mut self, scope: OpenScope) -> Vec<OpenScope> {
+        if self.open.last().is_none_or(|top| top.depth < scope.depth) {
+            self.open.push(scope); // the usual case: nothing lost
+            return Vec::new();
+        }
         let orphaned = self.pop_deeper_than(scope.depth, true);
         self.open.push(scope);
         orphaned
     }
 
+    #[inline]
     pub(crate) fn end(&mut self, depth: u32) -> EndMatch {
+        if self.open.last().is_some_and(|top| top.depth == depth) {
+            // The usual case: the end of the innermost scope.
+            return EndMatch {
+                orphaned: Vec::new(),
+                matched: self.open.pop(),
+            };
+        }
         let orphaned = self.pop_deeper_than(depth, false);
         let matched = if self.open.last().is_some_and(|s| s.depth == depth) {
             self.open.pop()
@@ -203,6 +255,23 @@ impl ScopeStack {
             }
         }
         out
+    }
+
+    /// An empty vector for a new scope's argument words (a recycled one
+    /// when there is one).
+    #[inline]
+    pub(crate) fn spare_args(&mut self) -> Vec<u64> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Keeps a closed scope's argument vector for [`Self::spare_args`].
+    #[inline]
+    pub(crate) fn recycle(&mut self, scope: OpenScope) {
+        let mut v = scope.args;
+        if v.capacity() > 0 && self.spare.len() < 64 {
+            v.clear();
+            self.spare.push(v);
+        }
     }
 
     /// Everything still open, innermost first.

@@ -12,15 +12,17 @@
 //!
 //! Field numbers are Perfetto's (`protos/perfetto/trace/...`).
 
-use super::protowire::{bytes, double, int, nested, string, uint};
+use super::protowire::{
+    double, int, len_field_len, len_head, nested, string, string_words, uint, uint_len,
+};
 use super::LOST_EVENT_NAME;
-use super::{Batch, Context, EncodeStats, Encoder, OpenScope, ScopeStack};
+use super::{Batch, Context, EncodeStats, Encoder, IdMap, IdSet, OpenScope, ScopeStack};
 use crate::record::args::{ArgReader, ArgValue};
 use crate::record::callsite::Callsite;
 use crate::record::layout::{parse, Record};
 use crate::record::registry::{ThreadRing, SESSION_SEQ};
 use crate::sys;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 mod events;
 
@@ -131,6 +133,14 @@ struct Seq {
     /// category name on every event.
     site_cat_iids: Vec<u32>,
     loc_iids: Vec<u32>,
+    /// Where each call site's argument-name iids start in `site_ann_iids`
+    /// (plus one; 0: not placed yet): the names are interned by (call site,
+    /// argument index), ids that already exist, not by hashing the names.
+    site_ann_start: Vec<u32>,
+    /// Argument-name iids (0: not interned since the last reset).
+    site_ann_iids: Vec<u32>,
+    /// First use of a name since the reset (shared by the call sites that
+    /// use it): consulted once per (call site, argument) and reset.
     cat_iids: HashMap<&'static str, u32>,
     ann_iids: HashMap<&'static str, u32>,
     next_name_iid: u32,
@@ -138,7 +148,7 @@ struct Seq {
     next_ann_iid: u32,
     next_loc_iid: u32,
     /// Track uuids (counter, async) described since the last reset.
-    described: HashSet<u64>,
+    described: IdSet<u64>,
     stack: ScopeStack,
     /// Flow ids (FLOW records) waiting for the next slice end to bind to.
     flows: Vec<u64>,
@@ -162,13 +172,15 @@ impl Seq {
             name_iids: Vec::new(),
             site_cat_iids: Vec::new(),
             loc_iids: Vec::new(),
+            site_ann_start: Vec::new(),
+            site_ann_iids: Vec::new(),
             cat_iids: HashMap::new(),
             ann_iids: HashMap::new(),
             next_name_iid: 1,
             next_cat_iid: 1,
             next_ann_iid: 1,
             next_loc_iid: 1,
-            described: HashSet::new(),
+            described: IdSet::default(),
             stack: ScopeStack::default(),
             flows: Vec::new(),
             ext: events::SeqExt::default(),
@@ -179,6 +191,7 @@ impl Seq {
         self.name_iids.iter_mut().for_each(|v| *v = 0);
         self.site_cat_iids.iter_mut().for_each(|v| *v = 0);
         self.loc_iids.iter_mut().for_each(|v| *v = 0);
+        self.site_ann_iids.iter_mut().for_each(|v| *v = 0);
         self.cat_iids.clear();
         self.ann_iids.clear();
         self.next_name_iid = 1;
@@ -200,6 +213,18 @@ enum PacketTime {
 }
 
 impl PacketTime {
+    /// Bytes [`Self::write`] writes.
+    #[inline]
+    fn len(self) -> usize {
+        match self {
+            PacketTime::Delta(d) => uint_len(P_TIMESTAMP, d),
+            PacketTime::Boottime(ns) => {
+                uint_len(P_TIMESTAMP, ns) + uint_len(P_TIMESTAMP_CLOCK_ID, BOOTTIME)
+            }
+        }
+    }
+
+    #[inline]
     fn write(self, p: &mut Vec<u8>) {
         match self {
             PacketTime::Delta(d) => uint(p, P_TIMESTAMP, d),
@@ -222,7 +247,7 @@ pub(crate) struct PerfettoOptions {
 
 pub(crate) struct PerfettoEncoder {
     opts: PerfettoOptions,
-    seqs: HashMap<u32, Seq>,
+    seqs: IdMap<u32, Seq>,
     stats: EncodeStats,
     /// Scratch buffers reused for every packet.
     te: Vec<u8>,
@@ -232,10 +257,18 @@ pub(crate) struct PerfettoEncoder {
 }
 
 impl PerfettoEncoder {
+    /// Restarts every sequence (CLEARED packet, defaults, descriptors) at its
+    /// next packet, as a tracing service's ClearIncrementalState asks.
+    pub(crate) fn clear_incremental_state(&mut self) {
+        for seq in self.seqs.values_mut() {
+            seq.valid = false;
+        }
+    }
+
     pub(crate) fn new(opts: PerfettoOptions) -> Self {
         PerfettoEncoder {
             opts,
-            seqs: HashMap::new(),
+            seqs: IdMap::default(),
             stats: EncodeStats::default(),
             te: Vec::new(),
             interned: Vec::new(),
@@ -574,21 +607,45 @@ impl PerfettoEncoder {
     /// As [`Self::emit`], at `time` (delta on the sequence clock, or an
     /// absolute BOOTTIME timestamp for events older than the sequence clock,
     /// which only moves forward).
+    ///
+    /// Sized first (every part is known), so the packet is written once,
+    /// front to back, with nothing moved or regrown.
     #[inline]
     fn emit_at(&mut self, seq: &Seq, time: PacketTime, out: &mut Vec<u8>) {
         let (te, interned) = (&self.te, &self.interned);
-        let omit_flag = self.opts.omit_needs_flag;
-        nested(out, 1, |p| {
-            time.write(p);
-            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            if !omit_flag {
-                uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+        let flag = !self.opts.omit_needs_flag;
+        let seq_id = seq.seq_id as u64;
+        let mut len = time.len() + uint_len(P_SEQUENCE_ID, seq_id);
+        if flag {
+            len += uint_len(P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+        }
+        if !interned.is_empty() {
+            len += len_field_len(P_INTERNED_DATA, interned.len());
+        }
+        len += len_field_len(P_TRACK_EVENT, te.len());
+        out.reserve(len + 4);
+        len_head(out, 1, len);
+        time.write(out);
+        if flag && seq_id < 0x80 {
+            // Sequence id and flags: the same bytes in every packet.
+            out.extend_from_slice(&[
+                (P_SEQUENCE_ID << 3) as u8,
+                seq_id as u8,
+                (P_SEQUENCE_FLAGS << 3) as u8,
+                SEQ_NEEDS_INCREMENTAL_STATE as u8,
+            ]);
+        } else {
+            uint(out, P_SEQUENCE_ID, seq_id);
+            if flag {
+                uint(out, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
             }
-            if !interned.is_empty() {
-                bytes(p, P_INTERNED_DATA, interned);
-            }
-            bytes(p, P_TRACK_EVENT, te);
-        });
+        }
+        if !interned.is_empty() {
+            len_head(out, P_INTERNED_DATA, interned.len());
+            out.extend_from_slice(interned);
+        }
+        len_head(out, P_TRACK_EVENT, te.len());
+        out.extend_from_slice(te);
     }
 
     /// A slice begin/end or instant event on the thread track (or `track`).
@@ -639,14 +696,7 @@ impl PerfettoEncoder {
                 uint(&mut self.te, TE_SOURCE_LOCATION_IID, loc as u64);
             }
             if !cs.arg_names.is_empty() {
-                let mut reader = ArgReader::new(args);
-                for &arg_name in cs.arg_names {
-                    let iid = intern_annotation_name(seq, arg_name, &mut self.interned);
-                    nested(&mut self.te, TE_DEBUG_ANNOTATIONS, |a| {
-                        uint(a, DA_NAME_IID, iid as u64);
-                        annotation_value(a, &mut reader, 0);
-                    });
-                }
+                annotations(seq, cs, args, &mut self.te, &mut self.interned);
             }
         }
     }
@@ -757,14 +807,7 @@ impl PerfettoEncoder {
             uint(&mut self.te, TE_TRACK_UUID, uuid);
         }
         if let Some((cs, args)) = ann {
-            let mut reader = ArgReader::new(args);
-            for &arg_name in cs.arg_names {
-                let iid = intern_annotation_name(seq, arg_name, &mut self.interned);
-                nested(&mut self.te, TE_DEBUG_ANNOTATIONS, |a| {
-                    uint(a, DA_NAME_IID, iid as u64);
-                    annotation_value(a, &mut reader, 0);
-                });
-            }
+            annotations(seq, cs, args, &mut self.te, &mut self.interned);
         }
         self.push_pending_flows(ctx, seq);
         self.emit(seq, delta, out);
@@ -855,6 +898,90 @@ fn intern_category_name(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) ->
     iid
 }
 
+/// The debug annotations of a call site's arguments, names interned by
+/// (call site, argument index).
+fn annotations(
+    seq: &mut Seq,
+    cs: &'static Callsite,
+    args: &[u64],
+    te: &mut Vec<u8>,
+    interned: &mut Vec<u8>,
+) {
+    let idx = cs.id() as usize;
+    if seq.site_ann_start.len() <= idx {
+        seq.site_ann_start.resize(idx + 1, 0);
+    }
+    if seq.site_ann_start[idx] == 0 {
+        seq.site_ann_start[idx] = seq.site_ann_iids.len() as u32 + 1;
+        seq.site_ann_iids
+            .extend(std::iter::repeat_n(0, cs.arg_names.len()));
+    }
+    let start = seq.site_ann_start[idx] as usize - 1;
+    let mut reader = ArgReader::new(args);
+    for (i, &arg_name) in cs.arg_names.iter().enumerate() {
+        let mut iid = seq.site_ann_iids[start + i];
+        if iid == 0 {
+            iid = intern_annotation_name(seq, arg_name, interned);
+            seq.site_ann_iids[start + i] = iid;
+        }
+        annotation(te, iid, &mut reader);
+    }
+}
+
+/// One DebugAnnotation named by `iid` with the next value of `r`; scalars
+/// and strings sized first, containers built with [`nested`].
+#[inline]
+fn annotation(te: &mut Vec<u8>, iid: u32, r: &mut ArgReader<'_>) {
+    let name_len = uint_len(DA_NAME_IID, iid as u64);
+    let save = r.pos();
+    match r.next() {
+        ArgValue::Int(v) => {
+            len_head(
+                te,
+                TE_DEBUG_ANNOTATIONS,
+                name_len + uint_len(DA_INT, v as u64),
+            );
+            uint(te, DA_NAME_IID, iid as u64);
+            int(te, DA_INT, v);
+        }
+        ArgValue::Uint(v) => {
+            len_head(te, TE_DEBUG_ANNOTATIONS, name_len + uint_len(DA_UINT, v));
+            uint(te, DA_NAME_IID, iid as u64);
+            uint(te, DA_UINT, v);
+        }
+        ArgValue::Bool(v) => {
+            len_head(
+                te,
+                TE_DEBUG_ANNOTATIONS,
+                name_len + uint_len(DA_BOOL, v as u64),
+            );
+            uint(te, DA_NAME_IID, iid as u64);
+            uint(te, DA_BOOL, v as u64);
+        }
+        ArgValue::Double(v) => {
+            len_head(te, TE_DEBUG_ANNOTATIONS, name_len + 1 + 8);
+            uint(te, DA_NAME_IID, iid as u64);
+            double(te, DA_DOUBLE, v);
+        }
+        ArgValue::Str(sw) => {
+            len_head(
+                te,
+                TE_DEBUG_ANNOTATIONS,
+                name_len + len_field_len(DA_STRING, sw.len()),
+            );
+            uint(te, DA_NAME_IID, iid as u64);
+            string_words(te, DA_STRING, &sw);
+        }
+        _ => {
+            r.set_pos(save);
+            nested(te, TE_DEBUG_ANNOTATIONS, |a| {
+                uint(a, DA_NAME_IID, iid as u64);
+                annotation_value(a, r, 0);
+            });
+        }
+    }
+}
+
 fn intern_annotation_name(seq: &mut Seq, name: &'static str, interned: &mut Vec<u8>) -> u32 {
     if let Some(&iid) = seq.ann_iids.get(name) {
         return iid;
@@ -907,7 +1034,7 @@ fn annotation_value(a: &mut Vec<u8>, r: &mut ArgReader<'_>, depth: usize) {
         ArgValue::Double(v) => double(a, DA_DOUBLE, v),
         ArgValue::Bool(v) => uint(a, DA_BOOL, v as u64),
         ArgValue::Pointer(v) => uint(a, DA_POINTER, v),
-        ArgValue::Str(s) => string(a, DA_STRING, &s),
+        ArgValue::Str(s) => string_words(a, DA_STRING, &s),
         ArgValue::Dict(n) => {
             for _ in 0..n {
                 let key = r.key();

@@ -8,12 +8,35 @@ pub(crate) const WT_FIXED64: u32 = 1;
 pub(crate) const WT_LEN: u32 = 2;
 
 #[inline]
-pub(crate) fn varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
+pub(crate) fn varint(buf: &mut Vec<u8>, v: u64) {
+    if v < 0x80 {
+        buf.push(v as u8);
+    } else if v < 0x4000 {
+        buf.extend_from_slice(&[(v as u8) | 0x80, (v >> 7) as u8]);
+    } else {
+        varint_long(buf, v);
     }
-    buf.push(v as u8);
+}
+
+#[inline(never)]
+fn varint_long(buf: &mut Vec<u8>, v: u64) {
+    let mut tmp = [0u8; 10];
+    let n = varint_into(&mut tmp, v);
+    buf.extend_from_slice(&tmp[..n]);
+}
+
+/// Writes `v` as a varint at the start of `out` (at least 10 bytes);
+/// returns its length.
+#[inline]
+fn varint_into(out: &mut [u8], mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        out[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    out[i] = v as u8;
+    i + 1
 }
 
 #[inline]
@@ -31,11 +54,50 @@ pub(crate) fn tag(buf: &mut Vec<u8>, field: u32, wire_type: u32) {
     varint(buf, ((field << 3) | wire_type) as u64);
 }
 
+/// Bytes of a field's tag.
+#[inline]
+pub(crate) fn tag_len(field: u32) -> usize {
+    varint_len((field << 3) as u64)
+}
+
+/// Bytes of a varint field (`uint`).
+#[inline]
+pub(crate) fn uint_len(field: u32, v: u64) -> usize {
+    tag_len(field) + varint_len(v)
+}
+
+/// Bytes of a length-delimited field with a body of `n` bytes.
+#[inline]
+pub(crate) fn len_field_len(field: u32, n: usize) -> usize {
+    tag_len(field) + varint_len(n as u64) + n
+}
+
+/// The head of a length-delimited field whose body (`len` bytes) the caller
+/// writes next: sized first, so nothing is moved afterwards.
+#[inline]
+pub(crate) fn len_head(buf: &mut Vec<u8>, field: u32, len: usize) {
+    tag(buf, field, WT_LEN);
+    varint(buf, len as u64);
+}
+
+/// A string field from recorded argument words (copied word by word, not
+/// validated again: see `StrWords`).
+#[inline]
+pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &crate::record::args::StrWords<'_>) {
+    len_head(buf, field, v.len());
+    v.append_to(buf);
+}
+
 /// uint32/uint64/enum/bool field.
 #[inline]
 pub(crate) fn uint(buf: &mut Vec<u8>, field: u32, v: u64) {
-    tag(buf, field, WT_VARINT);
-    varint(buf, v);
+    if field < 16 && v < 0x80 {
+        // The common case in one write: a one-byte tag, a one-byte value.
+        buf.extend_from_slice(&[(field << 3) as u8, v as u8]);
+    } else {
+        tag(buf, field, WT_VARINT);
+        varint(buf, v);
+    }
 }
 
 /// int32/int64 field (two's complement, 10 bytes when negative).
@@ -67,8 +129,11 @@ pub(crate) fn string(buf: &mut Vec<u8>, field: u32, v: &str) {
     bytes(buf, field, v.as_bytes());
 }
 
-/// Writes a nested message built by `f`. One byte is reserved for the length;
-/// a body of 128 bytes or more is shifted to make room for a longer varint.
+/// Writes a nested message built by `f`, for messages whose size is not
+/// known before they are written. One byte is reserved for the length and
+/// patched afterwards; a body of 128 bytes or more is moved forward in place
+/// (no allocation) to make room for a longer varint. Hot paths size their
+/// messages first and use [`len_head`] instead.
 #[inline]
 pub(crate) fn nested<R>(buf: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     tag(buf, field, WT_LEN);
@@ -79,10 +144,12 @@ pub(crate) fn nested<R>(buf: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u
     if len < 0x80 {
         buf[start - 1] = len as u8;
     } else {
-        let extra = varint_len(len as u64) - 1;
-        let mut prefix = Vec::with_capacity(extra + 1);
-        varint(&mut prefix, len as u64);
-        buf.splice(start - 1..start, prefix);
+        let mut head = [0u8; 10];
+        let n = varint_into(&mut head, len as u64);
+        let end = buf.len();
+        buf.resize(end + n - 1, 0);
+        buf.copy_within(start..end, start + n - 1);
+        buf[start - 1..start - 1 + n].copy_from_slice(&head[..n]);
     }
     r
 }
@@ -111,6 +178,61 @@ mod tests {
                 0x01, 0x01, 0x61
             ]
         );
+    }
+
+    #[test]
+    fn sizes_match_what_is_written() {
+        for v in [0u64, 1, 127, 128, 300, 1 << 35, u64::MAX] {
+            let mut buf = Vec::new();
+            uint(&mut buf, 11, v);
+            assert_eq!(buf.len(), uint_len(11, v), "{v}");
+            let mut buf = Vec::new();
+            uint(&mut buf, 87, v);
+            assert_eq!(buf.len(), uint_len(87, v), "{v}");
+        }
+        for n in [0usize, 1, 127, 128, 20000] {
+            let mut buf = Vec::new();
+            bytes(&mut buf, 12, &vec![1u8; n]);
+            assert_eq!(buf.len(), len_field_len(12, n), "{n}");
+            let mut sized = Vec::new();
+            len_head(&mut sized, 12, n);
+            sized.extend(std::iter::repeat_n(1u8, n));
+            assert_eq!(sized, buf);
+        }
+    }
+
+    #[test]
+    fn string_words_write_the_recorded_bytes() {
+        use crate::record::args::{ArgReader, ArgValue, TraceValue};
+        for s in [
+            "",
+            "a",
+            "exactly8",
+            "nine char",
+            "héllo, wörld, and more than 16",
+        ] {
+            let mut w = Vec::new();
+            s.encode(&mut w);
+            let ArgValue::Str(sw) = ArgReader::new(&w).next() else {
+                panic!("not a string")
+            };
+            let mut got = Vec::new();
+            string_words(&mut got, 6, &sw);
+            let mut want = Vec::new();
+            string(&mut want, 6, s);
+            assert_eq!(got, want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn nested_bodies_of_every_length_class() {
+        for n in [0usize, 120, 127, 128, 16383, 16384, 70000] {
+            let mut buf = vec![0xffu8];
+            nested(&mut buf, 1, |p| p.extend(std::iter::repeat_n(7u8, n)));
+            let mut want = vec![0xffu8];
+            bytes(&mut want, 1, &vec![7u8; n]);
+            assert_eq!(buf, want, "{n}");
+        }
     }
 
     #[test]

@@ -119,24 +119,38 @@ thread_local! {
     static LOG_BUF: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// What [`trace_log!`](crate::trace_log) calls.
+/// What [`trace_log!`](crate::trace_log) and the `log` bridge call. The
+/// message is formatted into a reused per-thread buffer; a message without
+/// arguments is not formatted; in a thread-local destructor (the buffer is
+/// gone) or in a log written while formatting another, into a local `String`.
 #[doc(hidden)]
 pub fn log(site: &'static Callsite, level: LogLevel, message: fmt::Arguments<'_>) {
     if !cfg!(feature = "enable") {
         return;
     }
-    let _ = LOG_BUF.try_with(|b| {
+    if let Some(text) = message.as_str() {
+        return log_str(site, level, text);
+    }
+    let done = LOG_BUF.try_with(|b| {
         let Ok(mut buf) = b.try_borrow_mut() else {
-            return; // a log while formatting a log: skip the inner one
+            return false; // a log while formatting a log
         };
         buf.clear();
         let _ = fmt::write(&mut *buf, message);
-        write_now(site.id(), op::LOG, |f| {
-            f.uint(field::LEVEL, level as u64);
-            f.str(field::MESSAGE, &buf);
-        });
+        log_str(site, level, &buf);
         if buf.capacity() > 1 << 16 {
             *buf = String::new();
         }
+        true
+    });
+    if done != Ok(true) {
+        log_str(site, level, &message.to_string());
+    }
+}
+
+fn log_str(site: &'static Callsite, level: LogLevel, message: &str) {
+    write_now(site.id(), op::LOG, |f| {
+        f.uint(field::LEVEL, level as u64);
+        f.str(field::MESSAGE, message);
     });
 }

@@ -357,17 +357,76 @@ tuple_args!(12; A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
 
 /// A decoded argument value, borrowed from the drained words.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ArgValue {
+pub(crate) enum ArgValue<'a> {
     Null,
     Int(i64),
     Uint(u64),
     Double(f64),
     Bool(bool),
     Pointer(u64),
-    /// Byte length and the words holding the bytes (in `ArgReader::words`).
-    Str(String),
+    /// The bytes, still in the words they were recorded in.
+    Str(StrWords<'a>),
     Dict(usize),
     Array(usize),
+}
+
+/// A string argument as recorded: `len` UTF-8 bytes packed little-endian in
+/// `words`. Read without copying it out first and without validating it
+/// again: every writer of `T_STR` words encodes a `&str` (see
+/// [`encode_bytes`]'s callers), and torn copies of a ring are discarded
+/// before anything is decoded, so the bytes are the valid UTF-8 they were.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct StrWords<'a> {
+    words: &'a [u64],
+    len: usize,
+}
+
+impl<'a> StrWords<'a> {
+    /// Length in bytes.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The bytes, word by word: `f` gets each word's bytes (the last one cut
+    /// to the string's end). Stops early at the end of `words`.
+    #[inline]
+    pub(crate) fn for_each_chunk(&self, mut f: impl FnMut(&[u8])) {
+        let mut left = self.len;
+        for w in self.words {
+            if left == 0 {
+                break;
+            }
+            let b = w.to_le_bytes();
+            let n = left.min(8);
+            f(&b[..n]);
+            left -= n;
+        }
+    }
+
+    /// Appends the bytes to `out` (a reserve and word-sized copies).
+    #[inline]
+    pub(crate) fn append_to(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len);
+        let full = self.len / 8;
+        for w in &self.words[..full] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        let rest = self.len - full * 8;
+        if rest > 0 {
+            out.extend_from_slice(&self.words[full].to_le_bytes()[..rest]);
+        }
+    }
+
+    /// An owned copy (cold paths: dict keys, the typed API's fields).
+    pub(crate) fn to_string_lossy(self) -> String {
+        let mut v = Vec::with_capacity(self.len);
+        self.append_to(&mut v);
+        match String::from_utf8(v) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        }
+    }
 }
 
 /// Reads argument values back from record words. Malformed input (which only
@@ -391,7 +450,7 @@ impl<'a> ArgReader<'a> {
 
     /// The next value's head (containers announce their element count; read
     /// the elements with further calls).
-    pub(crate) fn next(&mut self) -> ArgValue {
+    pub(crate) fn next(&mut self) -> ArgValue<'a> {
         let t = self.word();
         let len = t >> 8;
         match t & 0xff {
@@ -407,18 +466,15 @@ impl<'a> ArgReader<'a> {
         }
     }
 
-    fn string(&mut self, len: usize) -> String {
+    #[inline]
+    fn string(&mut self, len: usize) -> StrWords<'a> {
         let nwords = len.div_ceil(8);
         let end = (self.pos + nwords).min(self.words.len());
-        let mut bytes = Vec::with_capacity(len);
-        for w in &self.words[self.pos.min(end)..end] {
-            bytes.extend_from_slice(&w.to_le_bytes());
-        }
-        bytes.truncate(len);
+        let words = &self.words[self.pos.min(end)..end];
         self.pos += nwords;
-        match String::from_utf8(bytes) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        StrWords {
+            words,
+            len: len.min(words.len() * 8),
         }
     }
 
@@ -438,14 +494,28 @@ impl<'a> ArgReader<'a> {
     /// Reads a dict key (a string value); anything else reads as "".
     pub(crate) fn key(&mut self) -> String {
         match self.next() {
-            ArgValue::Str(s) => s,
+            ArgValue::Str(s) => s.to_string_lossy(),
             _ => String::new(),
+        }
+    }
+
+    /// Reads a dict key (a string value) without copying it; anything else
+    /// reads as empty.
+    pub(crate) fn key_words(&mut self) -> StrWords<'a> {
+        match self.next() {
+            ArgValue::Str(s) => s,
+            _ => StrWords { words: &[], len: 0 },
         }
     }
 
     /// Reads one raw word (an untagged field id).
     pub(crate) fn skip_word(&mut self) -> u64 {
         self.word()
+    }
+
+    /// Goes back (or forth) to word `pos` (a value's start from [`Self::pos`]).
+    pub(crate) fn set_pos(&mut self, pos: usize) {
+        self.pos = pos;
     }
 
     /// Position of the next word to read.
@@ -524,7 +594,7 @@ impl ArgReader<'_> {
             ArgValue::Double(v) => Value::Double(v),
             ArgValue::Bool(v) => Value::Bool(v),
             ArgValue::Pointer(v) => Value::Pointer(v),
-            ArgValue::Str(s) => Value::Str(s),
+            ArgValue::Str(s) => Value::Str(s.to_string_lossy()),
             ArgValue::Dict(n) => Value::Dict(
                 (0..n.min(self.words.len()))
                     .map(|_| (self.key(), self.value_at_depth(depth + 1)))

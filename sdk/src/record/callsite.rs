@@ -107,7 +107,7 @@ impl Callsite {
             reg.sites.push(self);
             self.id.store(reg.sites.len() as u32, Ordering::Relaxed);
         }
-        let on = reg.active && reg.filter.enabled(self.category);
+        let on = reg.wants(self.category);
         self.interest
             .store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
         on
@@ -120,20 +120,34 @@ struct Registry {
     filter: CategoryFilter,
     /// A session is recording.
     active: bool,
+    /// Categories that system tracing sessions record (see `set_system_wants`).
+    system: Option<SystemWants>,
 }
+
+/// Which categories the live system tracing sessions record.
+pub(crate) type SystemWants = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(|| {
     Mutex::new(Registry {
         sites: Vec::new(),
         filter: CategoryFilter::all(),
         active: false,
+        system: None,
     })
 });
 
 impl Registry {
+    /// A site of `category` records: the session's filter or a system
+    /// tracing session wants it.
+    fn wants(&self, category: &str) -> bool {
+        self.active
+            && (self.filter.enabled(category) || self.system.as_ref().is_some_and(|f| f(category)))
+    }
+
     fn recompute(&self) {
+        FILTER_GENERATION.fetch_add(1, Ordering::Release);
         for site in &self.sites {
-            let on = self.active && self.filter.enabled(site.category);
+            let on = self.wants(site.category);
             site.interest
                 .store(if on { ENABLED } else { DISABLED }, Ordering::Relaxed);
         }
@@ -147,6 +161,30 @@ pub(crate) fn sync_sites(cache: &mut Vec<&'static Callsite>) {
         let from = cache.len();
         cache.extend_from_slice(&reg.sites[from..]);
     }
+}
+
+/// Changes each time the set of recorded categories changes.
+static FILTER_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The current generation of the category filter (see `FILTER_GENERATION`).
+pub(crate) fn filter_generation() -> u64 {
+    FILTER_GENERATION.load(Ordering::Acquire)
+}
+
+/// Sets the categories system tracing sessions record, on top of the filter.
+pub(crate) fn set_system_wants(wants: Option<SystemWants>) {
+    let mut reg = REGISTRY.lock();
+    reg.system = wants;
+    reg.recompute();
+}
+
+/// The distinct categories of the call sites registered so far.
+pub(crate) fn known_categories() -> Vec<&'static str> {
+    let reg = REGISTRY.lock();
+    let mut cats: Vec<&'static str> = reg.sites.iter().map(|s| s.category).collect();
+    cats.sort_unstable();
+    cats.dedup();
+    cats
 }
 
 pub(crate) fn set_active(active: bool) {

@@ -144,8 +144,12 @@ impl Calibration {
         // instructions where i128 <-> f64 are library calls (this runs once
         // per event in the flusher).
         let delta = ticks.wrapping_sub(self.last.0) as i64;
-        let ns =
-            (self.last.1 as i64).saturating_add((delta as f64 * self.ns_per_tick).round() as i64);
+        // Rounded half away from zero, as `f64::round`, without its library
+        // call (x86-64 has no rounding instruction before SSE4.1): the cast
+        // truncates toward zero.
+        let x = delta as f64 * self.ns_per_tick;
+        let rounded = if x >= 0.0 { x + 0.5 } else { x - 0.5 } as i64;
+        let ns = (self.last.1 as i64).saturating_add(rounded);
         ns.max(0) as u64
     }
 

@@ -93,6 +93,7 @@ pub struct Builder {
     pub(super) json_key_error: Option<String>,
     pub(super) process_labels: Vec<String>,
     pub(super) process_sort_index: Option<i32>,
+    pub(super) system_tracing: bool,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -153,10 +154,35 @@ pub fn builder() -> Builder {
         json_key_error: None,
         process_labels: Vec::new(),
         process_sort_index: None,
+        system_tracing: false,
     }
 }
 
 impl Builder {
+    /// Makes this process a producer for Perfetto's tracing service
+    /// (`traced`): it registers the `track_event` data source with the
+    /// categories it knows and records nothing for it until a tracing session
+    /// enables it; each session gets the events of the categories its
+    /// `TrackEventConfig` selects. The service's socket is
+    /// `PERFETTO_PRODUCER_SOCK_NAME` (a path, `@abstract` or `host:port`),
+    /// else Perfetto's default. A file output can be on at the same time (it
+    /// keeps to [`enable_categories`](Builder::enable_categories)); without
+    /// one, [`start`](Builder::start) needs no output. If no service listens
+    /// the program runs as usual, says so once on stderr and connects when
+    /// the service starts.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let _trace = ringtrace::builder().system_tracing(true).start()?;
+    /// ringtrace::trace_instant!("demo", "recorded when a session enables \"demo\"");
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn system_tracing(mut self, on: bool) -> Self {
+        self.system_tracing = on;
+        self
+    }
+
     /// Writes the trace to `path`; the extension picks the format unless
     /// [`Builder::format`] is set: `.pftrace`, `.perfetto-trace`, `.pb`
     /// (Perfetto) or `.json` (Chrome JSON).

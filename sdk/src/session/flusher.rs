@@ -7,14 +7,16 @@
 //! are still running at that moment). A ring whose thread exited is drained
 //! to the end and then forgotten. In flight-recorder (overwrite) mode the
 //! rings are drained as often, into the process-wide `Recorder` instead of
-//! the encoder; it is written out on `flush()` and at stop.
+//! the file's encoder; it is written out on `flush()` and at stop.
 
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::sync::Arc;
-use crate::session::recorder::Recorder;
 use crate::session::sink::Sink;
+use crate::session::recorder::Recorder;
+use crate::system::data_source::RecordFilter;
+use crate::system::feed::SystemFeed;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -87,8 +89,10 @@ pub struct Stats {
 
 pub(crate) struct Flusher {
     pub(crate) shared: StdArc<Shared>,
-    pub(crate) encoder: Box<dyn Encoder>,
-    pub(crate) sink: Sink,
+    /// The file output (None: system tracing only).
+    pub(crate) output: Option<(Box<dyn Encoder>, Sink)>,
+    /// System tracing (the Perfetto producer), if on.
+    pub(crate) system: Option<SystemFeed>,
     pub(crate) cal: Calibration,
     pub(crate) process: ProcessInfo,
     pub(crate) overwrite: bool,
@@ -108,17 +112,24 @@ impl Flusher {
     pub(crate) fn run(self) -> (Stats, Option<std::io::Error>) {
         let Flusher {
             shared,
-            mut encoder,
-            mut sink,
+            output,
+            mut system,
             mut cal,
             process,
             overwrite,
             recorder_bytes,
             interval,
         } = self;
-        let mut recorder = overwrite.then(|| Recorder::new(recorder_bytes));
+        let (mut encoder, mut sink) = match output {
+            Some((e, s)) => (Some(e), Some(s)),
+            None => (None, None),
+        };
+        let mut recorder = (overwrite && encoder.is_some()).then(|| Recorder::new(recorder_bytes));
         let mut finished: Vec<Arc<ThreadRing>> = Vec::new();
-        let encoder = &mut *encoder;
+        // With system tracing on, call sites also record categories only a
+        // tracing session wants: the file keeps to its own filter.
+        let mut file_filter = system.as_ref().map(|_| (RecordFilter::default(), u64::MAX));
+        let mut file_words = Vec::new();
         let mut sites = Sites::default();
         let mut out = Vec::with_capacity(1 << 20);
         let mut words = Vec::with_capacity(DRAIN_CHUNK_WORDS * 2);
@@ -131,9 +142,11 @@ impl Flusher {
                 process: &process,
                 sites: &mut sites,
             };
-            encoder.header(&mut ctx, &mut out);
+            if let Some(e) = encoder.as_deref_mut() {
+                e.header(&mut ctx, &mut out);
+            }
         }
-        sink.write(&mut out);
+        write_out(&mut sink, &mut out);
         let mut last_full = Instant::now();
         let mut last_snapshot = Instant::now();
         let mut flush_seen = 0;
@@ -148,10 +161,18 @@ impl Flusher {
             }
             let stopping = shared.stop.load(Ordering::Acquire);
             let flush_req = shared.flush_requested.load(Ordering::Acquire);
+            let system_full = match system.as_mut() {
+                Some(sys) => sys.begin_cycle(&mut Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                }),
+                None => false,
+            };
             // A flight recorder drains the rings as often (into the
             // recorder); it writes out only on flush and at stop.
-            let write_out = stopping || flush_req != flush_seen;
-            let full = write_out || last_full.elapsed() >= interval;
+            let dump = stopping || flush_req != flush_seen;
+            let full = dump || system_full || last_full.elapsed() >= interval;
             if full {
                 cal.refresh();
                 last_full = Instant::now();
@@ -183,18 +204,49 @@ impl Flusher {
                     if d.records == 0 && d.overwritten == 0 {
                         break;
                     }
-                    if let Some(rec) = recorder.as_mut() {
-                        stats.events_lost += rec.push(tr, &words, d.overwritten, &mut finished);
-                    } else {
-                        let batch = Batch {
-                            thread: tr,
-                            words: &words,
-                            overwritten: d.overwritten,
+                    let batch = Batch {
+                        thread: tr,
+                        words: &words,
+                        overwritten: d.overwritten,
+                    };
+                    if let Some(e) = encoder.as_deref_mut() {
+                        let mine = match file_filter.as_mut() {
+                            None => batch.words,
+                            Some((filter, generation)) => {
+                                let now = crate::record::callsite::filter_generation();
+                                if *generation != now {
+                                    *generation = now;
+                                    filter.forget_sites();
+                                }
+                                filter.select(
+                                    tr.seq_id,
+                                    &words,
+                                    &crate::record::callsite::category_enabled,
+                                    ctx.sites,
+                                    &mut file_words,
+                                );
+                                &file_words
+                            }
                         };
-                        encoder.batch(&mut ctx, &batch, &mut out);
+                        match recorder.as_mut() {
+                            Some(rec) => {
+                                stats.events_lost +=
+                                    rec.push(tr, mine, d.overwritten, &mut finished);
+                            }
+                            None => {
+                                let mine = Batch {
+                                    words: mine,
+                                    ..batch
+                                };
+                                e.batch(&mut ctx, &mine, &mut out);
+                            }
+                        }
+                    }
+                    if let Some(sys) = system.as_mut() {
+                        sys.batch(&mut ctx, &batch);
                     }
                     if out.len() >= 1 << 20 {
-                        sink.write(&mut out);
+                        write_out(&mut sink, &mut out);
                     }
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
@@ -206,11 +258,28 @@ impl Flusher {
                     let n = oversized - st.reported_oversized;
                     st.reported_oversized = oversized;
                     stats.events_oversized += n;
-                    encoder.note_lost(&mut ctx, tr, n, &mut out);
+                    if let Some(e) = encoder.as_deref_mut() {
+                        e.note_lost(&mut ctx, tr, n, &mut out);
+                    }
+                    if let Some(sys) = system.as_mut() {
+                        sys.note_lost(&mut ctx, tr, n);
+                    }
                 }
                 if retired && tr.ring.used_words() == 0 {
+                    // A thread the recorder still holds records of is
+                    // finished when they are written out or forgotten.
                     if !recorder.as_mut().is_some_and(|r| r.thread_exited(tr)) {
-                        thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
+                        thread_finished(
+                            &mut encoder,
+                            &mut system,
+                            &mut ctx,
+                            tr,
+                            &mut stats,
+                            &mut out,
+                        );
+                    }
+                    if let Some(f) = file_filter.as_mut() {
+                        f.0.forget_thread(tr.seq_id);
                     }
                     state.remove(&tr.seq_id);
                     REGISTRY.remove(tr.seq_id);
@@ -222,11 +291,18 @@ impl Flusher {
                     process: &process,
                     sites: &mut sites,
                 };
-                if write_out {
-                    rec.write_out(encoder, &mut ctx, &mut out, &mut finished);
+                if let (true, Some(e)) = (dump, encoder.as_deref_mut()) {
+                    rec.write_out(e, &mut ctx, &mut out, &mut finished);
                 }
                 for tr in finished.drain(..) {
-                    thread_finished(encoder, &mut ctx, &tr, &mut stats, &mut out);
+                    thread_finished(
+                        &mut encoder,
+                        &mut system,
+                        &mut ctx,
+                        &tr,
+                        &mut stats,
+                        &mut out,
+                    );
                 }
             }
             if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
@@ -236,7 +312,12 @@ impl Flusher {
                     process: &process,
                     sites: &mut sites,
                 };
-                encoder.tick(&mut ctx, &mut out);
+                if let Some(e) = encoder.as_deref_mut() {
+                    e.tick(&mut ctx, &mut out);
+                }
+                if let Some(sys) = system.as_mut() {
+                    sys.tick(&mut ctx);
+                }
             }
             if stopping {
                 // Threads still running: their drops so far, then close the file.
@@ -247,43 +328,84 @@ impl Flusher {
                 };
                 for tr in &rings {
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
-                        thread_finished(encoder, &mut ctx, tr, &mut stats, &mut out);
+                        thread_finished(
+                            &mut encoder,
+                            &mut system,
+                            &mut ctx,
+                            tr,
+                            &mut stats,
+                            &mut out,
+                        );
                     }
                 }
                 let now = cal.now_ns();
-                encoder.finish(&mut ctx, now, &mut out);
-                sink.write(&mut out);
-                sink.flush();
+                if let Some(e) = encoder.as_deref_mut() {
+                    e.finish(&mut ctx, now, &mut out);
+                }
+                if let Some(sys) = system.as_mut() {
+                    sys.finish(&mut ctx, now);
+                }
+                write_out(&mut sink, &mut out);
+                if let Some(s) = sink.as_mut() {
+                    s.flush();
+                }
                 break;
             }
-            sink.write(&mut out);
-            sink.flush();
+            if let Some(sys) = system.as_mut() {
+                let now = cal.now_ns();
+                sys.end_cycle(
+                    &mut Context {
+                        cal: &cal,
+                        process: &process,
+                        sites: &mut sites,
+                    },
+                    now,
+                );
+            }
+            write_out(&mut sink, &mut out);
+            if let Some(s) = sink.as_mut() {
+                s.flush();
+            }
             if flush_req != flush_seen {
                 flush_seen = flush_req;
                 *shared.flush_done.lock() = flush_req;
                 shared.flush_cv.notify_all();
             }
         }
-        let enc = encoder.stats();
-        stats.events_written = enc.events;
-        stats.unmatched_ends = enc.unmatched_ends;
+        if let Some(e) = encoder.as_deref() {
+            let enc = e.stats();
+            stats.events_written = enc.events;
+            stats.unmatched_ends = enc.unmatched_ends;
+        }
         stats.events_no_memory = REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
         stats.events_lost += stats.events_oversized
             + stats.events_no_memory
             + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
-        stats.bytes_written = sink.bytes_written();
+        if let Some(sys) = system.as_ref() {
+            stats.events_lost += sys.stats().events_dropped;
+        }
+        stats.bytes_written = sink.as_ref().map_or(0, Sink::bytes_written);
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
         drop(recorder);
         REGISTRY.budget.give_back(recorder_bytes);
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
-        (stats, sink.take_error())
+        (stats, sink.as_mut().and_then(Sink::take_error))
+    }
+}
+
+/// Writes `out` to the file output, if any (else drops it).
+fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
+    match sink {
+        Some(s) => s.write(out),
+        None => out.clear(),
     }
 }
 
 /// Reports drops not yet marked in the stream, and forgets the thread.
 fn thread_finished(
-    encoder: &mut dyn Encoder,
+    encoder: &mut Option<Box<dyn Encoder>>,
+    system: &mut Option<SystemFeed>,
     ctx: &mut Context<'_>,
     tr: &ThreadRing,
     stats: &mut Stats,
@@ -292,8 +414,16 @@ fn thread_finished(
     stats.threads += 1;
     stats.events_lost += tr.ring.dropped();
     let pending = tr.ring.pending_lost();
-    if pending > 0 {
-        encoder.note_lost(ctx, tr, pending, out);
+    if let Some(e) = encoder.as_deref_mut() {
+        if pending > 0 {
+            e.note_lost(ctx, tr, pending, out);
+        }
+        e.thread_done(ctx, tr.seq_id, out);
     }
-    encoder.thread_done(ctx, tr.seq_id, out);
+    if let Some(sys) = system.as_mut() {
+        if pending > 0 {
+            sys.note_lost(ctx, tr, pending);
+        }
+        sys.thread_done(ctx, tr.seq_id);
+    }
 }

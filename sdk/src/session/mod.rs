@@ -29,7 +29,9 @@ use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
 use crate::session::flusher::{Flusher, Shared, Stats};
-use crate::session::sink::Sink;
+use crate::session::sink::{Sink, Units};
+use crate::system::feed::SystemFeed;
+use crate::system::producer::Link;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
@@ -95,10 +97,11 @@ impl Builder {
                 self.budget_bytes
             )));
         }
-        let (mut sink, format, path) = match self.output {
+        let (sink, format, path) = match self.output {
+            Output::None if self.system_tracing => (None, Format::Perfetto, None),
             Output::None => return Err(Error::NoOutput),
             Output::Writer(w) => (
-                Sink::new(w, "the configured writer".into()),
+                Some(Sink::new(w, "the configured writer".into())),
                 self.format.unwrap_or(Format::Perfetto),
                 None,
             ),
@@ -111,24 +114,31 @@ impl Builder {
                     path: Some(p.clone()),
                     source: e,
                 })?;
-                let w = std::io::BufWriter::with_capacity(1 << 16, file);
+                let units = match format {
+                    Format::Json => Units::Json,
+                    Format::Perfetto => Units::Perfetto,
+                };
                 (
-                    Sink::new(Box::new(w), p.display().to_string()),
+                    Some(Sink::file(file, p.display().to_string(), units)),
                     format,
                     Some(p),
                 )
             }
         };
-        let encoder: Box<dyn Encoder> = match format {
-            Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
-                source_locations: self.source_locations,
-                omit_needs_flag: self.compact_packets,
-            })),
-            Format::Json => Box::new(JsonEncoder::with_options(self.json)),
-        };
-        if self.compressed_packets {
-            sink.compress_perfetto_packets();
-        }
+        let file_output = sink.is_some();
+        let output = sink.map(|mut sink| {
+            let encoder: Box<dyn Encoder> = match format {
+                Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
+                    source_locations: self.source_locations,
+                    omit_needs_flag: self.compact_packets,
+                })),
+                Format::Json => Box::new(JsonEncoder::with_options(self.json)),
+            };
+            if self.compressed_packets {
+                sink.compress_perfetto_packets();
+            }
+            (encoder, sink)
+        });
         if self.finish_on_signals {
             crate::session::signals::install(finish_current_session).map_err(|e| Error::Io {
                 path: None,
@@ -148,7 +158,7 @@ impl Builder {
         );
         // A flight recorder keeps the process's most recent records in one
         // store of half the budget; the rings share the other half.
-        let recorder_bytes = if self.overwrite {
+        let recorder_bytes = if self.overwrite && output.is_some() {
             let want = self.budget_bytes / 2;
             if REGISTRY.budget.try_take(want) {
                 want
@@ -159,17 +169,34 @@ impl Builder {
             0
         };
         let shared = Arc::new(Shared::new());
+        let process = {
+            let mut p = ProcessInfo::current(self.process_name);
+            p.labels = self.process_labels;
+            p.sort_index = self.process_sort_index;
+            p
+        };
+        let link = self.system_tracing.then(|| {
+            Link::new(
+                crate::system::transport::default_address(),
+                process.name.clone(),
+                shared.clone(),
+            )
+        });
+        let system = link.as_ref().map(|link| {
+            SystemFeed::new(
+                link.clone(),
+                PerfettoOptions {
+                    source_locations: self.source_locations,
+                    omit_needs_flag: false,
+                },
+            )
+        });
         let flusher = Flusher {
             shared: shared.clone(),
-            encoder,
-            sink,
+            output,
+            system,
             cal,
-            process: {
-                let mut p = ProcessInfo::current(self.process_name);
-                p.labels = self.process_labels;
-                p.sort_index = self.process_sort_index;
-                p
-            },
+            process,
             overwrite: self.overwrite,
             recorder_bytes,
             interval: self.flush_interval.max(Duration::from_millis(1)),
@@ -181,13 +208,40 @@ impl Builder {
                 REGISTRY.close();
                 Error::Flusher(format!("cannot start the flusher thread: {e}"))
             })?;
-        callsite::replace_filter(self.filter);
+        let producer = match link {
+            Some(link) => {
+                let l = link.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("ringtrace-producer".into())
+                    .spawn(move || crate::system::producer::run(l));
+                match spawned {
+                    Ok(h) => Some((link, h)),
+                    Err(e) => {
+                        shared.stop.store(true, Ordering::Release);
+                        shared.wake();
+                        let _ = handle.join();
+                        REGISTRY.close();
+                        return Err(Error::Flusher(format!(
+                            "cannot start the system tracing thread: {e}"
+                        )));
+                    }
+                }
+            }
+            None => None,
+        };
+        // Without a file, only system tracing sessions turn call sites on.
+        callsite::replace_filter(if file_output {
+            self.filter
+        } else {
+            CategoryFilter::none()
+        });
         callsite::set_active(true);
         *slot = Some(Session {
             id,
             shared,
             handle,
             path: path.clone(),
+            producer,
         });
         drop(slot);
         AT_EXIT.call_once(|| {
@@ -212,6 +266,8 @@ struct Session {
     shared: Arc<Shared>,
     handle: JoinHandle<(Stats, Option<std::io::Error>)>,
     path: Option<PathBuf>,
+    /// System tracing's connection thread, if on.
+    producer: Option<(Arc<Link>, JoinHandle<()>)>,
 }
 
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
@@ -255,6 +311,11 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
         .store(true, std::sync::atomic::Ordering::Release);
     session.shared.wake();
     let joined = session.handle.join();
+    if let Some((link, handle)) = session.producer {
+        // After the flusher's last commits: now the connection may close.
+        link.shut_down();
+        let _ = handle.join();
+    }
     REGISTRY.close();
     match joined {
         Ok((stats, None)) => Ok(stats),
@@ -379,7 +440,8 @@ pub fn is_recording() -> bool {
 ///
 /// | variable | meaning |
 /// | --- | --- |
-/// | `RINGTRACE_OUTPUT` | output path; the extension picks the format |
+/// | `RINGTRACE_OUTPUT` | output path; the extension picks the format; `system`: system tracing only ([`Builder::system_tracing`]) |
+/// | `RINGTRACE_SYSTEM` | `1`, `true`, `yes` or `on`: system tracing as well as the file |
 /// | `RINGTRACE_CATEGORIES` | comma-separated patterns to enable (default `*`); `-name` disables |
 /// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
 /// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
@@ -402,7 +464,13 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
-    let mut b = builder().output(PathBuf::from(out));
+    let system = out == "system"
+        || std::env::var("RINGTRACE_SYSTEM")
+            .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    let mut b = builder().system_tracing(system);
+    if out != "system" {
+        b = b.output(PathBuf::from(out));
+    }
     if let Ok(cats) = std::env::var("RINGTRACE_CATEGORIES") {
         let mut filter = CategoryFilter::none();
         for p in cats.split(',').map(str::trim).filter(|p| !p.is_empty()) {

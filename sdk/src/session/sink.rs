@@ -1,6 +1,26 @@
 //! Where trace bytes go: a file, any `io::Write`, or a memory buffer. The
 //! first write error is reported once on stderr and kept for `stop()`; after
 //! it the session goes on and the bytes are dropped (and counted).
+//!
+//! # Whole events in a file, whenever the process dies
+//!
+//! The flusher hands over whole events (JSON) or whole packets (Perfetto),
+//! and a file sink writes each hand-over with one `write` call. Linux
+//! copies a write into the page cache page by page (folio by folio) and
+//! stops between two pages when the process is killed, so a SIGKILL can cut
+//! a write only at a multiple of the page size. The sink therefore lays its
+//! bytes out so that no event of a page or less straddles a 4 KiB boundary
+//! (a multiple of every page and folio size): before such an event it pads
+//! to the boundary with whitespace (JSON: allowed between any two tokens) or
+//! with an empty packet (Perfetto: a `TracePacket` holding only a field
+//! Perfetto retired, which every reader skips; see `lay_out` for the few
+//! bytes no packet fits in). Whatever a kill leaves is then whole events and padding:
+//! a JSON bare array loads after appending `]`, a Perfetto file parses to its
+//! last packet. An event larger than 4 KiB can still be cut inside (readers
+//! of Perfetto drop a cut last packet; in JSON that takes an argument of
+//! kilobytes). The padding costs about half an event per 4 KiB. Writers
+//! given with [`Builder::writer`](crate::Builder::writer) get the bytes as
+//! they are (their position in a file is unknown).
 
 use parking_lot::Mutex;
 use std::io::Write;
@@ -43,8 +63,23 @@ impl Write for MemoryBuffer {
     }
 }
 
+/// How a file's bytes split into events, for the layout (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Units {
+    /// Chrome JSON: each event after the first starts with `,\n`.
+    Json,
+    /// Perfetto: framed top-level fields (`0x0A len packet`).
+    Perfetto,
+}
+
+/// No unit of this size or less straddles a multiple of it in a file.
+const PAGE: u64 = 4096;
+
 pub(crate) struct Sink {
     out: Box<dyn Write + Send>,
+    /// A file written from offset 0: lay units out (module docs).
+    units: Option<Units>,
+    laid_out: Vec<u8>,
     /// Perfetto: wrap the packets of each write in `compressed_packets`.
     compress: bool,
     scratch: Vec<u8>,
@@ -58,6 +93,8 @@ impl Sink {
     pub(crate) fn new(out: Box<dyn Write + Send>, what: String) -> Sink {
         Sink {
             out,
+            units: None,
+            laid_out: Vec::new(),
             compress: false,
             scratch: Vec::new(),
             what,
@@ -65,6 +102,14 @@ impl Sink {
             written: 0,
             bytes_dropped: 0,
         }
+    }
+
+    /// A sink writing a new file (at offset 0) with one `write` per hand-over,
+    /// laid out so that a kill leaves whole `units` (module docs).
+    pub(crate) fn file(file: std::fs::File, what: String, units: Units) -> Sink {
+        let mut sink = Sink::new(Box::new(file), what);
+        sink.units = Some(units);
+        sink
     }
 
     /// From now on, write Perfetto packets zlib-compressed inside
@@ -82,6 +127,11 @@ impl Sink {
             self.scratch.clear();
             compress_packets(buf, &mut self.scratch);
             std::mem::swap(buf, &mut self.scratch);
+        }
+        if let Some(units) = self.units {
+            self.laid_out.clear();
+            lay_out(buf, self.written, units, &mut self.laid_out);
+            std::mem::swap(buf, &mut self.laid_out);
         }
         if self.error.is_none() {
             match self.out.write_all(buf) {
@@ -114,6 +164,109 @@ impl Sink {
     pub(crate) fn take_error(&mut self) -> Option<std::io::Error> {
         self.error.take()
     }
+}
+
+/// Appends the units of `buf` to `out`, which continues a file at `offset`,
+/// with padding so that no unit of at most [`PAGE`] bytes straddles a
+/// multiple of [`PAGE`].
+///
+/// Padding is at least [`min_pad`] bytes (5 for Perfetto, 1 for JSON), so
+/// a page must never end with fewer free bytes than that: the space left in
+/// the page after each unit is kept at 0 or at least `min_pad`. Units that
+/// could not keep that even at a page's start (`PAGE - min_pad < len <
+/// PAGE`) are laid out as large ones: they may straddle, and get `min_pad`
+/// bytes of padding first when they would end too close before a boundary.
+fn lay_out(buf: &[u8], offset: u64, units: Units, out: &mut Vec<u8>) {
+    let m = min_pad(units);
+    let mut pos = offset;
+    let mut i = 0;
+    while i < buf.len() {
+        let end = i + match units {
+            Units::Json => json_unit_len(&buf[i..]),
+            Units::Perfetto => framed_len(&buf[i..]).max(1),
+        };
+        let len = (end - i) as u64;
+        let left = PAGE - pos % PAGE;
+        let bad_rest = |rest: u64| rest != 0 && rest < m;
+        let gap = if len == PAGE || len <= PAGE - m {
+            if left < PAGE && (len > left || bad_rest(left - len)) {
+                left
+            } else {
+                0
+            }
+        } else if bad_rest((PAGE - (pos + len) % PAGE) % PAGE) {
+            m
+        } else {
+            0
+        };
+        if gap > 0 {
+            pos += pad(out, gap, units);
+        }
+        out.extend_from_slice(&buf[i..end]);
+        pos += len;
+        i = end;
+    }
+}
+
+/// The smallest padding of `units`.
+fn min_pad(units: Units) -> u64 {
+    match units {
+        Units::Json => 1,
+        Units::Perfetto => 5,
+    }
+}
+
+/// Length of the JSON unit at the start of `buf`: up to the next event
+/// separator `,\n` (our events are one line each: strings escape newlines).
+fn json_unit_len(buf: &[u8]) -> usize {
+    let mut j = 1;
+    while j + 1 < buf.len() {
+        if buf[j] == b',' && buf[j + 1] == b'\n' {
+            return j;
+        }
+        j += 1;
+    }
+    buf.len()
+}
+
+/// The field number of Perfetto padding: a `TracePacket` field that
+/// Perfetto reserved when it removed it (`reserved 55`), so it can never
+/// mean anything; readers skip it as an unknown field, and the packet,
+/// holding nothing else, is empty to them.
+const PAD_FIELD: u64 = 55;
+
+/// Appends `gap` bytes of padding (at least [`min_pad`]; less is not
+/// written); returns the bytes appended.
+fn pad(out: &mut Vec<u8>, gap: u64, units: Units) -> u64 {
+    if gap < min_pad(units) {
+        return 0; // `lay_out` never asks
+    }
+    match units {
+        Units::Json => {
+            out.resize(out.len() + gap as usize - 1, b' ');
+            out.push(b'\n');
+        }
+        Units::Perfetto => {
+            // One packet `0a L [tag(55) L2 zeros]`: 5 + L2 bytes while both
+            // lengths take one byte (up to 129), 7 + L2 with two-byte lengths
+            // (from 135); 130 to 134 are split in two.
+            let mut packet = |total: u64| {
+                let body = if total <= 129 { total - 5 } else { total - 7 };
+                crate::encode::protowire::nested(out, 1, |p| {
+                    crate::encode::protowire::bytes(p, PAD_FIELD as u32, &vec![0u8; body as usize]);
+                });
+            };
+            match gap {
+                5..=129 => packet(gap),
+                130..=134 => {
+                    packet(5);
+                    packet(gap - 5);
+                }
+                _ => packet(gap),
+            }
+        }
+    }
+    gap
 }
 
 /// Uncompressed bytes per `compressed_packets` packet: well under the 512 KB
@@ -166,6 +319,139 @@ mod tests {
     use super::*;
     use prost::Message;
     use std::io::Read;
+
+    /// Padding of every length a page can need is exactly that long and
+    /// reads as empty packets (Perfetto) or whitespace (JSON).
+    #[test]
+    fn padding_of_every_length() {
+        for gap in 5..=PAGE {
+            let mut out = Vec::new();
+            assert_eq!(pad(&mut out, gap, Units::Perfetto), gap);
+            assert_eq!(out.len() as u64, gap, "gap {gap}");
+            let t = ringtrace_protos::Trace::decode(out.as_slice()).unwrap();
+            assert!(!t.packet.is_empty());
+            assert!(t
+                .packet
+                .iter()
+                .all(|p| *p == ringtrace_protos::TracePacket::default()));
+            let mut out = Vec::new();
+            assert_eq!(pad(&mut out, gap, Units::Json), gap);
+            assert!(out.len() as u64 == gap && out.iter().all(u8::is_ascii_whitespace));
+        }
+        assert_eq!(pad(&mut Vec::new(), 4, Units::Perfetto), 0);
+    }
+
+    /// Every multiple of PAGE in the laid-out file falls between two units
+    /// (or inside padding), for units of every size up to PAGE and padding
+    /// of every length: a file cut there parses (Perfetto with prost, JSON
+    /// with serde_json after appending `]`), and the whole file holds every
+    /// unit in order.
+    #[test]
+    fn no_small_unit_straddles_a_page() {
+        let mut events = Vec::new();
+        let mut next = 0u64;
+        for len in (1..=PAGE as usize)
+            .step_by(7)
+            .chain([4095, 4096, 130, 129, 131])
+        {
+            // Perfetto: a packet of field 8 (timestamp) padded with field 3 bytes.
+            let mut body = Vec::new();
+            crate::encode::protowire::uint(&mut body, 8, next);
+            next += 1;
+            // Tag and length of the filler (up to 3) and of the packet (up to 3).
+            let filler = len.saturating_sub(body.len() + 6);
+            crate::encode::protowire::bytes(&mut body, 3, &vec![7u8; filler]);
+            crate::encode::protowire::bytes(&mut events, 1, &body);
+        }
+        // Starts that keep the layout's rule (never one byte left in a page).
+        for start in [0u64, 5, 4000, 4091] {
+            let mut out = Vec::new();
+            lay_out(&events, start, Units::Perfetto, &mut out);
+            // Cut the file at each page boundary: every prefix parses as a
+            // Trace (field 2 skipped), and the whole holds every packet.
+            let file = out;
+            // Where each field of the file starts and ends.
+            let mut fields = Vec::new();
+            let mut at = 0;
+            while at < file.len() {
+                let n = framed_len(&file[at..]);
+                fields.push((at, at + n));
+                at += n;
+            }
+            let mut boundary = (PAGE - start % PAGE) % PAGE;
+            while (boundary as usize) < file.len() {
+                let b = boundary as usize;
+                match fields.iter().find(|&&(a, e)| a < b && b < e) {
+                    // Only a unit too large to fit (more than PAGE - 5 bytes) may be cut.
+                    Some(&(a, e)) => assert!(
+                        e - a > PAGE as usize - 5,
+                        "start {start}: a field of {} bytes at {a} straddles {b}",
+                        e - a
+                    ),
+                    None => {
+                        ringtrace_protos::Trace::decode(&file[..b])
+                            .unwrap_or_else(|e| panic!("start {start}: cut at {boundary}: {e}"));
+                    }
+                }
+                boundary += PAGE;
+            }
+            let all = ringtrace_protos::Trace::decode(file.as_slice()).unwrap();
+            // Padding packets are empty to a reader.
+            let (stamped, empty): (Vec<_>, Vec<_>) =
+                all.packet.iter().partition(|p| p.timestamp.is_some());
+            assert!(empty
+                .iter()
+                .all(|p| **p == ringtrace_protos::TracePacket::default()));
+            let stamps: Vec<u64> = stamped.iter().map(|p| p.timestamp.unwrap()).collect();
+            assert_eq!(stamps, (0..next).collect::<Vec<_>>());
+        }
+        // JSON: the same for event lines.
+        let mut json = b"[\n".to_vec();
+        for (i, len) in (1..=PAGE as usize)
+            .step_by(13)
+            .chain([4095, 4096])
+            .enumerate()
+        {
+            if i > 0 {
+                json.extend_from_slice(b",\n");
+            }
+            json.extend_from_slice(
+                format!(
+                    "{{\"i\":{i},\"s\":\"{}\"}}",
+                    "x".repeat(len.saturating_sub(20))
+                )
+                .as_bytes(),
+            );
+        }
+        for start in [0u64, 3, 4095] {
+            // The file starts with `start` spaces (whitespace before `[`).
+            let mut file = vec![b' '; start as usize];
+            lay_out(&json, start, Units::Json, &mut file);
+            let mut count = 0;
+            let mut boundary = PAGE;
+            while (boundary as usize) < file.len() {
+                let mut text = file[..boundary as usize].to_vec();
+                if !text.contains(&b'[') {
+                    boundary += PAGE; // cut before the array opens
+                    continue;
+                }
+                text.push(b']');
+                let v: serde_json::Value = serde_json::from_slice(&text)
+                    .unwrap_or_else(|e| panic!("cut at {boundary}: {e}"));
+                let n = v.as_array().unwrap().len();
+                assert!(n >= count);
+                count = n;
+                boundary += PAGE;
+            }
+            let mut whole = file.clone();
+            whole.push(b']');
+            let v: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+            assert_eq!(
+                v.as_array().unwrap().len(),
+                (1..=PAGE as usize).step_by(13).count() + 2
+            );
+        }
+    }
 
     #[test]
     fn compressed_packets_expand_to_the_same_stream() {

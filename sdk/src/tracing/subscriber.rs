@@ -115,7 +115,7 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn enter(&self, span: &Id) {
-        bridge::enter(self, span);
+        bridge::enter(self, span, true);
     }
 
     fn exit(&self, span: &Id) {

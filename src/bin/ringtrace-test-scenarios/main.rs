@@ -52,6 +52,7 @@ fn main() {
         "size" => size(&trace, &args[4]),
         "signal_wait" => signal_wait(&trace),
         "endless" => endless(&trace),
+        "archive_loop" => archive_loop(&trace),
         "load" => load(&trace, &args[4]),
         "churn" => churn(&trace),
         "bad_input" => bad_input(&trace),
@@ -294,6 +295,38 @@ fn endless(trace: &str) -> Value {
         }
         if i % 64 == 0 {
             thread::sleep(Duration::from_micros(50));
+        }
+    }
+    unreachable!()
+}
+
+/// Writes the same archive (a few MiB of JSON trace) at `path` over and over,
+/// TAR or ZIP by extension; says "ready" once the first one is in place. The
+/// parent kills it mid-write.
+fn archive_loop(path: &str) -> Value {
+    let mut events = String::from("[\n");
+    for i in 0..60_000u64 {
+        if i > 0 {
+            events.push_str(",\n");
+        }
+        events.push_str(&format!(
+            "{{\"name\":\"e\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{i},\"pid\":1,\"tid\":1,\"args\":{{\"n\":{i}}}}}"
+        ));
+    }
+    events.push_str("\n]\n");
+    let mut archive = ringtrace::archive::Archive::new();
+    archive.add_bytes("big.json", events.into_bytes()).foreign();
+    archive.zip_method(ringtrace::archive::ZipMethod::Stored);
+    for round in 0u64.. {
+        if path.ends_with(".zip") {
+            archive.write_zip(path).unwrap();
+        } else {
+            archive.write_tar(path).unwrap();
+        }
+        if round == 0 {
+            println!("ready");
+            use std::io::Write;
+            std::io::stdout().flush().unwrap();
         }
     }
     unreachable!()

@@ -24,6 +24,7 @@ use super::*;
 use crate::encode::event::{open_site, open_tts, EventView, OPEN_DYNAMIC, OPEN_TTS};
 use crate::encode::track_key;
 use crate::events::{op, LogLevel};
+use std::collections::HashMap;
 
 /// How scopes are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,9 +54,9 @@ pub(crate) struct JsonOptions {
 pub(crate) fn to_json_text(v: &dyn crate::TraceValue) -> String {
     let mut words = Vec::new();
     v.encode(&mut words);
-    let mut s = String::new();
+    let mut s = Line::default();
     value_into(&mut s, &mut ArgReader::new(&words), 0);
-    s
+    s.into_string()
 }
 
 /// The state of the phases beyond the basic encoder.
@@ -154,7 +155,7 @@ impl JsonEncoder {
         pid: i32,
         tid: i64,
         out: &mut Vec<u8>,
-        f: impl FnOnce(&mut String),
+        f: impl FnOnce(&mut Line),
     ) {
         self.begin_event();
         let l = &mut self.line;
@@ -226,8 +227,9 @@ impl JsonEncoder {
             if let ArgValue::Dict(n) = r.next() {
                 for _ in 0..n.min(dict.len()) {
                     let key = r.key();
-                    let mut v = String::new();
+                    let mut v = Line::default();
                     value_into(&mut v, &mut r, 0);
+                    let v = v.into_string();
                     match entries.iter_mut().find(|(k, _)| *k == key) {
                         Some(e) => e.1 = v,
                         None => entries.push((key, v)),
@@ -966,8 +968,9 @@ impl JsonEncoder {
         let is_dict = matches!(ArgReader::new(words).next(), ArgValue::Dict(_));
         if is_dict {
             // Merge: our keys first, then the snapshot's entries.
-            let mut body = String::new();
+            let mut body = Line::default();
             value_into(&mut body, &mut r, 0);
+            let body = body.into_string();
             l.push('{');
             l.push_str(&inner);
             let rest = &body[1..];
@@ -1019,7 +1022,9 @@ impl JsonEncoder {
             let _ = write!(s, "\"cpu\":{cpu},");
         }
         let _ = write!(s, "\"tid\":{},\"ts\":", who.1);
-        micros(&mut s, ts);
+        let mut t = Line::default();
+        micros(&mut t, ts);
+        s.push_str(&t.into_string());
         s.push_str(",\"name\":");
         escape_into(&mut s, name);
         let _ = write!(s, ",\"sf\":{sf},\"weight\":{}}}", v.weight.unwrap_or(1));

@@ -16,7 +16,7 @@ use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTAN
 use crate::record::registry::with_current;
 use fields::{with_scratch, Visitor};
 use sites::{cached_site, site_info, SITES};
-pub(crate) use spans::{current_entered, SpanData};
+pub(crate) use spans::{current_entered, Inline, SpanData};
 use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
 use std::sync::atomic::Ordering;
 use tracing::span::{Attributes, Id, Record as SpanValues};
@@ -74,14 +74,14 @@ pub(crate) fn enabled_any(meta: &Metadata<'_>) -> bool {
 }
 
 /// `Span::record`: the values join the span's state.
+/// The values are visited (user `Debug` impls run) before the span's state
+/// is locked.
 pub(crate) fn record(store: &impl SpanStore, id: &Id, values: &SpanValues<'_>) {
-    store.with_data(id, |data| {
-        with_scratch(|f| {
-            values.record(&mut Visitor(f));
-            if !f.ranges.is_empty() {
-                data.tracking(|d| d.record(f));
-            }
-        })
+    with_scratch(|f| {
+        values.record(&mut Visitor(f));
+        if !f.ranges.is_empty() {
+            store.with_data(id, |data| data.tracking(|d| d.record(f)));
+        }
     });
 }
 
@@ -113,8 +113,11 @@ pub(crate) fn event(event: &Event<'_>) {
     });
 }
 
-/// Span `id` is entered on this thread: a slice begins.
-pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
+/// Span `id` is entered on this thread: a slice begins. A span ringtrace
+/// keeps no state for (its category was off) goes on the thread's stack of
+/// entered spans only if `track_unrecorded` (the subscriber answers
+/// `Span::current()` from that stack; the layer leaves it to the registry).
+pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
     let ts = ticks();
     let mut entered = Entered {
         id: id.into_u64(),
@@ -122,7 +125,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
         session: 0,
         recorded: false,
     };
-    store.with_data(id, |data| {
+    let found = store.with_data(id, |data| {
         if !data.site.is_enabled() {
             return;
         }
@@ -140,7 +143,9 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id) {
             }
         });
     });
-    push_entered(entered);
+    if found.is_some() || track_unrecorded {
+        push_entered(entered);
+    }
 }
 
 /// Span `id` exits on this thread: its slice ends.
@@ -204,9 +209,11 @@ pub(crate) fn close(store: &impl SpanStore, id: &Id) {
             }
             data.tracking(|d| d.write_flows(tr, ts));
             let site = data.info.site(data.dirty_async);
-            let mut fixed = vec![data.async_id];
+            let mut fixed = Inline::<u64, 17>::new();
+            fixed.push(data.async_id);
             data.words_of(data.dirty_async, &mut fixed);
-            layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, &fixed, &());
+            let fixed = fixed.as_slice();
+            layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, fixed, &());
         });
     });
 }
@@ -302,13 +309,14 @@ mod tests {
     #[test]
     fn recorded_values_replace_and_join_in_field_order() {
         let old = fields(&[(0, 1), (3, 3)]);
-        let (w, r) = merge_values(
-            &old.words,
-            &old.ranges,
-            &fields(&[(3, 30), (1, 10), (5, 50)]),
-        );
-        assert_eq!(values(&w, &r), [(0, 1), (1, 10), (3, 30), (5, 50)]);
-        let (w, r) = merge_values(&[], &[], &fields(&[(4, 4)]));
-        assert_eq!(values(&w, &r), [(4, 4)]);
+        // 4 inline words: the first merge spills to the heap, the second not.
+        let (mut w, mut r) = (Inline::<u64, 4>::new(), Inline::<_, 4>::new());
+        let new = fields(&[(3, 30), (1, 10), (5, 50)]);
+        merge_values(&old.words, &old.ranges, &new, &mut w, &mut r);
+        let got = values(w.as_slice(), r.as_slice());
+        assert_eq!(got, [(0, 1), (1, 10), (3, 30), (5, 50)]);
+        let (mut w, mut r) = (Inline::<u64, 4>::new(), Inline::<_, 4>::new());
+        merge_values(&[], &[], &fields(&[(4, 4)]), &mut w, &mut r);
+        assert_eq!(values(w.as_slice(), r.as_slice()), [(4, 4)]);
     }
 }

@@ -34,9 +34,11 @@ pub(crate) struct SpanData {
     /// The call site for the fields present now.
     pub(super) site: &'static Callsite,
     /// Values of the present fields in field order: what each begin carries.
-    words: Vec<u64>,
+    /// Inline up to `INLINE_WORDS`: a span with a few primitive fields (two
+    /// words each) is kept without an allocation.
+    words: Inline<u64, INLINE_WORDS>,
     /// (field index, start, end) into `words`, in field order.
-    ranges: Vec<(u32, u32, u32)>,
+    ranges: Inline<(u32, u32, u32), INLINE_FIELDS>,
     mask: u64,
     /// Tick count at creation: where an async range begins.
     created: u64,
@@ -58,8 +60,8 @@ impl SpanData {
         SpanData {
             info,
             site: info.full,
-            words: Vec::new(),
-            ranges: Vec::new(),
+            words: Inline::new(),
+            ranges: Inline::new(),
             mask: 0,
             created,
             thread: 0,
@@ -73,8 +75,10 @@ impl SpanData {
     /// The values a span was created with.
     pub(super) fn set_values(&mut self, fields: &Fields) {
         if fields.in_order() {
-            self.words = fields.words.clone();
-            self.ranges = fields.ranges.clone();
+            self.words.clear();
+            self.words.extend_from_slice(&fields.words);
+            self.ranges.clear();
+            self.ranges.extend_from_slice(&fields.ranges);
         } else {
             self.merge(fields);
         }
@@ -84,7 +88,17 @@ impl SpanData {
 
     /// Takes the values in `fields` (recorded later), replacing old ones.
     fn merge(&mut self, fields: &Fields) {
-        (self.words, self.ranges) = merge_values(&self.words, &self.ranges, fields);
+        let mut words = Inline::new();
+        let mut ranges = Inline::new();
+        merge_values(
+            self.words.as_slice(),
+            self.ranges.as_slice(),
+            fields,
+            &mut words,
+            &mut ranges,
+        );
+        self.words = words;
+        self.ranges = ranges;
     }
 
     /// Whether closing the span writes anything: the end of its async range,
@@ -123,10 +137,11 @@ impl SpanData {
     }
 
     /// The values of the fields in `mask`, in field order.
-    pub(super) fn words_of(&self, mask: u64, out: &mut Vec<u64>) {
-        for &(i, s, e) in &self.ranges {
+    pub(super) fn words_of<const N: usize>(&self, mask: u64, out: &mut Inline<u64, N>) {
+        let words = self.words.as_slice();
+        for &(i, s, e) in self.ranges.as_slice() {
             if mask >> i & 1 == 1 {
-                out.extend_from_slice(&self.words[s as usize..e as usize]);
+                out.extend_from_slice(&words[s as usize..e as usize]);
             }
         }
     }
@@ -145,7 +160,7 @@ impl SpanData {
             self.site.id() as u64,
             self.created,
             &[self.async_id],
-            &Words(&self.words),
+            &Words(self.words.as_slice()),
         );
     }
 
@@ -165,11 +180,11 @@ impl SpanData {
             layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
         } else {
             let site = self.info.site(self.dirty);
-            let mut args = Vec::new();
+            let mut args = Inline::<u64, INLINE_WORDS>::new();
             self.words_of(self.dirty, &mut args);
             self.dirty = 0;
             let payload = site.id() as u64 | depth << 24;
-            layout::write(&tr.ring, KIND_END_ARGS, payload, ts, &args, &());
+            layout::write(&tr.ring, KIND_END_ARGS, payload, ts, args.as_slice(), &());
         }
     }
 
@@ -178,7 +193,14 @@ impl SpanData {
     pub(super) fn begin_slice(&mut self, tr: &ThreadRing, ts: u64) -> Option<u32> {
         let depth = tr.depth.load(Ordering::Relaxed);
         let payload = self.site.id() as u64 | (depth.min(MAX_DEPTH) as u64) << 24;
-        if layout::write(&tr.ring, KIND_BEGIN, payload, ts, &self.words, &()) {
+        if layout::write(
+            &tr.ring,
+            KIND_BEGIN,
+            payload,
+            ts,
+            self.words.as_slice(),
+            &(),
+        ) {
             tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
             self.dirty = 0;
             Some(depth)
@@ -190,14 +212,14 @@ impl SpanData {
 
 /// Values of `old_*` (field order) with those of `fields` (recorded later)
 /// replacing or joining them, in field order.
-pub(super) fn merge_values(
+pub(super) fn merge_values<const W: usize, const R: usize>(
     old_words: &[u64],
     old_ranges: &[(u32, u32, u32)],
     fields: &Fields,
-) -> (Vec<u64>, Vec<(u32, u32, u32)>) {
+    words: &mut Inline<u64, W>,
+    ranges: &mut Inline<(u32, u32, u32), R>,
+) {
     let new = fields.ordered_ranges();
-    let mut words = Vec::with_capacity(old_words.len() + fields.words.len());
-    let mut ranges = Vec::with_capacity(old_ranges.len() + new.len());
     let (mut a, mut b) = (old_ranges.iter().peekable(), new.iter().peekable());
     loop {
         let (idx, src, s, e) = match (a.peek(), b.peek()) {
@@ -227,7 +249,74 @@ pub(super) fn merge_values(
         words.extend_from_slice(&src[s as usize..e as usize]);
         ranges.push((idx, start, words.len() as u32));
     }
-    (words, ranges)
+}
+
+/// Words of span values kept inline (8 fields of one payload word each).
+const INLINE_WORDS: usize = 16;
+/// Fields kept inline.
+const INLINE_FIELDS: usize = 8;
+
+/// A vector that keeps up to `N` elements in place and moves them to the
+/// heap past that: the values of a span with a few primitive fields take no
+/// allocation.
+#[derive(Clone)]
+pub(crate) struct Inline<T: Copy + Default, const N: usize> {
+    len: usize,
+    /// The elements while `len <= N`.
+    buf: [T; N],
+    /// The elements once `len > N`.
+    heap: Vec<T>,
+}
+
+impl<T: Copy + Default, const N: usize> Inline<T, N> {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Inline {
+            len: 0,
+            buf: [T::default(); N],
+            heap: Vec::new(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[T] {
+        if self.len <= N {
+            &self.buf[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.heap.clear();
+    }
+
+    #[inline]
+    pub(crate) fn extend_from_slice(&mut self, s: &[T]) {
+        let new = self.len + s.len();
+        if new <= N {
+            self.buf[self.len..new].copy_from_slice(s);
+        } else {
+            if self.len <= N {
+                self.heap.clear();
+                self.heap.extend_from_slice(&self.buf[..self.len]);
+            }
+            self.heap.extend_from_slice(s);
+        }
+        self.len = new;
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, v: T) {
+        self.extend_from_slice(&[v]);
+    }
 }
 
 impl Drop for SpanData {

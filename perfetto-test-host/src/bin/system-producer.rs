@@ -1,0 +1,139 @@
+//! A program recording with ringtrace's system tracing, driven by the tests
+//! line by line on stdin (one answer line per command on stdout):
+//!
+//! - `wait CATEGORY on|off`: until a tracing session records CATEGORY (or no
+//!   longer does); `ok` or `timeout`
+//! - `burst TAG N`: on 3 threads, N times: slice `outer` (alpha, args `tag`,
+//!   `i`) around slice `inner` (beta) around instant `point` (alpha, arg
+//!   `i`), then instant `other` (gamma); `done`
+//! - `main TAG N`: the same as one thread of `burst`, on the main thread
+//!   (whose sequence lives as long as the program); `done`
+//! - `big BYTES`: one alpha instant `big` with a string arg of BYTES bytes; `done`
+//! - `flood MS`: alpha instants from 2 threads for MS ms; `done COUNT`
+//! - `quit`: stops the session; `stopped LOST`
+//!
+//! Prints `ready` once the session runs. With `RINGTRACE_OUTPUT` set it
+//! starts through `init_from_env` instead of the builder.
+
+use ringtrace::events::Category;
+use std::io::BufRead;
+use std::time::{Duration, Instant};
+
+static ALPHA: Category = Category::new("alpha");
+static BETA: Category = Category::new("beta");
+static GAMMA: Category = Category::new("gamma");
+
+fn category(name: &str) -> &'static Category {
+    match name {
+        "alpha" => &ALPHA,
+        "beta" => &BETA,
+        _ => &GAMMA,
+    }
+}
+
+fn rounds(tag: u64, n: u64) {
+    for i in 0..n {
+        ringtrace::trace_scope!("alpha", "outer", tag = tag, i = i);
+        {
+            ringtrace::trace_scope!("beta", "inner");
+            ringtrace::trace_instant!("alpha", "point", i = i);
+        }
+        ringtrace::trace_instant!("gamma", "other");
+    }
+}
+
+fn burst(tag: u64, n: u64) {
+    let threads: Vec<_> = (0..3)
+        .map(|t| {
+            std::thread::Builder::new()
+                .name(format!("burst-{t}"))
+                .spawn(move || rounds(tag, n))
+                .unwrap()
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+fn flood(ms: u64) -> u64 {
+    let until = Instant::now() + Duration::from_millis(ms);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    for _ in 0..64 {
+                        ringtrace::trace_instant!("alpha", "flood", n = n);
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+fn main() {
+    // Known categories are listed when the data source is registered.
+    for c in [&ALPHA, &BETA, &GAMMA] {
+        let _ = c.is_enabled();
+    }
+    let guard = if std::env::var_os("RINGTRACE_OUTPUT").is_some() {
+        ringtrace::init_from_env().expect("init_from_env")
+    } else {
+        Some(
+            ringtrace::builder()
+                .system_tracing(true)
+                .process_name("system-producer")
+                .flush_interval(Duration::from_millis(50))
+                .start()
+                .expect("start"),
+        )
+    };
+    println!("ready");
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let answer = match words.as_slice() {
+            ["wait", cat, state] => {
+                let want = *state == "on";
+                let c = category(cat);
+                let until = Instant::now() + Duration::from_secs(10);
+                while c.is_enabled() != want && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                if c.is_enabled() == want {
+                    "ok"
+                } else {
+                    "timeout"
+                }
+                .to_string()
+            }
+            ["burst", tag, n] => {
+                burst(tag.parse().unwrap(), n.parse().unwrap());
+                "done".into()
+            }
+            ["main", tag, n] => {
+                rounds(tag.parse().unwrap(), n.parse().unwrap());
+                "done".into()
+            }
+            ["big", bytes] => {
+                let text: String = (0..bytes.parse::<usize>().unwrap())
+                    .map(|i| (b'a' + (i % 26) as u8) as char)
+                    .collect();
+                ringtrace::trace_instant!("alpha", "big", text = text.as_str());
+                "done".into()
+            }
+            ["flood", ms] => format!("done {}", flood(ms.parse().unwrap())),
+            ["quit"] => break,
+            _ => "error".into(),
+        };
+        println!("{answer}");
+    }
+    let lost = guard
+        .map(|g| g.stop().expect("stop").events_lost)
+        .unwrap_or(0);
+    println!("stopped {lost}");
+}

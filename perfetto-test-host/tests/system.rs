@@ -1,0 +1,366 @@
+//! ringtrace's system tracing against Perfetto's own tracing service (the
+//! code `traced` runs, in the test host): the traces the service returns are
+//! decoded with the official Perfetto schema, and the service's own
+//! statistics must show no protocol breach.
+
+use perfetto_test_host::{
+    assert_service_stats_clean, events_named, model, producer, producer_logging, scratch, Host,
+    TraceConfig,
+};
+use serde_json::Value;
+use std::collections::HashSet;
+
+const PRODUCER: &str = env!("CARGO_BIN_EXE_system-producer");
+
+fn slices<'a>(m: &'a Value, name: &str) -> Vec<&'a Value> {
+    m["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == name)
+        .collect()
+}
+
+/// Names of the slices and instants of a trace.
+fn names(m: &Value) -> HashSet<String> {
+    m["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// The `tag` args of the `outer` slices.
+fn tags(m: &Value) -> Vec<u64> {
+    slices(m, "outer")
+        .iter()
+        .map(|s| s["args"]["tag"].as_u64().expect("tag arg"))
+        .collect()
+}
+
+/// `burst TAG N` as the trace of a session recording only `alpha` shows it.
+fn check_alpha_burst(m: &Value, tag: u64, n: usize) {
+    let outer = slices(m, "outer");
+    let point = slices(m, "point");
+    assert_eq!(outer.len(), 3 * n, "outer slices");
+    assert_eq!(point.len(), 3 * n, "point instants");
+    let threads: HashSet<&Value> = outer.iter().map(|s| &s["track_uuid"]).collect();
+    assert_eq!(threads.len(), 3, "one track per recording thread");
+    for s in &outer {
+        assert_eq!(s["category"], "alpha");
+        assert_eq!(s["args"]["tag"].as_u64(), Some(tag));
+        assert!(s["dur"].as_i64().unwrap() > 0, "ended slice: {s}");
+        assert_eq!(s["depth"].as_u64(), Some(0));
+    }
+    let mut per_thread_i: Vec<(String, u64)> = outer
+        .iter()
+        .map(|s| {
+            (
+                s["track_uuid"].to_string(),
+                s["args"]["i"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    per_thread_i.sort();
+    per_thread_i.dedup();
+    assert_eq!(
+        per_thread_i.len(),
+        3 * n,
+        "every iteration of every thread once"
+    );
+    // Each point lies inside the outer slice of its thread and iteration
+    // (beta's `inner` between them is not recorded).
+    for p in &point {
+        assert_eq!(p["depth"].as_u64(), Some(1), "nested in outer: {p}");
+        let parent = outer
+            .iter()
+            .find(|o| o["track_uuid"] == p["track_uuid"] && o["args"]["i"] == p["args"]["i"])
+            .expect("its outer slice");
+        let (ts, start) = (p["ts"].as_u64().unwrap(), parent["ts"].as_u64().unwrap());
+        let end = start + parent["dur"].as_u64().unwrap();
+        assert!(
+            start <= ts && ts <= end,
+            "point at {ts} outside [{start}, {end}]"
+        );
+    }
+}
+
+#[test]
+fn a_session_gets_exactly_its_categories_from_every_thread() {
+    let dir = scratch("categories");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("wait beta off"), "ok");
+    assert_eq!(p.command("burst 7 50"), "done");
+    // A packet larger than a chunk: fragmented over several chunks.
+    assert_eq!(p.command("big 20000"), "done");
+    let trace = dir.join("s.pftrace");
+    host.stop_session("s", &trace);
+    let m = model(&trace);
+    assert_service_stats_clean(&m);
+    check_alpha_burst(&m, 7, 50);
+    assert_eq!(
+        names(&m),
+        HashSet::from(["outer", "point", "big"].map(String::from))
+    );
+    let big = events_named(&m, "big");
+    assert_eq!(big.len(), 1);
+    assert_eq!(big[0]["args"]["text"].as_str().map(str::len), Some(20000));
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn two_concurrent_sessions_each_get_their_own_categories() {
+    let dir = scratch("two");
+    let mut host = Host::start(&dir, None);
+    // Started through init_from_env: RINGTRACE_OUTPUT=system.
+    let mut p = producer(
+        PRODUCER,
+        host.producer_socket.to_str().unwrap(),
+        &[("RINGTRACE_OUTPUT", "system")],
+    );
+    host.start_session("a", &TraceConfig::categories(&["alpha"]));
+    host.start_session("g", &TraceConfig::categories(&["gamma"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("wait gamma on"), "ok");
+    assert_eq!(p.command("burst 3 40"), "done");
+    let (ta, tg) = (dir.join("a.pftrace"), dir.join("g.pftrace"));
+    host.stop_session("a", &ta);
+    host.stop_session("g", &tg);
+    let (ma, mg) = (model(&ta), model(&tg));
+    assert_service_stats_clean(&ma);
+    assert_service_stats_clean(&mg);
+    check_alpha_burst(&ma, 3, 40);
+    assert_eq!(
+        names(&ma),
+        HashSet::from(["outer", "point"].map(String::from))
+    );
+    assert_eq!(names(&mg), HashSet::from(["other".to_string()]));
+    assert_eq!(slices(&mg, "other").len(), 120);
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn sessions_start_and_stop_while_the_program_runs() {
+    let dir = scratch("restart-session");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    host.start_session("one", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 1 10"), "done");
+    let t1 = dir.join("one.pftrace");
+    host.stop_session("one", &t1);
+    assert_eq!(p.command("wait alpha off"), "ok");
+    assert_eq!(p.command("burst 2 10"), "done"); // recorded by no one
+    host.start_session("two", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 3 10"), "done");
+    let t2 = dir.join("two.pftrace");
+    host.stop_session("two", &t2);
+    let (m1, m2) = (model(&t1), model(&t2));
+    assert_service_stats_clean(&m1);
+    assert_service_stats_clean(&m2);
+    check_alpha_burst(&m1, 1, 10);
+    check_alpha_burst(&m2, 3, 10);
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn flushes_are_answered_and_incremental_state_is_cleared() {
+    let dir = scratch("flush");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    let cfg = TraceConfig {
+        flush_period_ms: 100,
+        clear_period_ms: 100,
+        ..TraceConfig::categories(&["alpha"])
+    };
+    host.start_session("s", &cfg);
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("main 4 20"), "done");
+    assert!(host.flush("s", 2000), "an explicit flush is acked");
+    std::thread::sleep(std::time::Duration::from_millis(400)); // periodic flushes and clears
+    assert_eq!(p.command("main 4 20"), "done");
+    assert!(host.flush("s", 2000), "a second flush is acked");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    assert_eq!(tags(&m), vec![4; 40]);
+    assert_eq!(slices(&m, "point").len(), 40);
+    // The main thread's sequence was cleared again after the service asked,
+    // and every event after a clear still resolves (names interned anew).
+    let cleared: Vec<u64> = m["sequences"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter_map(|s| s["cleared_count"].as_u64())
+        .collect();
+    assert!(
+        cleared.iter().any(|&c| c >= 2),
+        "cleared counts {cleared:?}"
+    );
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+fn count(text: &str, needle: &str) -> usize {
+    text.matches(needle).count()
+}
+
+#[test]
+fn without_traced_the_program_runs_says_so_once_and_connects_later() {
+    let dir = scratch("absent");
+    let socket = dir.join("producer.sock");
+    let log = dir.join("producer.log");
+    let mut p = producer_logging(PRODUCER, socket.to_str().unwrap(), &[], Some(&log));
+    assert_eq!(p.command("burst 1 20"), "done"); // no stall, nothing recorded
+    assert_eq!(p.command("wait alpha off"), "ok");
+    std::thread::sleep(std::time::Duration::from_millis(1500)); // retries happen
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        count(&text, "no Perfetto tracing service"),
+        1,
+        "stderr: {text}"
+    );
+    // The service starts late: the producer connects on its own.
+    let mut host = Host::start(&dir, None);
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 2 10"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    check_alpha_burst(&m, 2, 10);
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn a_restarted_traced_is_reconnected_to() {
+    let dir = scratch("restart");
+    let log = dir.join("producer.log");
+    let mut host = Host::start(&dir, None);
+    let socket = host.producer_socket.clone();
+    let mut p = producer_logging(PRODUCER, socket.to_str().unwrap(), &[], Some(&log));
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 1 10"), "done");
+    host.kill();
+    // The program notices, stops recording for the dead session, runs on.
+    assert_eq!(p.command("wait alpha off"), "ok");
+    assert_eq!(p.command("burst 2 10"), "done");
+    let mut host = Host::start(&dir, None);
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 3 10"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    check_alpha_burst(&m, 3, 10);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("lost the connection"), "stderr: {text}");
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn a_tiny_shared_memory_buffer_drops_and_counts_but_never_stalls() {
+    let dir = scratch("tiny");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    let cfg = TraceConfig {
+        shm_size_kb: 8, // two 4 KiB pages
+        page_size_kb: 4,
+        buffer_kb: 65536,
+        ..TraceConfig::categories(&["alpha"])
+    };
+    host.start_session("s", &cfg);
+    assert_eq!(p.command("wait alpha on"), "ok");
+    let answer = p.command("flood 300");
+    let recorded: u64 = answer.strip_prefix("done ").unwrap().parse().unwrap();
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    let written = events_named(&m, "flood").len() as u64;
+    let stopped = p.command("quit");
+    let lost: u64 = stopped.strip_prefix("stopped ").unwrap().parse().unwrap();
+    assert!(
+        lost > 0,
+        "a 8 KiB buffer cannot take {recorded} events in 300 ms"
+    );
+    assert!(written > 0, "events still get through");
+    assert!(
+        written + lost <= recorded,
+        "{written} + {lost} > {recorded}"
+    );
+    // The loss shows in the trace: marked with its count on the sequences.
+    let marked: u64 = m["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == "ringtrace: events lost")
+        .map(|s| s["args"]["lost_events"].as_u64().unwrap())
+        .sum();
+    assert!(marked > 0, "loss marked in the trace");
+}
+
+/// A free TCP port on the loopback interface.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn over_tcp_chunks_travel_in_commit_data_and_large_packets_are_fragmented() {
+    let dir = scratch("tcp");
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut host = Host::start(&dir, Some(&addr));
+    let mut p = producer(PRODUCER, &addr, &[]);
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 5 30"), "done");
+    assert_eq!(p.command("big 50000"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    check_alpha_burst(&m, 5, 30);
+    let big = events_named(&m, "big");
+    assert_eq!(big.len(), 1);
+    assert_eq!(big[0]["args"]["text"].as_str().map(str::len), Some(50000));
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn a_file_and_system_tracing_at_once_each_keep_their_categories() {
+    let dir = scratch("file");
+    let file = dir.join("file.pftrace");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(
+        PRODUCER,
+        host.producer_socket.to_str().unwrap(),
+        &[
+            ("RINGTRACE_OUTPUT", file.to_str().unwrap()),
+            ("RINGTRACE_SYSTEM", "1"),
+            ("RINGTRACE_CATEGORIES", "gamma"),
+        ],
+    );
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 6 10"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    assert_eq!(p.command("quit"), "stopped 0");
+    let (ms, mf) = (model(&t), model(&file));
+    assert_service_stats_clean(&ms);
+    check_alpha_burst(&ms, 6, 10);
+    assert_eq!(names(&mf), HashSet::from(["other".to_string()]));
+    assert_eq!(slices(&mf, "other").len(), 30);
+}

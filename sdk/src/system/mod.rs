@@ -1,0 +1,25 @@
+//! System tracing: ringtrace as a producer for Perfetto's tracing service
+//! (`traced`), in Rust, speaking its producer protocol.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | `wire` | IPC frames and the `ProducerPort` messages, a bounds-checked protobuf reader |
+//! | `transport` | socket addresses (path, `@abstract`, `host:port`), frame reading with passed fds |
+//! | `shm` | the shared memory buffer: fd receipt, mapping, atomic word access (the only `unsafe`) |
+//! | `chunks` | pages and chunks of the shared memory ABI, writers packing (and fragmenting) packets |
+//! | `data_source` | the `track_event` data source: categories per instance, record selection |
+//! | `producer` | the connection thread: connect with back-off, handshake, async commands |
+//! | `feed` | the flusher's side: an encoder per instance, commits, flush/stop/clear answers |
+//!
+//! The recording threads are untouched: they write their rings as always.
+//! The flusher drains them once and feeds the file encoder and one Perfetto
+//! encoder per data source instance (tracing session), each with the
+//! records of the categories that session selected.
+
+pub(crate) mod chunks;
+pub(crate) mod data_source;
+pub(crate) mod feed;
+pub(crate) mod producer;
+pub(crate) mod shm;
+pub(crate) mod transport;
+pub(crate) mod wire;

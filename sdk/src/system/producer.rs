@@ -1,0 +1,338 @@
+//! The producer's connection thread: connects to traced (with back-off while
+//! it is absent or after it went away), binds `ProducerPort`, registers the
+//! `track_event` data source, and turns the service's async commands into
+//! controls for the flusher thread, which owns the data (see `feed`). Sends
+//! from both threads go through the [`Link`].
+
+use super::chunks::Memory;
+use super::shm::SharedMemory;
+use super::transport::{FrameReader, Stream};
+use super::wire::{self, Command, DataSourceConfig, Frame};
+use crate::session::flusher::Shared;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the connection thread asks of the flusher, tagged with the
+/// connection it came from (ids die with their connection).
+pub(crate) enum Control {
+    Setup {
+        conn: u64,
+        memory: Memory,
+    },
+    Start {
+        conn: u64,
+        instance: u64,
+        config: DataSourceConfig,
+    },
+    Stop {
+        conn: u64,
+        instance: u64,
+    },
+    /// Every instance flushes (the service names those it waits for).
+    Flush {
+        conn: u64,
+        request_id: u64,
+    },
+    Clear {
+        conn: u64,
+        instances: Vec<u64>,
+    },
+    Disconnected {
+        conn: u64,
+    },
+}
+
+/// The sending half of a live connection.
+struct Conn {
+    id: u64,
+    stream: Stream,
+    service_id: u32,
+    methods: HashMap<String, u32>,
+    next_request: u64,
+}
+
+/// Shared by the connection thread and the flusher.
+pub(crate) struct Link {
+    pub(crate) address: String,
+    producer_name: String,
+    conn: Mutex<Option<Conn>>,
+    controls: Mutex<Vec<Control>>,
+    flusher: Arc<Shared>,
+    shutdown: AtomicBool,
+    sleep: Mutex<()>,
+    sleep_cv: Condvar,
+    next_conn: AtomicU64,
+    /// Connections made so far (tests and stats).
+    pub(crate) connections: AtomicU64,
+}
+
+/// Back-off between connection attempts: 1 s, doubling, at most 10 s.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How long one send may block before the connection is given up.
+const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+const SDK_VERSION: &str = concat!("ringtrace ", env!("CARGO_PKG_VERSION"));
+
+impl Link {
+    pub(crate) fn new(address: String, producer_name: String, flusher: Arc<Shared>) -> Arc<Link> {
+        Arc::new(Link {
+            address,
+            producer_name,
+            conn: Mutex::new(None),
+            controls: Mutex::new(Vec::new()),
+            flusher,
+            shutdown: AtomicBool::new(false),
+            sleep: Mutex::new(()),
+            sleep_cv: Condvar::new(),
+            next_conn: AtomicU64::new(1),
+            connections: AtomicU64::new(0),
+        })
+    }
+
+    /// Calls `method` on connection `conn`; false if that connection is gone
+    /// or the send failed (which ends it).
+    pub(crate) fn send(&self, conn: u64, method: &str, args: &[u8], drop_reply: bool) -> bool {
+        let mut g = self.conn.lock();
+        let Some(c) = g.as_mut().filter(|c| c.id == conn) else {
+            return false;
+        };
+        let Some(&method_id) = c.methods.get(method) else {
+            return false;
+        };
+        c.next_request += 1;
+        let frame = wire::invoke_frame(c.next_request, c.service_id, method_id, args, drop_reply);
+        if c.stream.write_all(&frame).is_err() {
+            c.stream.shutdown();
+            *g = None;
+            return false;
+        }
+        true
+    }
+
+    /// The controls queued since the last call.
+    pub(crate) fn take_controls(&self, out: &mut Vec<Control>) {
+        out.append(&mut self.controls.lock());
+    }
+
+    fn push(&self, c: Control) {
+        self.controls.lock().push(c);
+        self.flusher.wake();
+    }
+
+    /// Ends the connection thread (after the flusher's last commits).
+    pub(crate) fn shut_down(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        if let Some(c) = self.conn.lock().as_ref() {
+            c.stream.shutdown();
+        }
+        let _g = self.sleep.lock();
+        self.sleep_cv.notify_all();
+    }
+
+    fn sleep(&self, d: Duration) {
+        let mut g = self.sleep.lock();
+        if !self.shutdown.load(Ordering::Acquire) {
+            self.sleep_cv.wait_for(&mut g, d);
+        }
+    }
+}
+
+/// The connection thread's loop: connect, serve, back off, until shut down.
+pub(crate) fn run(link: Arc<Link>) {
+    let mut backoff = BACKOFF_FIRST;
+    let mut said_absent = false;
+    while !link.shutdown.load(Ordering::Acquire) {
+        match Stream::connect(&link.address) {
+            Ok(stream) => {
+                backoff = BACKOFF_FIRST;
+                said_absent = false;
+                let conn = link.next_conn.fetch_add(1, Ordering::Relaxed);
+                let result = serve(&link, stream, conn);
+                link.conn.lock().take();
+                link.push(Control::Disconnected { conn });
+                if link.shutdown.load(Ordering::Acquire) {
+                    break;
+                }
+                let why = result.err().map(|e| format!(" ({e})")).unwrap_or_default();
+                eprintln!(
+                    "ringtrace: lost the connection to the Perfetto tracing service at {}{why}; reconnecting",
+                    link.address
+                );
+            }
+            Err(e) => {
+                if !said_absent {
+                    said_absent = true;
+                    eprintln!(
+                        "ringtrace: no Perfetto tracing service at {} ({e}); recording nothing for it \
+                         until it starts, retrying in the background",
+                        link.address
+                    );
+                }
+            }
+        }
+        link.sleep(backoff);
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+const REQ_BIND: u64 = 1;
+const REQ_INIT: u64 = 2;
+const REQ_COMMANDS: u64 = 3;
+const REQ_REGISTER: u64 = 4;
+
+/// One connection: the handshake, then commands until it ends.
+fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
+    let mut writer = stream.try_clone()?;
+    writer.set_write_timeout(SEND_TIMEOUT)?;
+    writer.write_all(&wire::bind_frame(REQ_BIND, "ProducerPort"))?;
+    let mut reader = FrameReader::new(stream);
+    let (service_id, methods) = loop {
+        let frame = reader.next()?;
+        match wire::decode_frame(frame) {
+            Ok(Frame::BindReply {
+                request_id: REQ_BIND,
+                success,
+                service_id,
+                methods,
+            }) => {
+                if !success {
+                    return Err(io::Error::other("traced refused to bind ProducerPort"));
+                }
+                let methods: HashMap<String, u32> = methods
+                    .into_iter()
+                    .map(|(id, n)| (n.to_owned(), id))
+                    .collect();
+                break (service_id, methods);
+            }
+            Ok(_) => continue,
+            Err(_) => return Err(io::Error::other("malformed frame from traced")),
+        }
+    };
+    for m in [
+        "InitializeConnection",
+        "GetAsyncCommand",
+        "RegisterDataSource",
+        "CommitData",
+    ] {
+        if !methods.contains_key(m) {
+            return Err(io::Error::other(format!("traced offers no {m}")));
+        }
+    }
+    *link.conn.lock() = Some(Conn {
+        id: conn,
+        stream: writer,
+        service_id,
+        methods,
+        next_request: REQ_REGISTER,
+    });
+    let init = wire::initialize_connection(&link.producer_name, 0, 0, SDK_VERSION);
+    let categories = crate::record::callsite::known_categories();
+    let register = wire::register_track_event(&categories);
+    {
+        let mut g = link.conn.lock();
+        let c = g
+            .as_mut()
+            .ok_or_else(|| io::Error::other("connection closed"))?;
+        let m = |n: &str| c.methods[n];
+        let mut frames = wire::invoke_frame(
+            REQ_INIT,
+            service_id,
+            m("InitializeConnection"),
+            &init,
+            false,
+        );
+        frames.extend(wire::invoke_frame(
+            REQ_COMMANDS,
+            service_id,
+            m("GetAsyncCommand"),
+            &[],
+            false,
+        ));
+        frames.extend(wire::invoke_frame(
+            REQ_REGISTER,
+            service_id,
+            m("RegisterDataSource"),
+            &register,
+            false,
+        ));
+        c.stream.write_all(&frames)?;
+    }
+    link.connections.fetch_add(1, Ordering::Relaxed);
+    let mut emulation = false;
+    loop {
+        let frame = reader.next()?;
+        let Ok(Frame::Reply {
+            request_id,
+            success,
+            has_more,
+            reply,
+        }) = wire::decode_frame(frame)
+        else {
+            continue;
+        };
+        match request_id {
+            REQ_INIT => {
+                if !success {
+                    return Err(io::Error::other("traced refused the connection"));
+                }
+                emulation = wire::use_shmem_emulation(reply).unwrap_or(false);
+            }
+            REQ_COMMANDS => {
+                if !success || !has_more {
+                    return Err(io::Error::other("traced ended the command stream"));
+                }
+                let Ok(cmd) = wire::decode_command(reply) else {
+                    continue;
+                };
+                command(link, &mut reader, conn, emulation, cmd)?;
+            }
+            _ => {}
+        }
+    }
+}
+
+fn command(
+    link: &Link,
+    reader: &mut FrameReader,
+    conn: u64,
+    emulation: bool,
+    cmd: Command,
+) -> io::Result<()> {
+    match cmd {
+        Command::SetupTracing { page_size_kb } => {
+            let page_size = (page_size_kb as usize * 1024).clamp(4096, 32 * 1024);
+            let memory = if emulation {
+                Memory::Emulated { page_size }
+            } else {
+                let fd = reader
+                    .take_fd()
+                    .ok_or_else(|| io::Error::other("SetupTracing came without shared memory"))?;
+                Memory::Shared(Arc::new(SharedMemory::map(fd, page_size)?))
+            };
+            link.push(Control::Setup { conn, memory });
+        }
+        Command::StartDataSource {
+            instance_id,
+            config,
+        } if config.name == "track_event" => link.push(Control::Start {
+            conn,
+            instance: instance_id,
+            config,
+        }),
+        Command::StopDataSource { instance_id } => link.push(Control::Stop {
+            conn,
+            instance: instance_id,
+        }),
+        Command::Flush { request_id, .. } => link.push(Control::Flush { conn, request_id }),
+        Command::ClearIncrementalState { instance_ids } => link.push(Control::Clear {
+            conn,
+            instances: instance_ids,
+        }),
+        _ => {}
+    }
+    Ok(())
+}
