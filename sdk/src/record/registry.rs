@@ -2,12 +2,17 @@
 //! hand-over of a ring when its thread exits.
 //!
 //! A thread gets its ring on its first event of a session (the only time it
-//! takes a lock or allocates). The ring is shared, by `Arc`, between:
-//! * the thread, through `OWNER` (a thread-local whose destructor marks the
-//!   ring retired), with a raw pointer cached in `CURRENT` for the hot path;
+//! takes a lock or allocates), if the process-wide budget has room for it
+//! (`THREAD_BYTES` and a 1 KiB first segment); else that event is dropped and
+//! counted, and the next one tries again. The ring is shared, by `Arc`,
+//! between:
+//! * the thread, through the value of a pthread key (`OWNER_KEY`, whose
+//!   destructor marks the ring retired at thread exit, after every
+//!   `thread_local!` destructor has run, so events recorded from those still
+//!   reach the ring), with a raw pointer cached in `CURRENT` for the hot path;
 //! * the registry list, which the flusher snapshots. A retired ring stays
 //!   listed until the flusher has drained it, so nothing a thread recorded is
-//!   lost when it exits.
+//!   lost when it exits; dropping it gives its memory back to the budget.
 //!
 //! Each session has an id; a ring belongs to one session. A thread whose
 //! cached ring is from an earlier session gets a fresh one on its next event.
@@ -48,8 +53,8 @@ pub(crate) struct ThreadRing {
 pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 768;
 
 /// Size of a thread's first ring segment: small, so that a thread that
-/// records little holds little; the ring doubles while it fills faster than
-/// the flusher drains it, up to the per-thread cap.
+/// records little holds little; the ring grows (at least quadrupling) while
+/// it fills faster than the flusher drains it, up to the per-thread cap.
 pub(crate) const INITIAL_RING_BYTES: usize = 1 << 10;
 
 impl Drop for ThreadRing {

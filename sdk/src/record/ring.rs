@@ -3,11 +3,24 @@
 //!
 //! # Layout
 //!
-//! The storage is `capacity` words (a power of two), each an `AtomicU64`, so
-//! every access is an atomic load or store and no access can be a data race even
-//! when the consumer reads a slot the producer is overwriting (flight-recorder
-//! mode). On x86-64 and AArch64 a relaxed atomic load or store is a plain `mov`
-//! / `ldr` / `str`, so this costs nothing over a raw buffer.
+//! The storage is one or more segments, each `capacity` words (a power of
+//! two), each word an `AtomicU64`, so every access is an atomic load or store
+//! and no access can be a data race even when the consumer reads a slot the
+//! producer is overwriting (flight-recorder mode). On x86-64 and AArch64 a
+//! relaxed atomic load or store is a plain `mov` / `ldr` / `str`, so this
+//! costs nothing over a raw buffer.
+//!
+//! A ring starts with one small segment (1 KiB, from the heap) and grows:
+//! when a record does not fit, the producer makes a segment at least four
+//! times as big (its own `mmap`, taken from the process-wide `Budget`),
+//! fills in the next of `MAX_SEGMENTS` slots (`base`, `len`, `start`: the
+//! first position it holds) and publishes it with `made.store(Release)`; it
+//! writes only into its newest segment. The consumer reads position `p` from
+//! the last segment whose `start <= p` (Acquire of `made`), and frees a
+//! segment (`freed.store(Release)`, budget given back) once its tail has
+//! passed the next one's start. In overwrite mode the producer copies the
+//! records not yet consumed into the new segment, which starts at the tail,
+//! so the oldest records are always in the segment it may free them in.
 //!
 //! `head` and `tail` are monotonically increasing word positions (never
 //! wrapped; the slot of position `p` is `p & mask`). Records may straddle the
@@ -30,11 +43,12 @@
 //!   consumer's release CAS: the consumer is done reading the words it freed).
 //!   A cached copy of `tail` avoids touching the consumer's cache line on most
 //!   writes.
-//! * Drop mode: when full the record is dropped and counted; the count is put
-//!   into the stream as a `LOST` marker in front of the next record that fits,
-//!   so the reader knows exactly where the gap is.
-//! * Overwrite mode: when full the producer frees the oldest records itself by
-//!   advancing `tail` with CAS, one whole record at a time, counting each.
+//! * Drop mode: when full (and it cannot grow) the record is dropped and
+//!   counted; the count is put into the stream as a `LOST` marker in front of
+//!   the next record that fits, so the reader knows exactly where the gap is.
+//! * Overwrite mode: when full (and it cannot grow) the producer frees the
+//!   oldest records itself by advancing `tail` with CAS, one whole record at
+//!   a time, counting each.
 //! * Consumer (the flusher): loads `head` (Acquire, pairs with the producer's
 //!   publish), copies whole records out, then advances `tail` from the value it
 //!   started at with a CAS (AcqRel). If the CAS fails the producer has freed
