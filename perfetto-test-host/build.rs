@@ -4,8 +4,10 @@
 //! crates.io through cargo itself (`cargo metadata` on a manifest that depends
 //! on it, which downloads and checksums it into cargo's registry); set
 //! `PERFETTO_SDK_SYS_DIR` to an unpacked copy to skip that. Compiling takes
-//! about two minutes of one core; cargo keeps the result in `target/` and
-//! reruns this only when `host/host.cc` or this file changes.
+//! about two minutes of one core, once: the binary is kept in the target
+//! directory under a key of the source, the crate version, the compiler and
+//! its flags, so test, clippy and bench builds share it (cache `target/` in
+//! CI to skip it altogether).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,19 +28,64 @@ fn main() {
     if !amalgamation.join("perfetto_c.cc").exists() {
         panic!("{} has no perfetto_c.cc", amalgamation.display());
     }
-    let binary = out.join("perfetto-test-host");
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-    let status = Command::new(&cxx)
-        .args(["-std=c++17", "-O2", "-DNDEBUG", "-pthread", "-w"])
-        .arg("-I")
-        .arg(&amalgamation)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("host/host.cc"))
-        .arg("-o")
-        .arg(&binary)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run the C++ compiler {cxx}: {e}"));
-    assert!(status.success(), "compiling the Perfetto test host failed");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| {
+        let found = |c: &str| Command::new(c).arg("--version").output().is_ok();
+        ["g++", "c++", "clang++"]
+            .into_iter()
+            .find(|c| found(c))
+            .unwrap_or("g++")
+            .into()
+    });
+    let flags = ["-std=c++17", "-O2", "-DNDEBUG", "-pthread", "-w"];
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("host/host.cc");
+    // One build serves every profile and tool (test, clippy, bench): it is
+    // kept in the target directory under a key of everything it depends on.
+    let key = fnv1a(&[
+        &std::fs::read(&source).unwrap(),
+        SDK_SYS_VERSION.as_bytes(),
+        amalgamation.to_string_lossy().as_bytes(),
+        cxx.as_bytes(),
+        flags.join(" ").as_bytes(),
+    ]);
+    let cache = target_dir(&out).join(format!("perfetto-test-host-{key:016x}"));
+    let binary = cache.join("perfetto-test-host");
+    if !binary.exists() {
+        std::fs::create_dir_all(&cache).unwrap();
+        let partial = cache.join(format!("perfetto-test-host.{}.partial", std::process::id()));
+        let status = Command::new(&cxx)
+            .args(flags)
+            .arg("-I")
+            .arg(&amalgamation)
+            .arg(&source)
+            .arg("-o")
+            .arg(&partial)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run the C++ compiler {cxx}: {e}"));
+        assert!(status.success(), "compiling the Perfetto test host failed");
+        std::fs::rename(&partial, &binary).unwrap();
+    }
+    // Run again if the cached binary goes away.
+    println!("cargo:rerun-if-changed={}", binary.display());
     println!("cargo:rustc-env=PERFETTO_TEST_HOST={}", binary.display());
+}
+
+/// The target directory (`<target>/[<triple>/]<profile>/build/<pkg>/out` is
+/// OUT_DIR), or OUT_DIR itself if it has another shape.
+fn target_dir(out: &Path) -> PathBuf {
+    out.ancestors()
+        .find(|p| p.file_name().is_some_and(|n| n == "build"))
+        .and_then(|build| build.parent()?.parent())
+        .map_or_else(|| out.to_path_buf(), Path::to_path_buf)
+}
+
+/// FNV-1a over `parts` (a cache key, not a checksum).
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    parts
+        .iter()
+        .flat_map(|p| p.iter().chain([&0u8]))
+        .fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
 }
 
 /// Downloads `perfetto-sdk-sys` with cargo and returns its source directory.

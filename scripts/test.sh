@@ -4,7 +4,8 @@
 # self-tests, and the loom models of the lock-free code.
 #
 # Needs: a Rust toolchain, python3 with venv. It installs the rest (the
-# `perfetto` and `protobuf` Python packages) into ./.venv.
+# `perfetto` and `protobuf` Python packages) into ./.venv, and g++ with apt if
+# there is no C++ compiler.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/support/requirements.txt
 export RINGTRACE_PYTHON="$PWD/.venv/bin/python"
+
+# The system tracing tests build Perfetto's tracing service from C++
+# (perfetto-test-host/build.rs): a C++17 compiler is needed.
+if [ -z "${CXX:-}" ] && ! command -v g++ >/dev/null && ! command -v c++ >/dev/null \
+  && ! command -v clang++ >/dev/null; then
+  echo "== installing a C++ compiler (g++) for perfetto-test-host"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq g++; \
+  else sudo apt-get update -qq && sudo apt-get install -y -qq g++; fi
+fi
 
 echo "== python decoder self-tests"
 (cd tests/support && "$RINGTRACE_PYTHON" -m unittest -q)
@@ -26,3 +36,6 @@ cargo test --release --test memory
 echo "== loom models of the ring and the registry"
 RUSTFLAGS="--cfg ringtrace_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release -p ringtrace --lib loom_tests
+
+echo "== memcheck (valgrind) of the unsafe code: rings, registry, exit paths, signals, kills, examples"
+./scripts/memcheck.sh

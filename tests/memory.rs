@@ -125,7 +125,11 @@ fn the_subscriber_with_5000_threads_stays_within_the_budget() {
     let (on, events, extra) = threads_alive("mem-sub", 5_000, budget, "subscriber");
     assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= budget, "{on}");
     if !cfg!(debug_assertions) {
-        assert!(extra <= budget as i64 + 5_000 * (4 << 10), "{} KiB", extra / 1024);
+        assert!(
+            extra <= budget as i64 + 5_000 * (4 << 10),
+            "{} KiB",
+            extra / 1024
+        );
     }
     assert_eq!(on["events_lost"], 0, "{on}");
     assert_eq!(records_in(&events), 3 * 5_001, "{on}");

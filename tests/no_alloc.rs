@@ -6,8 +6,7 @@
 //! event creates its ring; each call site registers on first use), then
 //! switches counting on and records 100,000 iterations of enabled scopes
 //! with an int and a string argument, a plain scope, an instant with an
-//! argument and two counters: the count must stay 0. (The ring grows on the
-//! way, into segments mapped from the system, never from the heap.)
+//! argument and two counters: the count must stay 0.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -158,35 +157,10 @@ fn tracing_events(i: u64) {
 
 #[test]
 fn tracing_subscriber_spans_and_events_do_not_allocate() {
-    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+    // First use: ring, call sites, span table page, and the reused
+    // formatting buffer grown to the longest message ("tick 50000").
     const N: u64 = 50_000;
-    let out = ringtrace::MemoryBuffer::new();
-    let (subscriber, guard) = ringtrace::subscriber()
-        .writer(out.clone())
-        .buffer_bytes_per_thread(64 << 20)
-        .buffer_bytes(256 << 20)
-        .build()
-        .expect("start a session");
-    let dispatch = tracing::Dispatch::new(subscriber);
-    let during = tracing::dispatcher::with_default(&dispatch, || {
-        // First use: ring, call sites, span table page, and the reused
-        // formatting buffer grown to the longest message ("tick 50000").
-        tracing_events(N);
-        allocations_during(|| {
-            for i in 1..=N {
-                tracing_events(i);
-            }
-        })
-    });
-    drop(dispatch);
-    let stats = guard.stop().expect("stop");
-    assert_eq!(
-        during, 0,
-        "the recording thread allocated {during} times in {N} iterations"
-    );
-    assert_eq!(stats.events_lost, 0, "{stats:?}");
-    // 2 slices (begin + end each) and 1 instant per iteration.
-    assert_eq!(stats.events_written, (N + 1) * 5, "{stats:?}");
+    no_alloc_through(subscriber_dispatch, tracing_events, N..=N, N);
 }
 
 /// Spans whose fields are primitives (integers, bools, floats, strings) keep
@@ -203,20 +177,24 @@ fn tracing_spans_with_fields(i: u64) {
     black_box(i);
 }
 
-fn spans_with_fields_through(
-    dispatch_of: impl FnOnce() -> (tracing::Dispatch, ringtrace::TraceGuard),
+/// Runs `workload` for each of `warmup`, then for 1..=n counting the
+/// allocations of this thread: there must be none. Each iteration of a
+/// workload writes 2 slices (begin + end each) and 1 instant.
+fn no_alloc_through(
+    dispatch_of: fn() -> (tracing::Dispatch, ringtrace::TraceGuard),
+    workload: fn(u64),
+    warmup: std::ops::RangeInclusive<u64>,
+    n: u64,
 ) {
     let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
-    const N: u64 = 20_000;
     let (dispatch, guard) = dispatch_of();
     let during = tracing::dispatcher::with_default(&dispatch, || {
-        // First use: ring, call sites, the span table or map, the registry's slab.
-        for i in 0..100 {
-            tracing_spans_with_fields(i);
+        for i in warmup.clone() {
+            workload(i);
         }
         allocations_during(|| {
-            for i in 1..=N {
-                tracing_spans_with_fields(i);
+            for i in 1..=n {
+                workload(i);
             }
         })
     });
@@ -224,78 +202,61 @@ fn spans_with_fields_through(
     let stats = guard.stop().expect("stop");
     assert_eq!(
         during, 0,
-        "the recording thread allocated {during} times in {N} iterations"
+        "the recording thread allocated {during} times in {n} iterations"
     );
     assert_eq!(stats.events_lost, 0, "{stats:?}");
-    assert_eq!(stats.events_written, (N + 100) * 5, "{stats:?}");
+    assert_eq!(
+        stats.events_written,
+        (warmup.count() as u64 + n) * 5,
+        "{stats:?}"
+    );
 }
+
+fn subscriber_dispatch() -> (tracing::Dispatch, ringtrace::TraceGuard) {
+    let (subscriber, guard) = ringtrace::subscriber()
+        .writer(ringtrace::MemoryBuffer::new())
+        .buffer_bytes_per_thread(64 << 20)
+        .buffer_bytes(256 << 20)
+        .build()
+        .expect("start a session");
+    (tracing::Dispatch::new(subscriber), guard)
+}
+
+fn layer_dispatch() -> (tracing::Dispatch, ringtrace::TraceGuard) {
+    use tracing_subscriber::prelude::*;
+    let (layer, guard) = ringtrace::layer()
+        .writer(ringtrace::MemoryBuffer::new())
+        .buffer_bytes_per_thread(64 << 20)
+        .buffer_bytes(256 << 20)
+        .build()
+        .expect("start a session");
+    (
+        tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+        guard,
+    )
+}
+
+/// First use in the warm-up: ring, call sites, the span table, the
+/// registry's slab, and each shard of the layer's span map (span ids cycle
+/// through generations, so they land in every shard).
+const FIELDS_WARMUP: std::ops::RangeInclusive<u64> = 0..=99;
 
 #[test]
 fn tracing_subscriber_spans_with_primitive_fields_do_not_allocate() {
-    spans_with_fields_through(|| {
-        let (subscriber, guard) = ringtrace::subscriber()
-            .writer(ringtrace::MemoryBuffer::new())
-            .buffer_bytes_per_thread(64 << 20)
-            .build()
-            .expect("start a session");
-        (tracing::Dispatch::new(subscriber), guard)
-    });
+    no_alloc_through(
+        subscriber_dispatch,
+        tracing_spans_with_fields,
+        FIELDS_WARMUP,
+        20_000,
+    );
 }
 
 #[test]
 fn tracing_layer_spans_with_primitive_fields_do_not_allocate() {
-    use tracing_subscriber::prelude::*;
-    spans_with_fields_through(|| {
-        let (layer, guard) = ringtrace::layer()
-            .writer(ringtrace::MemoryBuffer::new())
-            .buffer_bytes_per_thread(64 << 20)
-            .build()
-            .expect("start a session");
-        (
-            tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
-            guard,
-        )
-    });
-}
-
-/// Through the `log` bridge (`ringtrace::log`): after a call site's first
-/// record on the thread (site registration, ring, the formatting buffer
-/// grown to the longest message), formatted and static records alike
-/// allocate nothing; a record below the level filter neither.
-#[inline(never)]
-fn log_records(i: u64) {
-    log::info!(target: "alloc", "tick {i} of {}", "many");
-    log::warn!(target: "alloc", "static message");
-    log::trace!(target: "alloc", "below the filter {i}");
-    black_box(i);
-}
-
-#[test]
-fn log_records_do_not_allocate() {
-    let _one = SESSION.lock().unwrap_or_else(|e| e.into_inner());
-    const N: u64 = 50_000;
-    ringtrace::log::Logger::new()
-        .max_level(log::LevelFilter::Debug)
-        .init()
-        .expect("the only logger of this test binary");
-    let out = ringtrace::MemoryBuffer::new();
-    let guard = ringtrace::builder()
-        .writer(out.clone())
-        .buffer_bytes_per_thread(64 << 20)
-        .start()
-        .expect("start a session");
-    log_records(N);
-    let during = allocations_during(|| {
-        for i in 1..=N {
-            log_records(i);
-        }
-    });
-    let stats = guard.stop().expect("stop");
-    assert_eq!(
-        during, 0,
-        "the recording thread allocated {during} times in {N} iterations"
+    no_alloc_through(
+        layer_dispatch,
+        tracing_spans_with_fields,
+        FIELDS_WARMUP,
+        20_000,
     );
-    assert_eq!(stats.events_lost, 0, "{stats:?}");
-    // Two log instants per iteration (the trace! is filtered out).
-    assert_eq!(stats.events_written, (N + 1) * 2, "{stats:?}");
 }

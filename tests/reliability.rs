@@ -6,29 +6,9 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
-
-/// Starts `scenario` and waits until it prints "ready".
-fn spawn_ready(scenario: &str, trace: &std::path::Path) -> std::process::Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
-        .args([
-            scenario,
-            trace.to_str().unwrap(),
-            trace.with_extension("expect").to_str().unwrap(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    child
-}
 
 fn kill(child: &std::process::Child, sig: i32) {
     // SAFETY: sending a signal to our own child process.

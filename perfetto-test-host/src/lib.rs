@@ -115,6 +115,13 @@ impl Host {
         }
         let mut cmd = Command::new(HOST);
         cmd.arg(producers).arg(&consumer_socket);
+        // The service logs every session: kept in the test's directory.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("host.log"))
+            .unwrap();
+        cmd.stderr(log);
         Host {
             child: LineChild::spawn(cmd, "the Perfetto test host"),
             producer_socket,

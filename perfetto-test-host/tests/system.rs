@@ -279,7 +279,7 @@ fn a_tiny_shared_memory_buffer_drops_and_counts_but_never_stalls() {
     };
     host.start_session("s", &cfg);
     assert_eq!(p.command("wait alpha on"), "ok");
-    let answer = p.command("flood 300");
+    let answer = p.command("flood 20");
     let recorded: u64 = answer.strip_prefix("done ").unwrap().parse().unwrap();
     let t = dir.join("s.pftrace");
     host.stop_session("s", &t);
@@ -290,12 +290,13 @@ fn a_tiny_shared_memory_buffer_drops_and_counts_but_never_stalls() {
     let lost: u64 = stopped.strip_prefix("stopped ").unwrap().parse().unwrap();
     assert!(
         lost > 0,
-        "a 8 KiB buffer cannot take {recorded} events in 300 ms"
+        "a 8 KiB buffer cannot take {recorded} events in 20 ms"
     );
     assert!(written > 0, "events still get through");
-    assert!(
-        written + lost <= recorded,
-        "{written} + {lost} > {recorded}"
+    assert_eq!(
+        written + lost,
+        recorded,
+        "every event written or counted as lost"
     );
     // The loss shows in the trace: marked with its count on the sequences.
     let marked: u64 = m["slices"]

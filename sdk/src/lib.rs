@@ -145,6 +145,7 @@ pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,
 };
+pub use session::{dump_to, rotate_output};
 
 /// The trace clock now: CLOCK_BOOTTIME in nanoseconds (MONOTONIC where there
 /// is no BOOTTIME). Event timestamps in both formats are on this clock

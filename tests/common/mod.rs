@@ -156,3 +156,23 @@ pub fn lost_marked(model: &Value) -> u64 {
         .map(|s| s["args"]["lost_events"].as_u64().unwrap())
         .sum()
 }
+
+/// Starts `scenario` and waits until it prints "ready".
+pub fn spawn_ready(scenario: &str, trace: &std::path::Path) -> std::process::Child {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args([
+            scenario,
+            trace.to_str().unwrap(),
+            trace.with_extension("expect").to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    child
+}

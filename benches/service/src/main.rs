@@ -25,6 +25,9 @@
 //! others, the background thread is waited on until it is idle), so the
 //! background column covers every request. Bytes per request are the trace
 //! file's size over all requests; events lost come from ringtrace's `Stats`.
+//! Both "vs untraced" columns (requests/s, and the service's CPU per request:
+//! workers plus background) are medians of ratios to the untraced run of the
+//! same repetition.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -579,10 +582,13 @@ fn main() {
     let exe = std::env::current_exe().unwrap();
     // results[mode] = one per repetition
     let mut results: Vec<Vec<RunResult>> = modes.iter().map(|_| Vec::new()).collect();
-    // ratio to the untraced run of the same repetition
+    // ratio to the untraced run of the same repetition: requests/s, and the
+    // service's CPU per request (all its threads)
     let mut ratios: Vec<Vec<f64>> = modes.iter().map(|_| Vec::new()).collect();
+    let mut cpu_ratios: Vec<Vec<f64>> = modes.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps {
         let mut rps = vec![f64::NAN; modes.len()];
+        let mut cpu = vec![f64::NAN; modes.len()];
         for k in 0..modes.len() {
             let i = (k + rep) % modes.len();
             let out = Command::new(&exe)
@@ -606,10 +612,12 @@ fn main() {
                 r.cpu.background as f64 / r.requests as f64 / 1e3
             );
             rps[i] = r.rps;
+            cpu[i] = (r.cpu.workers + r.cpu.background) as f64 / r.requests as f64;
             results[i].push(r);
         }
         for i in 0..modes.len() {
             ratios[i].push(rps[i] / rps[0] - 1.0);
+            cpu_ratios[i].push(cpu[i] / cpu[0] - 1.0);
         }
     }
     println!(
@@ -617,23 +625,26 @@ fn main() {
         reps,
         machine()
     );
-    println!("| mode | requests/s | vs untraced | CPU µs/request: workers | background | service total | load client | bytes/request | events/request | events lost |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| mode | requests/s | vs untraced | CPU µs/request: workers | background | service total | vs untraced | load client | bytes/request | events/request | events lost |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (i, m) in modes.iter().enumerate() {
         let rs = &results[i];
         let med = |f: &dyn Fn(&RunResult) -> f64| median(&mut rs.iter().map(f).collect::<Vec<_>>());
         let per = |ns: u64, r: &RunResult| ns as f64 / r.requests as f64 / 1e3;
-        let vs = if i == 0 {
-            String::new()
+        let (vs, cpu_vs) = if i == 0 {
+            (String::new(), String::new())
         } else {
-            format!("{:+.1}%", median(&mut ratios[i].clone()) * 100.0)
+            (
+                format!("{:+.1}%", median(&mut ratios[i].clone()) * 100.0),
+                format!("{:+.1}%", median(&mut cpu_ratios[i].clone()) * 100.0),
+            )
         };
         let traced = !matches!(m, Mode::Untraced | Mode::Registry);
         let bytes = med(&|r| r.bytes as f64 / 1000.0);
         let events = med(&|r| r.events as f64 / 1000.0);
         let lost: u64 = rs.iter().map(|r| r.lost).sum();
         println!(
-            "| {} | {:.1}k | {vs} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            "| {} | {:.1}k | {vs} | {:.2} | {:.2} | {:.2} | {cpu_vs} | {:.2} | {} | {} | {} |",
             m.label(),
             med(&|r| r.rps) / 1e3,
             med(&|r| per(r.cpu.workers, r)),

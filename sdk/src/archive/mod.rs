@@ -80,9 +80,17 @@
 //! archive trace_processor would reject: every condition of the manifest
 //! spec's error table, the container rules (member names without
 //! dot-components, unique, at most 99 bytes in a TAR; no empty or
-//! undetectable members; no nested archives; no second manifest, gzipped or
-//! not), and the clock rules above. [`check_archive`] applies the same rules
-//! to an existing archive.
+//! undetectable members, and none that no Perfetto reader recognizes as a
+//! trace, unless [`Archive::allow_unrecognized`]; no nested archives; no
+//! second manifest, gzipped or not), and the clock rules above.
+//! [`check_archive`] applies the same rules to an existing archive.
+//!
+//! Reading an archive is safe on any bytes: damage is an
+//! [`ArchiveError::Corrupt`], never a panic, and what is decompressed (ZIP
+//! deflate, gzip, compressed packets) stops at [`DEFAULT_UNPACK_LIMIT`] (or
+//! the limit given to [`read_members_limited`] / [`check_archive_limited`]),
+//! whatever sizes the headers claim. `cli/tests/fuzz` holds every reader to
+//! that.
 //!
 //! # Several processes, one archive
 //!

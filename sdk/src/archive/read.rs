@@ -66,7 +66,7 @@ pub struct ArchiveReport {
 }
 
 /// Reads an archive (or a concatenated gzip stream) and applies the rules
-/// [`Archive`] applies when writing: one manifest at most, never gzipped nor
+/// [`Archive`](super::Archive) applies when writing: one manifest at most, never gzipped nor
 /// after a trace, valid per the spec against the members present; unique
 /// member names; no empty, undetectable, unrecognized or nested members.
 ///

@@ -928,6 +928,15 @@ fn annotations(
     }
 }
 
+/// A DebugAnnotation named by `iid` with varint `field` = `v`, sized first.
+#[inline]
+fn scalar_annotation(te: &mut Vec<u8>, iid: u32, field: u32, v: u64) {
+    let len = uint_len(DA_NAME_IID, iid as u64) + uint_len(field, v);
+    len_head(te, TE_DEBUG_ANNOTATIONS, len);
+    uint(te, DA_NAME_IID, iid as u64);
+    uint(te, field, v);
+}
+
 /// One DebugAnnotation named by `iid` with the next value of `r`; scalars
 /// and strings sized first, containers built with [`nested`].
 #[inline]
@@ -935,29 +944,10 @@ fn annotation(te: &mut Vec<u8>, iid: u32, r: &mut ArgReader<'_>) {
     let name_len = uint_len(DA_NAME_IID, iid as u64);
     let save = r.pos();
     match r.next() {
-        ArgValue::Int(v) => {
-            len_head(
-                te,
-                TE_DEBUG_ANNOTATIONS,
-                name_len + uint_len(DA_INT, v as u64),
-            );
-            uint(te, DA_NAME_IID, iid as u64);
-            int(te, DA_INT, v);
-        }
-        ArgValue::Uint(v) => {
-            len_head(te, TE_DEBUG_ANNOTATIONS, name_len + uint_len(DA_UINT, v));
-            uint(te, DA_NAME_IID, iid as u64);
-            uint(te, DA_UINT, v);
-        }
-        ArgValue::Bool(v) => {
-            len_head(
-                te,
-                TE_DEBUG_ANNOTATIONS,
-                name_len + uint_len(DA_BOOL, v as u64),
-            );
-            uint(te, DA_NAME_IID, iid as u64);
-            uint(te, DA_BOOL, v as u64);
-        }
+        // int64 as its two's complement, bool as 0/1: all varints.
+        ArgValue::Int(v) => scalar_annotation(te, iid, DA_INT, v as u64),
+        ArgValue::Uint(v) => scalar_annotation(te, iid, DA_UINT, v),
+        ArgValue::Bool(v) => scalar_annotation(te, iid, DA_BOOL, v as u64),
         ArgValue::Double(v) => {
             len_head(te, TE_DEBUG_ANNOTATIONS, name_len + 1 + 8);
             uint(te, DA_NAME_IID, iid as u64);

@@ -42,6 +42,9 @@ pub enum Error {
     InvalidConfig(String),
     /// The flusher thread could not be started or died.
     Flusher(String),
+    /// No session is recording ([`rotate_output`](crate::rotate_output),
+    /// [`dump_to`](crate::dump_to)).
+    NotRecording,
 }
 
 impl fmt::Display for Error {
@@ -58,6 +61,7 @@ impl fmt::Display for Error {
             Error::NoOutput => write!(f, "no output configured: call .output(path) or .writer(w)"),
             Error::InvalidConfig(m) => write!(f, "invalid ringtrace configuration: {m}"),
             Error::Flusher(m) => write!(f, "ringtrace flusher: {m}"),
+            Error::NotRecording => write!(f, "no ringtrace session is recording"),
         }
     }
 }

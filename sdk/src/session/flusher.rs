@@ -13,6 +13,7 @@ use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::sync::Arc;
+use crate::session::capture::{Requests, Windows};
 use crate::session::recorder::Recorder;
 use crate::session::sink::Sink;
 use crate::system::data_source::RecordFilter;
@@ -38,6 +39,8 @@ pub(crate) struct Shared {
     pub(crate) flush_cv: Condvar,
     pub(crate) wake: Mutex<()>,
     pub(crate) wake_cv: Condvar,
+    /// Capture windows asked of the flusher (`capture`).
+    pub(crate) requests: Mutex<Requests>,
 }
 
 impl Shared {
@@ -49,6 +52,7 @@ impl Shared {
             flush_cv: Condvar::new(),
             wake: Mutex::new(()),
             wake_cv: Condvar::new(),
+            requests: Mutex::new(Requests::default()),
         }
     }
 
@@ -100,6 +104,8 @@ pub(crate) struct Flusher {
     /// budget by the session, given back when the flusher ends).
     pub(crate) recorder_bytes: u64,
     pub(crate) interval: Duration,
+    /// Rotations and dumps (`capture`).
+    pub(crate) windows: Windows,
 }
 
 struct RingState {
@@ -119,6 +125,7 @@ impl Flusher {
             overwrite,
             recorder_bytes,
             interval,
+            mut windows,
         } = self;
         let (mut encoder, mut sink) = match output {
             Some((e, s)) => (Some(e), Some(s)),
@@ -155,6 +162,7 @@ impl Flusher {
                 let mut g = shared.wake.lock();
                 if !shared.stop.load(Ordering::Acquire)
                     && shared.flush_requested.load(Ordering::Acquire) == flush_seen
+                    && shared.requests.lock().is_empty()
                 {
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
@@ -169,13 +177,35 @@ impl Flusher {
                 }),
                 None => false,
             };
+            let window = {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                let lost = stats.events_lost + stats.events_oversized;
+                windows.before_pass(&shared, &mut encoder, &mut sink, &mut ctx, lost, &mut out)
+            };
             // A flight recorder drains the rings as often (into the
-            // recorder); it writes out only on flush and at stop.
-            let dump = stopping || flush_req != flush_seen;
+            // recorder); it writes out on flush, at stop and into a dump.
+            let dump = stopping || window || flush_req != flush_seen;
             let full = dump || system_full || last_full.elapsed() >= interval;
+            // While a dump's window is open, records go straight to its file.
+            let dumping = windows.dumping();
             if full {
                 cal.refresh();
                 last_full = Instant::now();
+            }
+            if let (true, Some(rec), Some(e)) = (dump, recorder.as_mut(), encoder.as_deref_mut()) {
+                // What the recorder holds is older than what the rings hold:
+                // it goes first, then this pass drains the rings straight
+                // into the file.
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                rec.write_out(e, &mut ctx, &mut out, &mut finished);
             }
             REGISTRY.snapshot(&mut rings);
             for tr in &rings {
@@ -210,6 +240,7 @@ impl Flusher {
                         overwritten: d.overwritten,
                     };
                     if let Some(e) = encoder.as_deref_mut() {
+                        windows.wrote(tr.seq_id);
                         let mine = match file_filter.as_mut() {
                             None => batch.words,
                             Some((filter, generation)) => {
@@ -228,7 +259,7 @@ impl Flusher {
                                 &file_words
                             }
                         };
-                        match recorder.as_mut() {
+                        match recorder.as_mut().filter(|_| !(dump || dumping)) {
                             Some(rec) => {
                                 stats.events_lost +=
                                     rec.push(tr, mine, d.overwritten, &mut finished);
@@ -285,15 +316,12 @@ impl Flusher {
                     REGISTRY.remove(tr.seq_id);
                 }
             }
-            if let Some(rec) = recorder.as_mut() {
+            if !finished.is_empty() {
                 let mut ctx = Context {
                     cal: &cal,
                     process: &process,
                     sites: &mut sites,
                 };
-                if let (true, Some(e)) = (dump, encoder.as_deref_mut()) {
-                    rec.write_out(e, &mut ctx, &mut out, &mut finished);
-                }
                 for tr in finished.drain(..) {
                     thread_finished(
                         &mut encoder,
@@ -318,6 +346,15 @@ impl Flusher {
                 if let Some(sys) = system.as_mut() {
                     sys.tick(&mut ctx);
                 }
+            }
+            {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                let lost = stats.events_lost + stats.events_oversized;
+                windows.after_pass(&mut encoder, &mut sink, &mut ctx, lost, stopping, &mut out);
             }
             if stopping {
                 // Threads still running: their drops so far, then close the file.
@@ -372,11 +409,15 @@ impl Flusher {
                 shared.flush_cv.notify_all();
             }
         }
+        windows.close(&shared);
+        // Totals of the whole session: every file it wrote.
         if let Some(e) = encoder.as_deref() {
             let enc = e.stats();
             stats.events_written = enc.events;
             stats.unmatched_ends = enc.unmatched_ends;
         }
+        stats.events_written += windows.finished.events_written;
+        stats.unmatched_ends += windows.finished.unmatched_ends;
         stats.events_no_memory = REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
         stats.events_lost += stats.events_oversized
             + stats.events_no_memory
@@ -384,7 +425,8 @@ impl Flusher {
         if let Some(sys) = system.as_ref() {
             stats.events_lost += sys.stats().events_dropped;
         }
-        stats.bytes_written = sink.as_ref().map_or(0, Sink::bytes_written);
+        stats.bytes_written =
+            sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
         drop(recorder);
         REGISTRY.budget.give_back(recorder_bytes);
@@ -395,7 +437,7 @@ impl Flusher {
 }
 
 /// Writes `out` to the file output, if any (else drops it).
-fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
+pub(crate) fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
     match sink {
         Some(s) => s.write(out),
         None => out.clear(),

@@ -5,13 +5,16 @@
 //!
 //! [`Builder`] holds the options ([`builder`]), this module starts and stops
 //! the one session a process has, [`flusher`] is its background thread,
-//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling.
+//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling,
+//! [`capture`] the files cut out of a running session (`rotate_output`,
+//! `dump_to`).
 //!
 //! Rules of this layer: it wires the recording path (`record`) to an encoder
 //! (`encode`) and a sink; it reads rings only through the registry's drain
 //! API, and it never formats bytes itself.
 
 mod builder;
+pub(crate) mod capture;
 mod error;
 pub(crate) mod flusher;
 mod recorder;
@@ -20,11 +23,11 @@ pub(crate) mod sink;
 
 pub(crate) use builder::Output;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
+pub use capture::{dump_to, rotate_output};
 pub use error::Error;
 
-use crate::encode::json::JsonEncoder;
-use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
-use crate::encode::{Encoder, ProcessInfo};
+use crate::encode::perfetto::PerfettoOptions;
+use crate::encode::ProcessInfo;
 use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
@@ -125,15 +128,18 @@ impl Builder {
                 )
             }
         };
+        let formats = capture::Formats {
+            perfetto: PerfettoOptions {
+                source_locations: self.source_locations,
+                omit_needs_flag: self.compact_packets,
+            },
+            json: self.json,
+            compressed_packets: self.compressed_packets,
+            overwrite: self.overwrite,
+        };
         let file_output = sink.is_some();
         let output = sink.map(|mut sink| {
-            let encoder: Box<dyn Encoder> = match format {
-                Format::Perfetto => Box::new(PerfettoEncoder::new(PerfettoOptions {
-                    source_locations: self.source_locations,
-                    omit_needs_flag: self.compact_packets,
-                })),
-                Format::Json => Box::new(JsonEncoder::with_options(self.json)),
-            };
+            let encoder = formats.encoder(format);
             if self.compressed_packets {
                 sink.compress_perfetto_packets();
             }
@@ -200,6 +206,7 @@ impl Builder {
             overwrite: self.overwrite,
             recorder_bytes,
             interval: self.flush_interval.max(Duration::from_millis(1)),
+            windows: capture::Windows::new(path.clone()),
         };
         let handle = std::thread::Builder::new()
             .name("ringtrace-flusher".into())
@@ -241,6 +248,7 @@ impl Builder {
             shared,
             handle,
             path: path.clone(),
+            formats,
             producer,
         });
         drop(slot);
@@ -266,6 +274,8 @@ struct Session {
     shared: Arc<Shared>,
     handle: JoinHandle<(Stats, Option<std::io::Error>)>,
     path: Option<PathBuf>,
+    /// How new files of capture windows are written.
+    formats: capture::Formats,
     /// System tracing's connection thread, if on.
     producer: Option<(Arc<Link>, JoinHandle<()>)>,
 }

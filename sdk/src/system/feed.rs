@@ -9,6 +9,7 @@ use super::data_source::{RecordFilter, Selection};
 use super::producer::{Control, Link};
 use super::wire::{self, ChunkToMove, MAX_FRAME};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
+use crate::encode::LOST_EVENT_NAME;
 use crate::encode::{Batch, Context, Encoder};
 use crate::record::registry::ThreadRing;
 use std::collections::{HashMap, HashSet};
@@ -82,6 +83,7 @@ impl SystemFeed {
     pub(crate) fn begin_cycle(&mut self, ctx: &mut Context<'_>) -> bool {
         self.link.take_controls(&mut self.controls);
         let mut selections_changed = false;
+        let mut started = Vec::new();
         for c in std::mem::take(&mut self.controls) {
             match c {
                 Control::Setup { conn, memory } => self.pool = Some((conn, ChunkPool::new(memory))),
@@ -105,12 +107,7 @@ impl SystemFeed {
                     let i = self.instances.len() - 1;
                     self.place(i, None, ctx);
                     selections_changed = true;
-                    self.link.send(
-                        conn,
-                        "NotifyDataSourceStarted",
-                        &wire::notify_data_source(instance),
-                        true,
-                    );
+                    started.push((conn, instance));
                 }
                 Control::Stop { conn, instance } => self.stops.push((conn, instance)),
                 Control::Flush { conn, request_id } => self.flushes.push((conn, request_id)),
@@ -137,6 +134,15 @@ impl SystemFeed {
         }
         if selections_changed {
             self.publish_selections();
+        }
+        // Started only now that the call sites record for them.
+        for (conn, instance) in started {
+            self.link.send(
+                conn,
+                "NotifyDataSourceStarted",
+                &wire::notify_data_source(instance),
+                true,
+            );
         }
         !self.flushes.is_empty() || !self.stops.is_empty()
     }
@@ -340,7 +346,13 @@ impl SystemFeed {
         }
         let inst = &mut self.instances[i];
         let mut dropped_seq: Option<u32> = None;
-        let mut dropped = 0u64;
+        // Events dropped, and losses to mark again (theirs and carried ones).
+        let (mut dropped_events, mut to_mark) = (0u64, 0u64);
+        let mut drop_packet = |packet: &[u8]| {
+            let (events, carried) = dropped(packet);
+            dropped_events += events;
+            to_mark += events + carried;
+        };
         let pool = self
             .pool
             .as_mut()
@@ -358,7 +370,7 @@ impl SystemFeed {
         let half = pool.pages() / 2;
         let _ = wire::for_each_packet(&self.out, &mut self.scratch, |seq, packet| {
             if dropped_seq == Some(seq) {
-                dropped += u64::from(is_event(packet));
+                drop_packet(packet);
                 return;
             }
             let w = inst.writers.entry(seq).or_insert_with(|| {
@@ -373,7 +385,7 @@ impl SystemFeed {
             });
             if let Err(Full) = w.write_packet(pool, packet, commits) {
                 dropped_seq = Some(seq);
-                dropped += u64::from(is_event(packet));
+                drop_packet(packet);
             }
             if half > 0 && commits.len() >= half {
                 let args = wire::commit_data(commits, None);
@@ -386,13 +398,12 @@ impl SystemFeed {
             self.commit(None);
         }
         self.out.clear();
-        if dropped > 0 {
-            self.stats.events_dropped += dropped;
+        self.stats.events_dropped += dropped_events;
+        if to_mark > 0 {
             if let Some(t) = thread {
-                self.out.clear();
                 self.instances[i]
                     .encoder
-                    .note_lost(ctx, t, dropped, &mut self.out);
+                    .note_lost(ctx, t, to_mark, &mut self.out);
                 self.out.clear();
             }
         }
@@ -410,13 +421,41 @@ fn allocate_writer(live: &mut HashSet<u16>, next: &mut u16) -> u16 {
     }
 }
 
-/// Whether a packet carries a track event (field 11).
-fn is_event(packet: &[u8]) -> bool {
-    wire::fields(packet).any(|f| matches!(f, Ok((11, _))))
+/// What dropping `packet` loses: (recorded events, loss count it was
+/// carrying). A track event (field 11) is one event, except the encoder's
+/// loss marker, which is no event of the program but carries the count of
+/// earlier losses, to be marked again.
+fn dropped(packet: &[u8]) -> (u64, u64) {
+    let Some(te) = wire::fields(packet).find_map(|f| match f {
+        Ok((11, v)) => Some(v.as_bytes()),
+        _ => None,
+    }) else {
+        return (0, 0);
+    };
+    let mut marker = false;
+    let mut count = 0;
+    for f in wire::fields(te).flatten() {
+        match f {
+            (23, v) => marker = v.as_str() == LOST_EVENT_NAME,
+            (4, v) => {
+                for (n, a) in wire::fields(v.as_bytes()).flatten() {
+                    if n == 3 {
+                        count = a.as_u64();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if marker {
+        (0, count)
+    } else {
+        (1, 0)
+    }
 }
 
 fn count_events(stream: &[u8]) -> u64 {
     let mut n = 0;
-    let _ = wire::for_each_packet(stream, &mut Vec::new(), |_, p| n += u64::from(is_event(p)));
+    let _ = wire::for_each_packet(stream, &mut Vec::new(), |_, p| n += dropped(p).0);
     n
 }

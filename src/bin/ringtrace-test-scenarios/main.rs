@@ -300,12 +300,12 @@ fn endless(trace: &str) -> Value {
     unreachable!()
 }
 
-/// Writes the same archive (a few MiB of JSON trace) at `path` over and over,
+/// Writes the same archive (2 MiB of JSON trace) at `path` over and over,
 /// TAR or ZIP by extension; says "ready" once the first one is in place. The
 /// parent kills it mid-write.
 fn archive_loop(path: &str) -> Value {
     let mut events = String::from("[\n");
-    for i in 0..60_000u64 {
+    for i in 0..20_000u64 {
         if i > 0 {
             events.push_str(",\n");
         }

@@ -1,0 +1,410 @@
+//! Capture windows: files cut out of a running session without stopping it.
+//!
+//! * [`rotate_output`]: the session's file is finished (complete, loadable)
+//!   and recording goes on into a new one, with no gap: the flusher drains
+//!   every ring into the old file, closes it, then writes what follows into
+//!   the new one. An event is in exactly one of the files (or counted lost).
+//! * [`dump_to`] (flight-recorder mode): what the rings hold now, plus what is
+//!   recorded during `after`, goes into a new complete file; then the
+//!   session goes back to its own output and to overwriting. The dump takes
+//!   the events it writes out of the rings, so the session's own output and
+//!   the dumps never hold the same event twice.
+//!
+//! Both run on the flusher, which owns every output: the calling thread opens
+//! the new file (so a bad path fails at once), queues a [`Request`] and waits
+//! for the flusher's answer. The flusher takes one request at a time, and
+//! none while a dump's window is open. Recording threads never see any of it.
+//!
+//! Rules: only the flusher touches encoders and sinks; rings are read only
+//! through the drain API, in the flusher's normal pass.
+
+use crate::encode::json::{JsonEncoder, JsonOptions};
+use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
+use crate::encode::{Context, Encoder};
+use crate::session::flusher::{write_out, Shared, Stats};
+use crate::session::sink::Sink;
+use crate::session::{Error, Format, SESSION};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How the session writes a file: what a new output needs besides its path.
+#[derive(Clone)]
+pub(crate) struct Formats {
+    pub(crate) perfetto: PerfettoOptions,
+    pub(crate) json: JsonOptions,
+    pub(crate) compressed_packets: bool,
+    /// The session is in flight-recorder (overwrite) mode.
+    pub(crate) overwrite: bool,
+}
+
+impl Formats {
+    pub(crate) fn encoder(&self, format: Format) -> Box<dyn Encoder> {
+        match format {
+            Format::Perfetto => Box::new(PerfettoEncoder::new(self.perfetto)),
+            Format::Json => Box::new(JsonEncoder::with_options(self.json.clone())),
+        }
+    }
+
+    /// Creates the file at `path` and what writes it.
+    fn target(&self, path: &Path) -> Result<Target, Error> {
+        let format =
+            Format::from_path(path).ok_or_else(|| Error::UnknownFormat(path.to_path_buf()))?;
+        let file = std::fs::File::create(path).map_err(|e| Error::Io {
+            path: Some(path.to_path_buf()),
+            source: e,
+        })?;
+        let w = std::io::BufWriter::with_capacity(1 << 16, file);
+        let mut sink = Sink::new(Box::new(w), path.display().to_string());
+        if self.compressed_packets && format == Format::Perfetto {
+            sink.compress_perfetto_packets();
+        }
+        Ok(Target {
+            encoder: Some(self.encoder(format)),
+            sink: Some(sink),
+            path: Some(path.to_path_buf()),
+        })
+    }
+}
+
+/// An output: a file's encoder and sink.
+pub(crate) struct Target {
+    /// `None` (with `sink`): no file, as a session with system tracing only.
+    pub(crate) encoder: Option<Box<dyn Encoder>>,
+    pub(crate) sink: Option<Sink>,
+    /// The file (`None`: the session's writer).
+    pub(crate) path: Option<PathBuf>,
+}
+
+type Reply = mpsc::Sender<Result<Stats, Error>>;
+
+/// What a caller asks of the flusher.
+pub(crate) enum Request {
+    /// Finish the current file, go on in this one.
+    Rotate(Target, Reply),
+    /// Write the rings and the next `after` into this file.
+    Dump(Target, Duration, Reply),
+}
+
+impl Request {
+    fn refuse(self) {
+        let (Request::Rotate(_, reply) | Request::Dump(_, _, reply)) = self;
+        let _ = reply.send(Err(Error::NotRecording));
+    }
+}
+
+/// The queue of requests; closed when the flusher has finished.
+#[derive(Default)]
+pub(crate) struct Requests {
+    queue: Vec<Request>,
+    closed: bool,
+}
+
+impl Requests {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+/// Finishes the session's current file and goes on recording into a new
+/// one at `path` (format from its extension), with no gap and no event in
+/// two files: every event recorded before the call is in the finished file
+/// or the new one, and every event after it is in the new one (events lost
+/// are counted and marked, as always). Can be called from any thread; the
+/// session's [`Stats`] at stop cover every file.
+///
+/// In a session without a file (system tracing only), this starts one.
+///
+/// Returns the totals of the finished file. A scope open across the switch
+/// has its begin in one file and its end in the other: neither file shows
+/// it as a slice (the end is counted in
+/// [`unmatched_ends`](Stats::unmatched_ends)).
+///
+/// # Examples
+///
+/// ```
+/// let dir = std::env::temp_dir();
+/// let _trace = ringtrace::builder().output(dir.join("ringtrace-doc-part1.pftrace")).start()?;
+/// ringtrace::trace_instant!("in part 1");
+/// let part1 = ringtrace::rotate_output(dir.join("ringtrace-doc-part2.json"))?;
+/// assert_eq!(part1.events_written, 1); // part1 is complete now
+/// ringtrace::trace_instant!("in part 2");
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotRecording`] without a session (or if it stops first),
+/// [`Error::UnknownFormat`] / [`Error::Io`] if the new file cannot be
+/// created (the session goes on in the old one), [`Error::Io`] if writing
+/// the finished file failed.
+pub fn rotate_output(path: impl AsRef<Path>) -> Result<Stats, Error> {
+    ask(path.as_ref(), None)
+}
+
+/// Flight-recorder mode: writes what the rings hold now, then what is
+/// recorded during `after`, into a new complete file at `path` (format from
+/// its extension), while recording goes on; returns when the file is
+/// finished (after `after`), with its totals. Call it again for another
+/// file: each holds the events recorded since the previous dump (as much of
+/// them as the rings kept). The events a dump writes are taken out of the
+/// rings, so the session's own output (written on [`flush`](crate::flush)
+/// and at stop) does not hold them again.
+///
+/// Events the rings overwrote before the dump are counted and marked at the
+/// start of the file, as in every flight-recorder output.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// let dir = std::env::temp_dir();
+/// let _trace = ringtrace::builder()
+///     .output(dir.join("ringtrace-doc-recorder.pftrace"))
+///     .overwrite(true)
+///     .start()?;
+/// ringtrace::trace_instant!("before the incident");
+/// let dump = ringtrace::dump_to(dir.join("ringtrace-doc-incident.pftrace"), Duration::from_millis(20))?;
+/// assert!(dump.events_written >= 1);
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotRecording`] without a session (or if it stops first),
+/// [`Error::InvalidConfig`] if the session is not in flight-recorder mode
+/// (use [`rotate_output`] there), [`Error::UnknownFormat`] / [`Error::Io`] if
+/// the file cannot be created, [`Error::Io`] if writing it failed.
+pub fn dump_to(path: impl AsRef<Path>, after: Duration) -> Result<Stats, Error> {
+    ask(path.as_ref(), Some(after))
+}
+
+/// Opens the file, queues the request, waits for the flusher's answer.
+fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
+    let (shared, formats) = {
+        let slot = SESSION.lock();
+        let s = slot.as_ref().ok_or(Error::NotRecording)?;
+        (s.shared.clone(), s.formats.clone())
+    };
+    if after.is_some() && !formats.overwrite {
+        return Err(Error::InvalidConfig(
+            "dump_to needs a flight-recorder session (overwrite(true)); use rotate_output".into(),
+        ));
+    }
+    let target = formats.target(path)?;
+    let (tx, rx) = mpsc::channel();
+    let request = match after {
+        Some(after) => Request::Dump(target, after, tx),
+        None => Request::Rotate(target, tx),
+    };
+    {
+        let mut requests = shared.requests.lock();
+        if requests.closed {
+            return Err(Error::NotRecording);
+        }
+        requests.queue.push(request);
+    }
+    shared.wake();
+    rx.recv()
+        .unwrap_or_else(|_| Err(Error::Flusher("the flusher thread panicked".into())))
+}
+
+/// The flusher's side: the open dump window, the totals of finished files.
+pub(crate) struct Windows {
+    /// The file being written now.
+    path: Option<PathBuf>,
+    /// A dump in progress: the session's own output, stashed, and when the
+    /// window closes.
+    dump: Option<(FileDone, Instant, Reply)>,
+    /// A rotation to finish after this pass.
+    rotate: Option<(Target, Reply)>,
+    /// The current file's starting point in the session's loss count, and
+    /// the threads written into it.
+    lost_at_start: u64,
+    threads: HashSet<u32>,
+    /// Totals of every file finished so far (written, bytes, unmatched).
+    pub(crate) finished: Stats,
+}
+
+impl Windows {
+    /// The flusher starts writing the session's output, `path`.
+    pub(crate) fn new(path: Option<PathBuf>) -> Windows {
+        Windows {
+            path,
+            dump: None,
+            rotate: None,
+            lost_at_start: 0,
+            threads: HashSet::new(),
+            finished: Stats::default(),
+        }
+    }
+
+    /// Before a pass: takes the next request (none while a dump is open).
+    /// Returns true if this pass must drain every ring. A dump's file
+    /// becomes the output now, so the pass drains the rings into it.
+    pub(crate) fn before_pass(
+        &mut self,
+        shared: &Shared,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
+        ctx: &mut Context<'_>,
+        lost: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if self.dump.is_some() {
+            return true;
+        }
+        let request = {
+            let mut requests = shared.requests.lock();
+            if requests.queue.is_empty() {
+                return false;
+            }
+            requests.queue.remove(0)
+        };
+        match request {
+            Request::Rotate(target, reply) => self.rotate = Some((target, reply)),
+            Request::Dump(mut target, after, reply) => {
+                self.swap_in(encoder, sink, &mut target, ctx, out);
+                let stashed = self.switch_file(target, lost);
+                let now = Instant::now();
+                // A window too long for the clock: until the session stops.
+                let until = now
+                    .checked_add(after)
+                    .unwrap_or(now + Duration::from_secs(1 << 32));
+                self.dump = Some((stashed, until, reply));
+            }
+        }
+        true
+    }
+
+    /// A dump's window is open: records go straight into its file.
+    pub(crate) fn dumping(&self) -> bool {
+        self.dump.is_some()
+    }
+
+    /// Notes that a thread's records went into the current file.
+    pub(crate) fn wrote(&mut self, seq_id: u32) {
+        self.threads.insert(seq_id);
+    }
+
+    /// After a pass: finishes a rotation, or a dump whose window has closed
+    /// (or any dump when `stopping`).
+    pub(crate) fn after_pass(
+        &mut self,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
+        ctx: &mut Context<'_>,
+        lost: u64,
+        stopping: bool,
+        out: &mut Vec<u8>,
+    ) {
+        if let Some((mut target, reply)) = self.rotate.take() {
+            self.swap_in(encoder, sink, &mut target, ctx, out);
+            let old = self.switch_file(target, lost);
+            let _ = reply.send(self.finish(old, ctx, out));
+        }
+        let closes =
+            matches!(&self.dump, Some((_, until, _)) if stopping || Instant::now() >= *until);
+        if closes {
+            let (mut main, _, reply) = self.dump.take().unwrap();
+            // The session's own output comes back, its counts where they
+            // were: it wrote nothing meanwhile.
+            let t = &mut main.target;
+            std::mem::swap(encoder, &mut t.encoder);
+            std::mem::swap(sink, &mut t.sink);
+            std::mem::swap(&mut self.path, &mut t.path);
+            let dump = self.switch_file(main.target, lost);
+            self.lost_at_start = lost - main.lost;
+            self.threads = main.threads;
+            let _ = reply.send(self.finish(dump, ctx, out));
+        }
+    }
+
+    /// The current file becomes `target`'s (already swapped in); returns
+    /// the previous one, with its starting loss count and threads.
+    fn switch_file(&mut self, previous: Target, lost: u64) -> FileDone {
+        FileDone {
+            target: previous,
+            lost: lost - std::mem::replace(&mut self.lost_at_start, lost),
+            threads: std::mem::take(&mut self.threads),
+        }
+    }
+
+    /// Closes a file that is no longer the output; its totals.
+    fn finish(
+        &mut self,
+        mut done: FileDone,
+        ctx: &mut Context<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Stats, Error> {
+        let t = &mut done.target;
+        let (Some(encoder), Some(sink)) = (t.encoder.as_deref_mut(), t.sink.as_mut()) else {
+            return Ok(Stats::default()); // there was no file
+        };
+        let now = ctx.cal.now_ns();
+        encoder.finish(ctx, now, out);
+        sink.write(out);
+        sink.flush();
+        let enc = encoder.stats();
+        let stats = Stats {
+            events_written: enc.events,
+            events_lost: done.lost,
+            events_oversized: 0,
+            unmatched_ends: enc.unmatched_ends,
+            threads: done.threads.len() as u64,
+            bytes_written: sink.bytes_written(),
+            ..Stats::default()
+        };
+        self.finished.events_written += stats.events_written;
+        self.finished.unmatched_ends += stats.unmatched_ends;
+        self.finished.bytes_written += stats.bytes_written;
+        match sink.take_error() {
+            Some(e) => Err(Error::Io {
+                path: t.path.clone(),
+                source: e,
+            }),
+            None => Ok(stats),
+        }
+    }
+
+    /// Makes `target` the output (its header written) and puts the current
+    /// output into `target`. Writes what the current output still holds in
+    /// `out` first.
+    fn swap_in(
+        &mut self,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
+        target: &mut Target,
+        ctx: &mut Context<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        write_out(sink, out);
+        std::mem::swap(encoder, &mut target.encoder);
+        std::mem::swap(sink, &mut target.sink);
+        std::mem::swap(&mut self.path, &mut target.path);
+        if let Some(e) = encoder.as_deref_mut() {
+            e.header(ctx, out);
+        }
+        write_out(sink, out);
+    }
+
+    /// The flusher is done: no more requests; those still queued fail.
+    pub(crate) fn close(&mut self, shared: &Shared) {
+        let queued = {
+            let mut requests = shared.requests.lock();
+            requests.closed = true;
+            std::mem::take(&mut requests.queue)
+        };
+        queued.into_iter().for_each(Request::refuse);
+    }
+}
+
+/// A file taken out of service, waiting to be finished.
+struct FileDone {
+    target: Target,
+    /// Events lost while it was the output.
+    lost: u64,
+    /// Threads written into it.
+    threads: HashSet<u32>,
+}
