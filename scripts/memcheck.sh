@@ -54,7 +54,7 @@ cargo test -q --test reliability -- sigterm write_errors
 if [ "${RINGTRACE_MEMCHECK:-}" = full ]; then
   cargo test -q --test reliability -- thread_churn
 fi
-cargo test -q --test kill_whole_events -- killed_
+RINGTRACE_KILL_MAX_BYTES=$((256 << 10)) cargo test -q --test kill_whole_events -- killed_json killed_perfetto
 
 echo "-- example programs"
 unset "$runner_var"

@@ -32,6 +32,20 @@ fn wait_for(path: &Path, bytes: u64) {
     }
 }
 
+/// How much the child writes before each kill: 32 KiB, 256 KiB and 1 MiB,
+/// those up to `RINGTRACE_KILL_MAX_BYTES` (`scripts/memcheck.sh` keeps the
+/// children under valgrind short).
+fn kill_sizes() -> Vec<u64> {
+    let max = std::env::var("RINGTRACE_KILL_MAX_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX);
+    [32u64 << 10, 256 << 10, 1 << 20]
+        .into_iter()
+        .filter(|&s| s <= max)
+        .collect()
+}
+
 fn sigkill(mut child: Child) {
     child.kill().unwrap();
     use std::os::unix::process::ExitStatusExt;
@@ -42,7 +56,7 @@ fn sigkill(mut child: Child) {
 fn killed_json_writer_leaves_whole_events() {
     let dir = scratch("kill-json");
     // Several kills, at different sizes: each lands wherever the writer is.
-    for (round, size) in [32u64 << 10, 256 << 10, 1 << 20].into_iter().enumerate() {
+    for (round, size) in kill_sizes().into_iter().enumerate() {
         let trace = dir.join(format!("endless{round}.json"));
         let child = spawn_ready("endless", &trace);
         wait_for(&trace, size);
@@ -72,7 +86,7 @@ fn killed_json_writer_leaves_whole_events() {
 #[test]
 fn killed_perfetto_writer_leaves_whole_packets() {
     let dir = scratch("kill-pftrace");
-    for (round, size) in [32u64 << 10, 256 << 10, 1 << 20].into_iter().enumerate() {
+    for (round, size) in kill_sizes().into_iter().enumerate() {
         let trace = dir.join(format!("endless{round}.pftrace"));
         let child = spawn_ready("endless", &trace);
         wait_for(&trace, size);

@@ -22,7 +22,7 @@ use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
 use crate::session::flusher::{write_out, Shared, Stats};
-use crate::session::sink::Sink;
+use crate::session::sink::{Sink, Units};
 use crate::session::{Error, Format, SESSION};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -55,8 +55,8 @@ impl Formats {
             path: Some(path.to_path_buf()),
             source: e,
         })?;
-        let w = std::io::BufWriter::with_capacity(1 << 16, file);
-        let mut sink = Sink::new(Box::new(w), path.display().to_string());
+        // Laid out as the session's own file: a kill leaves whole events.
+        let mut sink = Sink::file(file, path.display().to_string(), Units::of(format));
         if self.compressed_packets && format == Format::Perfetto {
             sink.compress_perfetto_packets();
         }

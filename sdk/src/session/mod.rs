@@ -117,10 +117,7 @@ impl Builder {
                     path: Some(p.clone()),
                     source: e,
                 })?;
-                let units = match format {
-                    Format::Json => Units::Json,
-                    Format::Perfetto => Units::Perfetto,
-                };
+                let units = Units::of(format);
                 (
                     Some(Sink::file(file, p.display().to_string(), units)),
                     format,

@@ -72,6 +72,16 @@ pub(crate) enum Units {
     Perfetto,
 }
 
+impl Units {
+    /// The units of a file in `format`.
+    pub(crate) fn of(format: crate::Format) -> Units {
+        match format {
+            crate::Format::Json => Units::Json,
+            crate::Format::Perfetto => Units::Perfetto,
+        }
+    }
+}
+
 /// No unit of this size or less straddles a multiple of it in a file.
 const PAGE: u64 = 4096;
 
