@@ -15,7 +15,7 @@ fn main() -> Result<(), ringtrace::Error> {
     let trace = ringtrace::builder()
         .output(&path)
         .overwrite(true)
-        .buffer_bytes_per_thread(64 * 1024) // small: only the recent past is kept
+        .buffer_bytes(1 << 20) // small: the process keeps its last 512 KiB of events
         .start()?;
 
     let workers: Vec<_> = (0..2)

@@ -30,6 +30,9 @@ echo "== python decoder self-tests"
 echo "== cargo test (workspace: unit, integration, doc tests)"
 cargo test --workspace
 
+echo "== memory budget, optimised (peak RSS of many threads against the budget)"
+cargo test --release --test memory
+
 echo "== loom models of the ring and the registry"
 RUSTFLAGS="--cfg ringtrace_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --release -p ringtrace --lib loom_tests

@@ -92,6 +92,7 @@ fn no_heap_allocation_per_event_after_the_first() {
     let guard = ringtrace::builder()
         .writer(out.clone())
         .buffer_bytes_per_thread(64 << 20) // holds every event: nothing dropped
+        .buffer_bytes(256 << 20) // room for the ring to grow that far
         .enable_categories(["alloc"])
         .start()
         .expect("start a session");
@@ -215,6 +216,7 @@ fn subscriber_dispatch() -> (tracing::Dispatch, ringtrace::TraceGuard) {
     let (subscriber, guard) = ringtrace::subscriber()
         .writer(ringtrace::MemoryBuffer::new())
         .buffer_bytes_per_thread(64 << 20)
+        .buffer_bytes(256 << 20)
         .build()
         .expect("start a session");
     (tracing::Dispatch::new(subscriber), guard)
@@ -225,6 +227,7 @@ fn layer_dispatch() -> (tracing::Dispatch, ringtrace::TraceGuard) {
     let (layer, guard) = ringtrace::layer()
         .writer(ringtrace::MemoryBuffer::new())
         .buffer_bytes_per_thread(64 << 20)
+        .buffer_bytes(256 << 20)
         .build()
         .expect("start a session");
     (

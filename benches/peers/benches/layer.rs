@@ -141,7 +141,8 @@ fn main() {
         for &(op, _) in &ops {
             let session = ringtrace::builder()
                 .output(file(name))
-                .buffer_bytes_per_thread(8 << 20);
+                .buffer_bytes_per_thread(8 << 20)
+                .buffer_bytes(32 << 20);
             let (d, guard) = if own_subscriber {
                 let (sub, guard) = ringtrace::SubscriberBuilder::from(session)
                     .build()

@@ -349,6 +349,7 @@ mod rt {
             let guard = ringtrace::builder()
                 .output(out_path("peers-ringtrace-timing.pftrace"))
                 .buffer_bytes_per_thread(64 << 20)
+                .buffer_bytes(512 << 20) // two threads' rings, and what they outgrew
                 .flush_interval(Duration::from_secs(3600))
                 .enable_categories(["bench"])
                 .start()
@@ -372,6 +373,7 @@ mod rt {
             let guard = ringtrace::builder()
                 .output(&path)
                 .buffer_bytes_per_thread(16 << 20)
+                .buffer_bytes(64 << 20)
                 .enable_categories(["bench"])
                 .start()
                 .unwrap();
@@ -482,6 +484,7 @@ mod tr {
             let session = ringtrace::builder()
                 .output(out_path(&format!("peers-ringtrace-{tag}-timing.pftrace")))
                 .buffer_bytes_per_thread(64 << 20)
+                .buffer_bytes(512 << 20) // two threads' rings, and what they outgrew
                 .flush_interval(Duration::from_secs(3600));
             let (dispatch, guard) = if own_subscriber {
                 let (sub, guard) = ringtrace::SubscriberBuilder::from(session).build().unwrap();
@@ -504,7 +507,8 @@ mod tr {
             let rss = reset_peak();
             let session = ringtrace::builder()
                 .output(&path)
-                .buffer_bytes_per_thread(16 << 20);
+                .buffer_bytes_per_thread(16 << 20)
+                .buffer_bytes(64 << 20);
             let (dispatch, guard) = if own_subscriber {
                 let (sub, guard) = ringtrace::SubscriberBuilder::from(session).build().unwrap();
                 (tracing::Dispatch::new(sub), guard)

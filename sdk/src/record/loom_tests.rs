@@ -2,8 +2,11 @@
 //! hand-over of a thread's ring to the flusher through the registry. Run with
 //! `RUSTFLAGS="--cfg ringtrace_loom" cargo test --release -p ringtrace --lib loom_tests`.
 
+use crate::record::budget::Budget;
 use crate::record::registry::{Registry, RingConfig};
-use crate::record::ring::{header_kind, header_len, header_payload, make_header, Ring, KIND_LOST};
+use crate::record::ring::{
+    header_kind, header_len, header_payload, make_header, segment_bytes, Ring, KIND_LOST,
+};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -102,6 +105,65 @@ fn loom_tests_ring_overwrite_mode_never_tears() {
     });
 }
 
+/// A ring of 8 words growing to 16: a producer writes records `1..=n` of 3
+/// words (never dropped) while the consumer drains once, then once more
+/// after the producer is done. Returns the records copied out (checked
+/// whole and in order) and the count reported overwritten.
+fn grow_while_draining(overwrite: bool, n: u64) -> (Vec<u64>, u64) {
+    let budget = Budget::leaked(u64::MAX);
+    let ring = Arc::new(Ring::growable(8, 16, overwrite, budget));
+    let p = {
+        let ring = ring.clone();
+        thread::spawn(move || {
+            for id in 1..=n {
+                assert!(write(&ring, id, 3), "record {id} dropped");
+            }
+        })
+    };
+    let mut out = Vec::new();
+    let mut seen = 0;
+    let d1 = ring.drain(&mut out, usize::MAX, &mut seen);
+    p.join().unwrap();
+    let d2 = ring.drain(&mut out, usize::MAX, &mut seen);
+    let (ids, lost) = decode(&out);
+    check_order(&ids);
+    assert_eq!(lost, 0);
+    assert_eq!(ring.dropped(), 0);
+    assert_eq!(
+        budget.used(),
+        segment_bytes(16),
+        "the outgrown segment is freed"
+    );
+    drop(ring);
+    assert_eq!(budget.used(), 0, "every segment given back once");
+    (ids, d1.overwritten + d2.overwritten)
+}
+
+/// The producer outgrows its first segment (8 words) while the consumer
+/// drains: every record arrives whole and in order, nothing is dropped, and
+/// the outgrown segment is freed (given back to the budget) exactly once.
+#[test]
+fn loom_tests_ring_grows_while_the_consumer_drains() {
+    loom::model(|| {
+        let (ids, overwritten) = grow_while_draining(false, 4);
+        assert_eq!(ids, vec![1, 2, 3, 4]);
+        assert_eq!(overwritten, 0);
+    });
+}
+
+/// Overwrite mode: the producer grows (copying what the consumer has not
+/// taken yet into the new segment) and then frees its own oldest records,
+/// while the consumer drains: records whole, in order, the newest kept, and
+/// every record either copied out or counted as overwritten, none dropped.
+#[test]
+fn loom_tests_overwrite_ring_grows_and_overwrites_while_draining() {
+    loom::model(|| {
+        let (ids, overwritten) = grow_while_draining(true, 7);
+        assert_eq!(ids.last(), Some(&7));
+        assert_eq!(ids.len() as u64 + overwritten, 7);
+    });
+}
+
 #[test]
 fn loom_tests_exiting_thread_hands_over_everything() {
     loom::model(|| {
@@ -110,6 +172,7 @@ fn loom_tests_exiting_thread_hands_over_everything() {
             1,
             RingConfig {
                 bytes: 512,
+                budget_bytes: 1 << 20,
                 overwrite: false,
                 thread_time: false,
             },

@@ -19,6 +19,7 @@
 //! `layout::write`, `registry::with_current`).
 
 pub(crate) mod args;
+pub(crate) mod budget;
 pub(crate) mod callsite;
 pub(crate) mod clock;
 pub(crate) mod layout;

@@ -2,19 +2,25 @@
 //! hand-over of a ring when its thread exits.
 //!
 //! A thread gets its ring on its first event of a session (the only time it
-//! takes a lock or allocates). The ring is shared, by `Arc`, between:
-//! * the thread, through `OWNER` (a thread-local whose destructor marks the
-//!   ring retired), with a raw pointer cached in `CURRENT` for the hot path;
+//! takes a lock or allocates), if the process-wide budget has room for it
+//! (`THREAD_BYTES` and a 1 KiB first segment); else that event is dropped and
+//! counted, and the next one tries again. The ring is shared, by `Arc`,
+//! between:
+//! * the thread, through the value of a pthread key (`OWNER_KEY`, whose
+//!   destructor marks the ring retired at thread exit, after every
+//!   `thread_local!` destructor has run, so events recorded from those still
+//!   reach the ring), with a raw pointer cached in `CURRENT` for the hot path;
 //! * the registry list, which the flusher snapshots. A retired ring stays
 //!   listed until the flusher has drained it, so nothing a thread recorded is
-//!   lost when it exits.
+//!   lost when it exits; dropping it gives its memory back to the budget.
 //!
 //! Each session has an id; a ring belongs to one session. A thread whose
 //! cached ring is from an earlier session gets a fresh one on its next event.
 
+use crate::record::budget::{Budget, DEFAULT_BUDGET_BYTES};
 use crate::record::ring::Ring;
 use crate::record::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 /// One thread's ring and identity.
 pub(crate) struct ThreadRing {
@@ -34,9 +40,31 @@ pub(crate) struct ThreadRing {
     /// Scope begins and ends also record the thread's CPU time (set once,
     /// before the ring is shared).
     pub(crate) thread_time: bool,
+    /// Budget this thread's bookkeeping (`THREAD_BYTES`) was taken from.
+    budget: &'static Budget,
+    /// The session is a flight recorder (set once, before the ring is shared).
+    pub(crate) overwrite: bool,
+}
+
+/// What a recording thread costs besides its ring's segments, taken from the
+/// budget when its ring is made and given back when the flusher drops it:
+/// this struct, and an allowance for the flusher's and the encoder's state
+/// of the thread (sequence, interning tables, open scopes).
+pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 768;
+
+/// Size of a thread's first ring segment: small, so that a thread that
+/// records little holds little; the ring grows (at least quadrupling) while
+/// it fills faster than the flusher drains it, up to the per-thread cap.
+pub(crate) const INITIAL_RING_BYTES: usize = 1 << 10;
+
+impl Drop for ThreadRing {
+    fn drop(&mut self) {
+        self.budget.give_back(THREAD_BYTES);
+    }
 }
 
 impl ThreadRing {
+    /// `ring`'s owner, whose `THREAD_BYTES` the caller took from `budget`.
     pub(crate) fn new(
         ring: Ring,
         session: u64,
@@ -44,8 +72,11 @@ impl ThreadRing {
         pid: i32,
         tid: i64,
         name: String,
+        budget: &'static Budget,
     ) -> Self {
         ThreadRing {
+            budget,
+            overwrite: false,
             ring,
             session,
             seq_id,
@@ -70,14 +101,17 @@ impl ThreadRing {
 
     /// Flight-recorder mode: the oldest records are overwritten when full.
     pub(crate) fn is_overwrite(&self) -> bool {
-        self.ring.is_overwrite()
+        self.overwrite
     }
 }
 
 /// Settings for rings created during the current session.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RingConfig {
+    /// Largest ring of one thread (`buffer_bytes_per_thread`).
     pub(crate) bytes: usize,
+    /// Process-wide budget of every thread's ring and bookkeeping (`buffer_bytes`).
+    pub(crate) budget_bytes: u64,
     pub(crate) overwrite: bool,
     /// Record thread CPU time on scope begins and ends.
     pub(crate) thread_time: bool,
@@ -90,10 +124,18 @@ pub(crate) struct Registry {
     /// Events dropped because they came from a thread being torn down after
     /// its ring was handed over.
     pub(crate) teardown_dropped: AtomicU64,
+    /// Events dropped because their thread had no ring and the budget had no
+    /// room for one (the thread tries again at its next event).
+    pub(crate) no_memory_dropped: AtomicU64,
+    /// What every ring and its bookkeeping are taken from.
+    pub(crate) budget: &'static Budget,
 }
 
 struct RegistryState {
     rings: Vec<Arc<ThreadRing>>,
+    /// Rings of earlier sessions a thread replaced: dropped (their memory
+    /// freed) by the flusher, not by the recording thread.
+    graveyard: Vec<Arc<ThreadRing>>,
     config: RingConfig,
     next_seq: u32,
 }
@@ -103,32 +145,38 @@ struct RegistryState {
 /// initialisation check of a lazy one) except under loom, whose atomics
 /// cannot be built in a constant.
 macro_rules! new_registry {
-    () => {
+    ($budget:expr) => {
         Registry {
             session: AtomicU64::new(0),
             state: Mutex::new(RegistryState {
                 rings: Vec::new(),
+                graveyard: Vec::new(),
                 config: RingConfig {
                     bytes: 1 << 20,
+                    budget_bytes: DEFAULT_BUDGET_BYTES,
                     overwrite: false,
                     thread_time: false,
                 },
                 next_seq: FIRST_THREAD_SEQ,
             }),
             teardown_dropped: AtomicU64::new(0),
+            no_memory_dropped: AtomicU64::new(0),
+            budget: $budget,
         }
     };
 }
 
 impl Registry {
+    /// The process-wide registry, drawing on the process-wide budget.
     #[cfg(not(ringtrace_loom))]
-    pub(crate) const fn new() -> Self {
-        new_registry!()
+    const fn new() -> Self {
+        new_registry!(&BUDGET)
     }
 
+    /// A registry of its own (models, tests) with a budget of its own.
     #[cfg(ringtrace_loom)]
     pub(crate) fn new() -> Self {
-        new_registry!()
+        new_registry!(Budget::leaked(DEFAULT_BUDGET_BYTES))
     }
 
     #[inline(always)]
@@ -143,6 +191,8 @@ impl Registry {
         st.rings.clear();
         st.config = config;
         st.next_seq = FIRST_THREAD_SEQ;
+        self.budget.set_limit(config.budget_bytes);
+        self.budget.reset_peak();
         self.session.store(id, Ordering::Relaxed);
     }
 
@@ -153,7 +203,9 @@ impl Registry {
         std::mem::take(&mut st.rings)
     }
 
-    /// Creates and lists a ring for a thread of session `session` (cold path).
+    /// Creates and lists a ring for a thread of session `session` (cold
+    /// path). `None` when that session is over, or when the budget has no
+    /// room for the thread (counted in `no_memory_dropped` by the caller).
     pub(crate) fn create(
         &self,
         session: u64,
@@ -168,27 +220,54 @@ impl Registry {
             }
             st.config
         };
-        // Built outside the lock: a big ring takes a while to allocate and
-        // map in (see `Ring::new`), and the flusher takes this lock every
-        // few milliseconds.
-        let ring = Ring::new(config.bytes, config.overwrite);
+        // Built outside the lock: the flusher takes it every few milliseconds
+        // (and a flight recorder's ring is big, see `Ring::new`).
+        if !self.budget.try_take(THREAD_BYTES) {
+            return None;
+        }
+        let Some(ring) = Ring::new(
+            INITIAL_RING_BYTES,
+            config.bytes,
+            config.overwrite,
+            self.budget,
+        ) else {
+            self.budget.give_back(THREAD_BYTES);
+            return None;
+        };
         let mut st = self.state.lock();
         if self.session.load(Ordering::Relaxed) != session {
+            drop(st);
+            drop(ring);
+            self.budget.give_back(THREAD_BYTES);
             return None; // the session ended meanwhile
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name);
+        let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name, self.budget);
         tr.thread_time = st.config.thread_time;
+        tr.overwrite = st.config.overwrite;
         let ring = Arc::new(tr);
         st.rings.push(ring.clone());
         Some(ring)
     }
 
-    /// The flusher's view: every listed ring.
+    /// The flusher's view: every listed ring. It also frees, on the
+    /// flusher's thread, the rings `bury` was given.
     pub(crate) fn snapshot(&self, out: &mut Vec<Arc<ThreadRing>>) {
         out.clear();
-        out.extend(self.state.lock().rings.iter().cloned());
+        let buried = {
+            let mut st = self.state.lock();
+            out.extend(st.rings.iter().cloned());
+            std::mem::take(&mut st.graveyard)
+        };
+        drop(buried);
+    }
+
+    /// Hands a ring of an earlier session, which a thread no longer uses, to
+    /// the flusher to free: freeing a big ring (unmapping its segments) is
+    /// not for the recording thread's first event of a new session.
+    fn bury(&self, ring: Arc<ThreadRing>) {
+        self.state.lock().graveyard.push(ring);
     }
 
     /// Unlists a ring the flusher has fully drained after its thread exited.
@@ -209,44 +288,95 @@ pub(crate) use thread_local_access::*;
 mod thread_local_access {
     use super::*;
 
+    /// The process-wide budget every session's rings are taken from.
+    #[cfg(not(ringtrace_loom))]
+    pub(crate) static BUDGET: Budget = Budget::new(DEFAULT_BUDGET_BYTES);
     #[cfg(not(ringtrace_loom))]
     pub(crate) static REGISTRY: Registry = Registry::new();
     #[cfg(ringtrace_loom)]
     pub(crate) static REGISTRY: once_cell::sync::Lazy<Registry> =
         once_cell::sync::Lazy::new(Registry::new);
 
-    /// Owns this thread's ring; dropping it (thread exit, or a new session)
-    /// hands the ring over to the flusher.
-    struct Owner(Arc<ThreadRing>);
+    thread_local! {
+        /// Raw pointer to the ring this thread's `OWNER_KEY` value owns, or
+        /// null. A const-initialised thread-local without destructor: the
+        /// cheapest kind to read, and readable during the whole teardown of
+        /// the thread, including other thread-locals' destructors.
+        static CURRENT: Cell<*const ThreadRing> = const { Cell::new(std::ptr::null()) };
+        /// Set when this thread's ring was handed over at its exit: events
+        /// recorded after that (from other pthread-key destructors) are
+        /// counted as lost.
+        static EXITED: Cell<bool> = const { Cell::new(false) };
+        /// Set when this thread's last attempt to get a ring found the budget
+        /// used up (cleared when it gets one).
+        static NO_MEMORY: Cell<bool> = const { Cell::new(false) };
+    }
 
-    impl Drop for Owner {
-        fn drop(&mut self) {
-            // Clear the cached pointer before the Arc can go away.
-            CURRENT.with(|c| c.set(std::ptr::null()));
-            self.0.retire();
+    /// Counts the end of a scope whose begin found no ring for lack of
+    /// memory: lost too, so that lost + written adds up to what was recorded.
+    #[cold]
+    pub(crate) fn count_implied_drop_without_ring() {
+        if NO_MEMORY.with(|n| n.get()) {
+            REGISTRY.no_memory_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    thread_local! {
-        /// Raw pointer to the ring `OWNER` holds, or null. A const-initialised
-        /// thread-local without destructor: the cheapest kind to read, and
-        /// readable during thread teardown.
-        static CURRENT: Cell<*const ThreadRing> = const { Cell::new(std::ptr::null()) };
-        static OWNER: RefCell<Option<Owner>> = const { RefCell::new(None) };
+    /// A pthread key whose per-thread value is one `Arc` count of the
+    /// thread's ring. Its destructor, `owner_exit`, hands the ring over to
+    /// the flusher. It is a pthread key rather than a `thread_local!` so that
+    /// it runs after every `thread_local!` destructor of the thread (glibc
+    /// runs those first, then pthread-key destructors): events recorded from
+    /// `Drop` of thread-locals, whichever order they were made in, still go
+    /// to the thread's ring.
+    static OWNER_KEY: once_cell::sync::OnceCell<libc::pthread_key_t> =
+        once_cell::sync::OnceCell::new();
+
+    fn owner_key() -> Option<libc::pthread_key_t> {
+        OWNER_KEY
+            .get_or_try_init(|| {
+                let mut key: libc::pthread_key_t = 0;
+                // SAFETY: `key` is a valid place for the new key; `owner_exit`
+                // has the destructor signature pthread expects.
+                let r = unsafe { libc::pthread_key_create(&mut key, Some(owner_exit)) };
+                if r == 0 {
+                    Ok(key)
+                } else {
+                    Err(())
+                }
+            })
+            .ok()
+            .copied()
+    }
+
+    /// Runs at the exit of a thread that recorded, after its `thread_local!`
+    /// destructors, with the key's value (never null: pthread skips nulls).
+    unsafe extern "C" fn owner_exit(value: *mut libc::c_void) {
+        // Clear the cached pointer before the Arc can go away.
+        CURRENT.with(|c| c.set(std::ptr::null()));
+        EXITED.with(|e| e.set(true));
+        // SAFETY: every non-null value of the key is an `Arc::into_raw` of a
+        // ThreadRing made by `install` and owned by the key alone (`install`
+        // takes the old value back before storing a new one); pthread hands
+        // it to this destructor once and resets it to null.
+        let tr = unsafe { Arc::from_raw(value as *const ThreadRing) };
+        tr.retire();
     }
 
     /// Runs `f` with this thread's ring of the current session, creating it on
-    /// first use. `None` when no session records, or during thread teardown.
+    /// first use. `None` when no session records, when the budget has no room
+    /// for a new ring, or after the thread's ring was handed over at its exit.
     #[inline(always)]
     pub(crate) fn with_current<R>(f: impl FnOnce(&ThreadRing) -> R) -> Option<R> {
         let ptr = CURRENT.with(|c| c.get());
         if !ptr.is_null() {
             // SAFETY: `CURRENT` is non-null only between `install` storing the
-            // pointer of the Arc it moves into `OWNER` and `Owner::drop`
-            // nulling it before releasing that Arc, all on this thread. So the
-            // ThreadRing is alive for this whole call (nothing here can drop
-            // `OWNER`: `f` only writes records), and it is only shared
-            // immutably (all its mutable state is atomic).
+            // pointer of the Arc it hands to `OWNER_KEY` and the release of
+            // that Arc, which happens after `CURRENT` is cleared or replaced
+            // (in `owner_exit`, or in `install` for a new session), all on
+            // this thread. So the ThreadRing is alive for this whole call
+            // (`f` only writes records; it cannot reach `install` or thread
+            // exit), and it is only shared immutably (its mutable state is
+            // atomic).
             let tr = unsafe { &*ptr };
             if tr.session == REGISTRY.session() {
                 return Some(f(tr));
@@ -263,28 +393,48 @@ mod thread_local_access {
         if session == 0 {
             return None;
         }
-        let alive = OWNER.try_with(|_| ()).is_ok();
-        if !alive {
-            REGISTRY.teardown_dropped.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
+        let key = match owner_key() {
+            Some(key) if !EXITED.with(|e| e.get()) => key,
+            _ => {
+                REGISTRY.teardown_dropped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
         let name = std::thread::current()
             .name()
             .map(str::to_owned)
             .unwrap_or_default();
-        let tr = REGISTRY.create(session, crate::sys::pid(), crate::sys::tid(), name)?;
-        let installed = OWNER.try_with(|o| {
-            let old = o.borrow_mut().replace(Owner(tr.clone()));
-            CURRENT.with(|c| c.set(Arc::as_ptr(&tr)));
-            drop(old); // retires the previous session's ring (its drop clears CURRENT first, so re-set below)
-            CURRENT.with(|c| c.set(Arc::as_ptr(&tr)));
-        });
-        match installed {
-            Ok(()) => Some(tr),
-            Err(_) => {
-                tr.retire();
-                Some(tr)
+        let Some(tr) = REGISTRY.create(session, crate::sys::pid(), crate::sys::tid(), name) else {
+            let no_memory = REGISTRY.session() == session;
+            if no_memory {
+                REGISTRY.no_memory_dropped.fetch_add(1, Ordering::Relaxed);
             }
+            NO_MEMORY.with(|n| n.set(no_memory));
+            return None;
+        };
+        NO_MEMORY.with(|n| n.set(false));
+        // SAFETY: `key` is a live key (never deleted); reading this thread's
+        // value has no other precondition.
+        let old = unsafe { libc::pthread_getspecific(key) };
+        let raw = Arc::into_raw(tr.clone());
+        // SAFETY: as above; the value is an `Arc::into_raw` the key owns from
+        // now on (see `owner_exit`).
+        if unsafe { libc::pthread_setspecific(key, raw as *const libc::c_void) } != 0 {
+            // SAFETY: `raw` was not stored: take its count back. This one
+            // event is recorded, then the ring goes to the flusher.
+            drop(unsafe { Arc::from_raw(raw) });
+            tr.retire();
+            return Some(tr);
         }
+        CURRENT.with(|c| c.set(raw));
+        if !old.is_null() {
+            // SAFETY: the key's previous value, an `Arc::into_raw` it owned
+            // (the ring of an earlier session), replaced above; `CURRENT` no
+            // longer points to it.
+            let old = unsafe { Arc::from_raw(old as *const ThreadRing) };
+            old.retire();
+            REGISTRY.bury(old);
+        }
+        Some(tr)
     }
 }

@@ -3,11 +3,24 @@
 //!
 //! # Layout
 //!
-//! The storage is `capacity` words (a power of two), each an `AtomicU64`, so
-//! every access is an atomic load or store and no access can be a data race even
-//! when the consumer reads a slot the producer is overwriting (flight-recorder
-//! mode). On x86-64 and AArch64 a relaxed atomic load or store is a plain `mov`
-//! / `ldr` / `str`, so this costs nothing over a raw buffer.
+//! The storage is one or more segments, each `capacity` words (a power of
+//! two), each word an `AtomicU64`, so every access is an atomic load or store
+//! and no access can be a data race even when the consumer reads a slot the
+//! producer is overwriting (flight-recorder mode). On x86-64 and AArch64 a
+//! relaxed atomic load or store is a plain `mov` / `ldr` / `str`, so this
+//! costs nothing over a raw buffer.
+//!
+//! A ring starts with one small segment (1 KiB, from the heap) and grows:
+//! when a record does not fit, the producer makes a segment at least four
+//! times as big (its own `mmap`, taken from the process-wide `Budget`),
+//! fills in the next of `MAX_SEGMENTS` slots (`base`, `len`, `start`: the
+//! first position it holds) and publishes it with `made.store(Release)`; it
+//! writes only into its newest segment. The consumer reads position `p` from
+//! the last segment whose `start <= p` (Acquire of `made`), and frees a
+//! segment (`freed.store(Release)`, budget given back) once its tail has
+//! passed the next one's start. In overwrite mode the producer copies the
+//! records not yet consumed into the new segment, which starts at the tail,
+//! so the oldest records are always in the segment it may free them in.
 //!
 //! `head` and `tail` are monotonically increasing word positions (never
 //! wrapped; the slot of position `p` is `p & mask`). Records may straddle the
@@ -30,11 +43,12 @@
 //!   consumer's release CAS: the consumer is done reading the words it freed).
 //!   A cached copy of `tail` avoids touching the consumer's cache line on most
 //!   writes.
-//! * Drop mode: when full the record is dropped and counted; the count is put
-//!   into the stream as a `LOST` marker in front of the next record that fits,
-//!   so the reader knows exactly where the gap is.
-//! * Overwrite mode: when full the producer frees the oldest records itself by
-//!   advancing `tail` with CAS, one whole record at a time, counting each.
+//! * Drop mode: when full (and it cannot grow) the record is dropped and
+//!   counted; the count is put into the stream as a `LOST` marker in front of
+//!   the next record that fits, so the reader knows exactly where the gap is.
+//! * Overwrite mode: when full (and it cannot grow) the producer frees the
+//!   oldest records itself by advancing `tail` with CAS, one whole record at
+//!   a time, counting each.
 //! * Consumer (the flusher): loads `head` (Acquire, pairs with the producer's
 //!   publish), copies whole records out, then advances `tail` from the value it
 //!   started at with a CAS (AcqRel). If the CAS fails the producer has freed
@@ -43,7 +57,8 @@
 //!   only into slots of positions below `tail`), so the CAS is retried from
 //!   there.
 
-use crate::record::sync::{AtomicU64, Ordering};
+use crate::record::budget::Budget;
+use crate::record::sync::{AtomicPtr, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Words of the loss marker written in drop mode: header, timestamp, count.
@@ -117,23 +132,140 @@ fn prefault(words: &[AtomicU64]) {
 #[cfg(not(all(target_os = "linux", not(ringtrace_loom), not(miri))))]
 fn prefault(_words: &[AtomicU64]) {}
 
+/// Segments a ring can hold at once: its newest (the producer's) and the
+/// older ones the consumer has not freed yet. Each growth at least
+/// quadruples the ring, so a few are enough to reach any size before the
+/// flusher catches up.
+const MAX_SEGMENTS: usize = 8;
+
+/// One piece of a ring's storage: `len` slots (a power of two) holding the
+/// records at positions `start..` (slot of position `p`: `p & (len - 1)`)
+/// until the next segment's `start`. Written by the producer before it
+/// publishes the segment (`Ring::made`), read by the consumer after.
+struct SegmentSlot {
+    base: AtomicPtr<AtomicU64>,
+    len: AtomicU64,
+    start: AtomicU64,
+}
+
+impl SegmentSlot {
+    fn empty() -> SegmentSlot {
+        SegmentSlot {
+            base: AtomicPtr::new(std::ptr::null_mut()),
+            len: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Bytes a segment of `words` slots takes from the budget.
+pub(crate) fn segment_bytes(words: usize) -> u64 {
+    (words * 8) as u64
+}
+
+/// Slots of a segment of at least `bytes` bytes: a power of two, at least 64.
+pub(crate) fn words_for(bytes: usize) -> usize {
+    (bytes / 8).clamp(64, 1 << 40).next_power_of_two()
+}
+
+/// Page size the mapped segments are multiples of.
+const PAGE: usize = 4096;
+
+/// Makes zeroed, mapped-in storage of `words` slots (a power of two).
+///
+/// A thread's first segment (1 KiB) comes from the heap, on its first event.
+/// Every segment a ring grows into is a page multiple and gets an anonymous
+/// mapping of its own: growing never touches the heap of the recording
+/// thread, and freeing a segment gives its memory back to the system at
+/// once. `None` if the system refuses the mapping.
+fn alloc_storage(words: usize, mapped: bool) -> Option<*mut AtomicU64> {
+    debug_assert!(words.is_power_of_two() && words >= 8);
+    #[cfg(all(unix, not(ringtrace_loom), not(miri)))]
+    if mapped {
+        // SAFETY: a fresh private anonymous mapping: no address hint, no
+        // file; the kernel picks the place and zero-fills it. Checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                words * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: the mapping is `words * 8` zeroed bytes, page-aligned (so
+        // aligned for `AtomicU64`, which has the layout of `u64`; zero is a
+        // valid value), owned by the caller from now on.
+        let slots = unsafe { std::slice::from_raw_parts(p as *const AtomicU64, words) };
+        prefault(slots);
+        return Some(p as *mut AtomicU64);
+    }
+    let _ = mapped;
+    let storage: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+    prefault(&storage);
+    Some(Box::into_raw(storage) as *mut AtomicU64)
+}
+
+/// Frees what `alloc_storage(words, mapped)` returned.
+///
+/// # Safety
+/// `base` came from `alloc_storage` with these arguments, is freed once, and
+/// no reference into it outlives this call.
+unsafe fn free_storage(base: *mut AtomicU64, words: usize, mapped: bool) {
+    #[cfg(all(unix, not(ringtrace_loom), not(miri)))]
+    if mapped {
+        // SAFETY: the caller's contract: our own mapping of this length.
+        unsafe { libc::munmap(base as *mut libc::c_void, words * 8) };
+        return;
+    }
+    let _ = mapped;
+    // SAFETY: the caller's contract: a `Box<[AtomicU64]>` of `words` slots.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(base, words)) });
+}
+
+/// Whether a segment of `words` slots (not a thread's first) is mapped.
+fn is_mapped(index: u64, words: usize) -> bool {
+    index > 0 && words * 8 >= PAGE
+}
+
 pub(crate) struct Ring {
-    words: Box<[AtomicU64]>,
-    mask: u64,
-    /// `max_record_words(capacity)`, computed once for the hot path.
-    max_record: usize,
     overwrite: bool,
     /// Next position the producer writes. Written only by the producer.
     head: CachePadded<AtomicU64>,
     /// First position not yet consumed (or freed by the producer in overwrite mode).
     tail: CachePadded<AtomicU64>,
     producer: CachePadded<ProducerState>,
+    /// Segments `freed..made`, oldest first; segment `i` is in slot
+    /// `i % MAX_SEGMENTS`.
+    segments: [SegmentSlot; MAX_SEGMENTS],
+    /// Segments ever made; the producer's is `made - 1`. Stored (Release) by
+    /// the producer after it filled the segment's slot.
+    made: AtomicU64,
+    /// Segments the consumer has freed. Stored (Release) by the consumer
+    /// once it is done with the segment's slot and storage.
+    freed: AtomicU64,
     /// Records freed by the producer in overwrite mode (monotonic).
     overwritten: AtomicU64,
+    /// Largest segment this ring grows to, in slots.
+    max_words: usize,
+    /// Where every segment's bytes are taken from and given back to.
+    budget: &'static Budget,
 }
 
 /// Fields only the producer writes; atomics only so the struct is `Sync`.
 struct ProducerState {
+    /// The segment the producer writes into (the newest): its base pointer,
+    /// `len - 1` and largest record, for the hot path.
+    base: AtomicPtr<AtomicU64>,
+    mask: AtomicU64,
+    max_record: AtomicU64,
+    /// `start` of that segment: slots of earlier positions live in older
+    /// segments, so the producer's free room counts from here at the least.
+    seg_start: AtomicU64,
     cached_tail: AtomicU64,
     /// Records dropped in drop mode and not yet reported by a `LOST` marker.
     pending_lost: AtomicU64,
@@ -145,9 +277,8 @@ struct ProducerState {
 
 /// A reservation of `len` words at `start`, written word by word then published.
 ///
-/// It caches the storage's base pointer and mask: the word stores are atomic,
-/// so the compiler could not otherwise keep `ring.words` in a register across
-/// them, and would re-load and bounds-check it for every word.
+/// It caches the segment's base pointer and mask: the word stores are atomic,
+/// so the compiler could not otherwise keep them in registers across them.
 pub(crate) struct Reservation<'a> {
     ring: &'a Ring,
     base: *const AtomicU64,
@@ -161,11 +292,14 @@ impl Reservation<'_> {
     #[inline(always)]
     pub(crate) fn push(&mut self, word: u64) {
         debug_assert!(self.pos < self.end);
-        // SAFETY: `base` and `mask` are `ring.words.as_ptr()` and
-        // `ring.words.len() - 1` (a power of two minus one, see `with_words`),
-        // so `pos & mask` indexes inside the storage, which `ring` (borrowed
-        // for the reservation's life) keeps alive. The slot is an atomic, so
-        // the store races with nothing.
+        // SAFETY: `base` and `mask` are the producer's segment's storage and
+        // length minus one (a power of two minus one, see `alloc_storage`),
+        // read by this thread, the only one that changes them, after the
+        // last change; so `pos & mask` indexes inside that storage. A
+        // segment is freed only by the consumer once a newer one is made
+        // (`Ring::grow`, by this thread, not while this reservation is being
+        // written), or by `Drop`, which the borrow of `ring` excludes. The
+        // slot is an atomic, so the store races with nothing.
         unsafe { &*self.base.add((self.pos & self.mask) as usize) }.store(word, Ordering::Relaxed);
         self.pos += 1;
     }
@@ -190,135 +324,292 @@ pub(crate) struct Drained {
 }
 
 impl Ring {
-    /// A ring of at least `bytes` bytes (rounded up to a power of two, minimum 512 bytes),
-    /// mapped in at once (see `prefault`): the thread's first event pays for
-    /// it (about 70 us per MiB measured on a 2-core AMD EPYC VM), and the
-    /// ring's memory is resident from then on.
-    pub(crate) fn new(bytes: usize, overwrite: bool) -> Ring {
-        Ring::with_words((bytes / 8).max(64).next_power_of_two(), overwrite)
+    /// A ring whose first segment has at least `initial_bytes` bytes and
+    /// which grows, at least quadrupling, up to `max_bytes` (both rounded up
+    /// to a power of two, minimum 512 bytes) while `budget` allows. When it
+    /// cannot grow, drop mode drops; overwrite mode frees its own oldest
+    /// records once the older segments are consumed. `None` when the budget
+    /// cannot hold the first segment.
+    ///
+    /// The segment is mapped in at once (see `prefault`): at 1 KiB that is
+    /// one page, a few microseconds on the thread's first event.
+    pub(crate) fn new(
+        initial_bytes: usize,
+        max_bytes: usize,
+        overwrite: bool,
+        budget: &'static Budget,
+    ) -> Option<Ring> {
+        let max_words = words_for(max_bytes);
+        let initial = words_for(initial_bytes).min(max_words);
+        if !budget.try_take(segment_bytes(initial)) {
+            return None;
+        }
+        Some(Ring::build(initial, max_words, overwrite, budget))
     }
 
-    /// A ring of exactly `words` words (a power of two; tiny ones for models).
+    /// A ring of exactly `words` words (a power of two; tiny ones for models)
+    /// that never grows, with a budget of its own.
+    #[cfg(any(test, ringtrace_loom))]
     pub(crate) fn with_words(words: usize, overwrite: bool) -> Ring {
-        assert!(words.is_power_of_two() && words >= 8);
-        let storage: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        prefault(&storage);
+        Ring::growable(words, words, overwrite, Budget::leaked(u64::MAX))
+    }
+
+    /// A ring of `words` words growing up to `max_words` within `budget`
+    /// (for models and tests; takes the first segment from the budget).
+    #[cfg(any(test, ringtrace_loom))]
+    pub(crate) fn growable(
+        words: usize,
+        max_words: usize,
+        overwrite: bool,
+        budget: &'static Budget,
+    ) -> Ring {
+        assert!(words.is_power_of_two() && words >= 8 && max_words >= words);
+        assert!(budget.try_take(segment_bytes(words)));
+        Ring::build(words, max_words, overwrite, budget)
+    }
+
+    fn build(words: usize, max_words: usize, overwrite: bool, budget: &'static Budget) -> Ring {
+        let base = alloc_storage(words, is_mapped(0, words)).expect("heap storage");
+        let segments: [SegmentSlot; MAX_SEGMENTS] = std::array::from_fn(|_| SegmentSlot::empty());
+        segments[0].base.store(base, Ordering::Relaxed);
+        segments[0].len.store(words as u64, Ordering::Relaxed);
         Ring {
-            words: storage,
-            mask: (words - 1) as u64,
-            max_record: max_record_words(words),
             overwrite,
             head: CachePadded::new(AtomicU64::new(0)),
             tail: CachePadded::new(AtomicU64::new(0)),
             producer: CachePadded::new(ProducerState {
+                base: AtomicPtr::new(base),
+                mask: AtomicU64::new(words as u64 - 1),
+                max_record: AtomicU64::new(max_record_words(words) as u64),
+                seg_start: AtomicU64::new(0),
                 cached_tail: AtomicU64::new(0),
                 pending_lost: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 oversized: AtomicU64::new(0),
             }),
+            segments,
+            made: AtomicU64::new(1),
+            freed: AtomicU64::new(0),
             overwritten: AtomicU64::new(0),
+            max_words,
+            budget,
         }
     }
 
-    pub(crate) fn capacity_words(&self) -> usize {
-        self.words.len()
+    fn slot(&self, index: u64) -> &SegmentSlot {
+        &self.segments[(index % MAX_SEGMENTS as u64) as usize]
     }
 
-    pub(crate) fn is_overwrite(&self) -> bool {
-        self.overwrite
+    /// Slots of the segment the producer writes into now.
+    pub(crate) fn capacity_words(&self) -> usize {
+        self.producer.mask.load(Ordering::Relaxed) as usize + 1
     }
 
     /// Producer: reserves `len` words for a record stamped `ts`. In drop mode a
     /// pending loss count is written first as a `LOST` marker. Returns `None`
-    /// (and counts the drop) when the record does not fit.
+    /// (and counts the drop) when the record does not fit and the ring cannot
+    /// grow.
     ///
     /// The fast path (the record fits against the cached tail, no loss to
     /// report) is inlined into the caller; the rest is out of line.
     #[inline(always)]
     pub(crate) fn reserve(&self, len: usize, ts: u64) -> Option<Reservation<'_>> {
+        let p = &*self.producer;
         let head = self.head.load(Ordering::Relaxed); // only this thread writes it
-        let tail = self.producer.cached_tail.load(Ordering::Relaxed);
-        // `max_record` is at least 4: the test folds away for the small
-        // constant lengths of most records.
-        let pos = if (len <= 4 || len <= self.max_record)
-            && head + len as u64 - tail <= self.words.len() as u64
-            && self.producer.pending_lost.load(Ordering::Relaxed) == 0
+        let tail = p.cached_tail.load(Ordering::Relaxed);
+        let mask = p.mask.load(Ordering::Relaxed);
+        // A segment's largest record is at least 4 words: the test folds away
+        // for the small constant lengths of most records.
+        if (len <= 4 || len as u64 <= p.max_record.load(Ordering::Relaxed))
+            && head + len as u64 - tail <= mask + 1
+            && p.pending_lost.load(Ordering::Relaxed) == 0
         {
-            head
-        } else {
-            self.reserve_slow(len, ts)?
-        };
-        Some(self.reservation(pos, pos + len as u64))
+            let base = p.base.load(Ordering::Relaxed);
+            return Some(self.reservation(head, head + len as u64, base, mask));
+        }
+        let pos = self.reserve_slow(len, ts)?;
+        let (base, mask) = (
+            p.base.load(Ordering::Relaxed),
+            p.mask.load(Ordering::Relaxed),
+        );
+        Some(self.reservation(pos, pos + len as u64, base, mask))
     }
 
     #[inline(always)]
-    fn reservation(&self, pos: u64, end: u64) -> Reservation<'_> {
+    fn reservation(&self, pos: u64, end: u64, base: *mut AtomicU64, mask: u64) -> Reservation<'_> {
         Reservation {
             ring: self,
-            base: self.words.as_ptr(),
-            mask: self.mask,
+            base,
+            mask,
             pos,
             end,
         }
     }
 
-    /// `reserve` when the record is oversized, the cached tail says full, or
-    /// a loss marker must go first (written here, published with the record).
-    /// Returns the position of the record.
+    /// `reserve` when the record is large, the cached tail says full, or a
+    /// loss marker must go first (written here, published with the record).
+    /// A full ring grows if it can; else drop mode drops, overwrite mode
+    /// frees its oldest records. Returns the position of the record.
     #[cold]
     #[inline(never)]
     fn reserve_slow(&self, len: usize, ts: u64) -> Option<u64> {
-        let cap = self.words.len() as u64;
-        if len > self.max_record {
-            self.producer.oversized.fetch_add(1, Ordering::Relaxed);
+        let p = &*self.producer;
+        if len > max_record_words(self.max_words) {
+            p.oversized.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let head = self.head.load(Ordering::Relaxed); // only this thread writes it
-        let pending = self.producer.pending_lost.load(Ordering::Relaxed);
+        let pending = p.pending_lost.load(Ordering::Relaxed);
         let need = len as u64
             + if pending > 0 {
                 LOST_MARKER_WORDS as u64
             } else {
                 0
             };
-        let mut tail = self.producer.cached_tail.load(Ordering::Relaxed);
-        if head + need - tail > cap {
+        let mut tail = p.cached_tail.load(Ordering::Relaxed);
+        let fits = |tail: u64| {
+            len as u64 <= p.max_record.load(Ordering::Relaxed)
+                && head + need - tail <= p.mask.load(Ordering::Relaxed) + 1
+        };
+        if !fits(tail) {
             // Acquire: pairs with the consumer's release CAS on `tail`, so its
-            // reads of the freed words happen before we overwrite them.
-            tail = self.tail.load(Ordering::Acquire);
-            if head + need - tail > cap {
-                if self.overwrite {
+            // reads of the freed words happen before we overwrite them. Slots
+            // of positions before `seg_start` are in older segments.
+            let seg_start = p.seg_start.load(Ordering::Relaxed);
+            let consumed = self.tail.load(Ordering::Acquire);
+            tail = consumed.max(seg_start);
+            if !fits(tail) {
+                if let Some(start) = self.grow(head, len) {
+                    tail = start; // the new segment holds `start..head`
+                } else if self.overwrite
+                    && consumed >= seg_start
+                    && len as u64 <= p.max_record.load(Ordering::Relaxed)
+                {
+                    // Every older segment is consumed: the oldest records
+                    // are in this one, where the producer may free them.
+                    let cap = p.mask.load(Ordering::Relaxed) + 1;
                     tail = self.free_oldest(head + need - cap);
                 } else {
-                    self.producer
-                        .pending_lost
-                        .store(pending + 1, Ordering::Relaxed);
-                    self.producer.dropped.fetch_add(1, Ordering::Relaxed);
+                    p.pending_lost.store(pending + 1, Ordering::Relaxed);
+                    p.dropped.fetch_add(1, Ordering::Relaxed);
                     return None;
                 }
             }
-            self.producer.cached_tail.store(tail, Ordering::Relaxed);
+            p.cached_tail.store(tail, Ordering::Relaxed);
         }
         if pending > 0 {
-            let mut marker = self.reservation(head, head + LOST_MARKER_WORDS as u64);
+            let (base, mask) = (
+                p.base.load(Ordering::Relaxed),
+                p.mask.load(Ordering::Relaxed),
+            );
+            let mut marker = self.reservation(head, head + LOST_MARKER_WORDS as u64, base, mask);
             marker.push(make_header(KIND_LOST, LOST_MARKER_WORDS, 0));
             marker.push(ts);
             marker.push(pending);
-            self.producer.pending_lost.store(0, Ordering::Relaxed);
+            p.pending_lost.store(0, Ordering::Relaxed);
             return Some(head + LOST_MARKER_WORDS as u64);
         }
         Some(head)
     }
 
-    /// Overwrite mode: advances `tail` by whole records until it is at least
-    /// `min_tail`; returns the new tail.
+    /// Moves the producer to a new segment at least four times as big (and
+    /// with room for a record of `len` words plus a loss marker), if the
+    /// ring is below its largest size, has a free segment slot, and the
+    /// budget gives the memory; returns the new segment's first position.
+    ///
+    /// Drop mode: the new segment starts at `head`; records before it stay
+    /// in the older segments until the consumer has copied them out and
+    /// frees those. Overwrite mode: the records not yet consumed are copied
+    /// into the new segment, which starts at the tail, so that the oldest
+    /// records are always in the producer's segment, where it may free them.
+    #[cold]
+    fn grow(&self, head: u64, len: usize) -> Option<u64> {
+        let p = &*self.producer;
+        let cur = p.mask.load(Ordering::Relaxed) as usize + 1;
+        let want = (cur * 4)
+            .max((len * 4).next_power_of_two())
+            .min(self.max_words);
+        if want <= cur || len > max_record_words(want) {
+            return None;
+        }
+        let made = self.made.load(Ordering::Relaxed); // only this thread writes it
+                                                      // Acquire: pairs with the consumer's Release of `freed`; it is done
+                                                      // with the slot we are about to reuse.
+        if made - self.freed.load(Ordering::Acquire) >= MAX_SEGMENTS as u64 {
+            return None;
+        }
+        if !self.budget.try_take(segment_bytes(want)) {
+            return None;
+        }
+        let Some(base) = alloc_storage(want, is_mapped(made, want)) else {
+            self.budget.give_back(segment_bytes(want));
+            return None;
+        };
+        let start = if self.overwrite {
+            // Acquire: as in `reserve_slow`. Everything below `start` has
+            // been consumed; `start..head` is in the producer's segment
+            // (older segments end at or before the tail, see `free_oldest`'s
+            // precondition, kept by every growth being like this one).
+            let start = self
+                .tail
+                .load(Ordering::Acquire)
+                .max(p.seg_start.load(Ordering::Relaxed));
+            let (old, old_mask) = (
+                p.base.load(Ordering::Relaxed),
+                p.mask.load(Ordering::Relaxed),
+            );
+            for pos in start..head {
+                // SAFETY: `old`/`old_mask` are the producer's segment (its
+                // own copies; alive, see `Reservation::push`); `base` is the
+                // new storage of `want` slots, not yet shared; both indexes
+                // are masked into their storage.
+                let (from, to) = unsafe {
+                    (
+                        &*old.add((pos & old_mask) as usize),
+                        &*base.add((pos & (want as u64 - 1)) as usize),
+                    )
+                };
+                to.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            start
+        } else {
+            head
+        };
+        let slot = self.slot(made);
+        slot.base.store(base, Ordering::Relaxed);
+        slot.len.store(want as u64, Ordering::Relaxed);
+        slot.start.store(start, Ordering::Relaxed);
+        // Release: the slot's fields and the zeroed storage are visible to
+        // the consumer before it counts the segment (its Acquire loads of
+        // `made`). Records at `head` and after are published later, by the
+        // producer's Release stores of `head`.
+        self.made.store(made + 1, Ordering::Release);
+        p.base.store(base, Ordering::Relaxed);
+        p.mask.store(want as u64 - 1, Ordering::Relaxed);
+        p.max_record
+            .store(max_record_words(want) as u64, Ordering::Relaxed);
+        p.seg_start.store(start, Ordering::Relaxed);
+        Some(start)
+    }
+
+    /// Overwrite mode, every older segment consumed (`tail >= seg_start`):
+    /// advances `tail` by whole records of the producer's segment until it
+    /// is at least `min_tail`; returns the new tail.
     #[cold]
     fn free_oldest(&self, min_tail: u64) -> u64 {
+        let (base, mask) = (
+            self.producer.base.load(Ordering::Relaxed),
+            self.producer.mask.load(Ordering::Relaxed),
+        );
         let mut tail = self.tail.load(Ordering::Acquire);
         while tail < min_tail {
             // The header at `tail` is a word this thread wrote (only the
             // producer writes slots), so it is intact even if `tail` is stale.
-            let len = header_len(self.words[(tail & self.mask) as usize].load(Ordering::Relaxed));
+            // SAFETY: `base`/`mask` are the producer's segment (this thread's
+            // own copies), which the consumer does not free while it is the
+            // newest; `tail & mask` is inside it.
+            let word = unsafe { &*base.add((tail & mask) as usize) };
+            let len = header_len(word.load(Ordering::Relaxed));
             match self
                 .tail
                 .compare_exchange(tail, tail + len, Ordering::AcqRel, Ordering::Acquire)
@@ -368,8 +659,9 @@ impl Ring {
     }
 
     /// Consumer: copies whole records (at most about `max_words`) to the end of
-    /// `out`, frees them, and says how many records were lost to overwriting
-    /// since `seen_overwritten` (which it updates).
+    /// `out`, frees them (and the segments the producer left behind), and
+    /// says how many records were lost to overwriting since
+    /// `seen_overwritten` (which it updates). One consumer at a time.
     pub(crate) fn drain(
         &self,
         out: &mut Vec<u64>,
@@ -384,16 +676,28 @@ impl Ring {
             let tail = self.tail.load(Ordering::Acquire);
             // Acquire: pairs with the producer's Release publish of `head`.
             let head = self.head.load(Ordering::Acquire);
+            // Acquire: pairs with `grow`'s Release: the slots of the segments
+            // counted are filled in. Loaded after `head`: a segment holding
+            // any record below that head was made before it was published.
+            let made = self.made.load(Ordering::Acquire);
+            let mut index = self.freed.load(Ordering::Relaxed); // only we write it
+            let mut seg = SegmentView::of(self.slot(index));
+            let mut next_start = self.next_start(index, made);
             let mut pos = tail;
             while pos < head && (pos - tail) < max_words as u64 {
-                let len =
-                    header_len(self.words[(pos & self.mask) as usize].load(Ordering::Relaxed));
+                if pos >= next_start {
+                    index += 1;
+                    seg = SegmentView::of(self.slot(index));
+                    next_start = self.next_start(index, made);
+                    continue;
+                }
+                let len = header_len(seg.word(pos));
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
                 starts.push((pos, out.len()));
                 for p in pos..pos + len {
-                    out.push(self.words[(p & self.mask) as usize].load(Ordering::Relaxed));
+                    out.push(seg.word(p));
                 }
                 pos += len;
             }
@@ -430,6 +734,7 @@ impl Ring {
             if from == u64::MAX {
                 continue;
             }
+            self.release_segments();
             let total = self.overwritten.load(Ordering::Relaxed);
             let overwritten = total - *seen_overwritten;
             *seen_overwritten = total;
@@ -437,6 +742,83 @@ impl Ring {
                 records: starts.len(),
                 overwritten,
             };
+        }
+    }
+
+    /// Where the segment after `index` starts, or `u64::MAX` if `index` is
+    /// the newest of the `made` ones.
+    fn next_start(&self, index: u64, made: u64) -> u64 {
+        if index + 1 < made {
+            self.slot(index + 1).start.load(Ordering::Relaxed)
+        } else {
+            u64::MAX
+        }
+    }
+
+    /// Consumer: frees the segments the producer has left whose records are
+    /// all consumed, giving their bytes back to the budget.
+    fn release_segments(&self) {
+        // Ours, or moved by the producer (overwrite mode) only once every
+        // older segment was consumed.
+        let tail = self.tail.load(Ordering::Acquire);
+        // Acquire: as in `drain`.
+        let made = self.made.load(Ordering::Acquire);
+        let mut freed = self.freed.load(Ordering::Relaxed); // only we write it
+        while tail >= self.next_start(freed, made) {
+            let slot = self.slot(freed);
+            let base = slot.base.load(Ordering::Relaxed);
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            // SAFETY: segment `freed` came from `alloc_storage(len,
+            // is_mapped(freed, len))`; the producer left it for good when it
+            // made segment `freed + 1` (it writes only into its newest); every
+            // record in it lies below that segment's start <= tail, so it
+            // was copied out, and no reference into it is left (`drain`'s
+            // views are gone); `freed` moves past it below, so it is freed once.
+            unsafe { free_storage(base, len, is_mapped(freed, len)) };
+            self.budget.give_back(segment_bytes(len));
+            freed += 1;
+            // Release: pairs with `grow`'s Acquire; we are done with the slot.
+            self.freed.store(freed, Ordering::Release);
+        }
+    }
+}
+
+/// The consumer's view of one segment while it copies records out.
+struct SegmentView {
+    base: *const AtomicU64,
+    mask: u64,
+}
+
+impl SegmentView {
+    fn of(slot: &SegmentSlot) -> SegmentView {
+        SegmentView {
+            base: slot.base.load(Ordering::Relaxed),
+            mask: slot.len.load(Ordering::Relaxed) - 1,
+        }
+    }
+
+    #[inline(always)]
+    fn word(&self, pos: u64) -> u64 {
+        // SAFETY: `base`/`mask` are a made, not yet freed segment's storage
+        // and length minus one (read after the Acquire of `made` that
+        // published them); segments are freed only by the consumer, after
+        // its views are gone, or by `Drop`. `pos & mask` is inside.
+        unsafe { &*self.base.add((pos & self.mask) as usize) }.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        let made = self.made.load(Ordering::Relaxed);
+        for index in self.freed.load(Ordering::Relaxed)..made {
+            let slot = self.slot(index);
+            let base = slot.base.load(Ordering::Relaxed);
+            let len = slot.len.load(Ordering::Relaxed) as usize;
+            // SAFETY: `&mut self`: no producer or consumer is left; segments
+            // `freed..made` are alive, each made by `alloc_storage(len,
+            // is_mapped(index, len))` and freed only here.
+            unsafe { free_storage(base, len, is_mapped(index, len)) };
+            self.budget.give_back(segment_bytes(len));
         }
     }
 }
@@ -472,7 +854,7 @@ mod tests {
 
     #[test]
     fn drop_mode_counts_and_marks_the_gap() {
-        let ring = Ring::new(64 * 8, false);
+        let ring = Ring::with_words(64, false);
         let mut written = 0;
         for id in 0..40 {
             if write(&ring, id, 3) {
@@ -495,7 +877,7 @@ mod tests {
 
     #[test]
     fn overwrite_mode_keeps_the_newest() {
-        let ring = Ring::new(64 * 8, true);
+        let ring = Ring::with_words(64, true);
         for id in 0..100 {
             assert!(write(&ring, id, 5));
         }
@@ -513,8 +895,158 @@ mod tests {
     }
 
     #[test]
+    fn a_full_ring_grows_and_keeps_every_record_in_order() {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(8, 64, false, budget);
+        for id in 0..20 {
+            assert!(write(&ring, id, 3), "record {id} dropped");
+        }
+        assert_eq!(ring.capacity_words(), 64); // 8 -> 32 -> 64
+        let held = segment_bytes(8) + segment_bytes(32) + segment_bytes(64);
+        assert_eq!(budget.used(), held);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(ids, (0..20).collect::<Vec<_>>());
+        for (k, chunk) in out.chunks(3).enumerate() {
+            assert_eq!(chunk[1], k as u64 * 100 + 1, "payload of record {k}");
+        }
+        // The outgrown segments are freed once drained; the newest stays.
+        assert_eq!(budget.used(), segment_bytes(64));
+        // At its largest size it drops (and marks) like a fixed ring.
+        let written = (20..60).filter(|&id| write(&ring, id, 3)).count();
+        assert_eq!(written, 21);
+        assert_eq!(ring.dropped(), 19);
+        drop(ring);
+        assert_eq!(budget.used(), 0, "every segment given back");
+    }
+
+    #[test]
+    fn growth_stops_at_the_budget_and_drops_are_counted() {
+        let budget = Budget::leaked(segment_bytes(8) + segment_bytes(32));
+        let ring = Ring::growable(8, 1024, false, budget);
+        let written = (0..30).filter(|&id| write(&ring, id, 2)).count();
+        assert_eq!(written, 20, "8 words, then 32 more after growing once");
+        assert_eq!(ring.capacity_words(), 32);
+        assert_eq!(ring.dropped(), 10);
+        assert!(budget.refused() > 0);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        // Draining gave the first segment back; the ring writes on.
+        assert_eq!(budget.used(), segment_bytes(32));
+        assert!(write(&ring, 99, 2));
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let recs = records(&out);
+        assert_eq!(recs.len(), 22);
+        assert_eq!(recs[20].0, KIND_LOST);
+        assert_eq!(out[out.len() - 3], 10, "the marker counts the 10 drops");
+        assert_eq!(recs[21].1, 99);
+    }
+
+    #[test]
+    fn growing_into_mapped_segments_and_back() {
+        // 1 KiB on the heap, then mapped segments of 4 KiB, 16 KiB, 64 KiB.
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(128, 8192, false, budget);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let mut ids = Vec::new();
+        for round in 0..4u64 {
+            for id in round * 2000..(round + 1) * 2000 {
+                assert!(write(&ring, id, 3), "record {id} dropped");
+            }
+            out.clear();
+            ring.drain(&mut out, usize::MAX, &mut seen);
+            ids.extend(records(&out).iter().map(|r| r.1));
+        }
+        assert_eq!(ids, (0..8_000).collect::<Vec<_>>());
+        assert_eq!(ring.capacity_words(), 8192);
+        assert_eq!(budget.used(), segment_bytes(8192));
+    }
+
+    #[test]
+    fn overwrite_mode_grows_then_keeps_the_newest() {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(8, 64, true, budget);
+        for id in 0..100 {
+            assert!(
+                write(&ring, id, 3),
+                "record {id}: overwrite mode never drops"
+            );
+        }
+        assert_eq!(ring.capacity_words(), 64);
+        assert_eq!(ring.dropped(), 0);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let d = ring.drain(&mut out, usize::MAX, &mut seen);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(
+            ids,
+            (79..100).collect::<Vec<_>>(),
+            "the newest 21 (64 words / 3)"
+        );
+        assert_eq!(d.overwritten, 79);
+        // The outgrown segments went back to the budget.
+        assert_eq!(budget.used(), segment_bytes(64));
+    }
+
+    #[test]
+    fn a_record_larger_than_the_segment_grows_the_ring() {
+        let ring = Ring::growable(8, 256, false, Budget::leaked(u64::MAX));
+        assert!(write(&ring, 1, 40));
+        assert_eq!(ring.capacity_words(), 256);
+        assert!(!write(&ring, 2, 65), "over a quarter of the largest size");
+        assert_eq!(ring.oversized(), 1);
+    }
+
+    #[test]
+    fn concurrent_growth_loses_and_tears_nothing() {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = std::sync::Arc::new(Ring::growable(8, 1 << 12, false, budget));
+        let producer = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                (0..100_000u64)
+                    .filter(|&id| write(&ring, id, 2 + (id % 5) as usize))
+                    .count() as u64
+            })
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let mut ids = Vec::new();
+        let mut take = |out: &mut Vec<u64>| {
+            let mut i = 0;
+            while i < out.len() {
+                let len = header_len(out[i]) as usize;
+                if header_kind(out[i]) != KIND_LOST {
+                    let id = header_payload(out[i]);
+                    for k in 1..len {
+                        assert_eq!(out[i + k], id * 100 + k as u64, "record {id} torn");
+                    }
+                    ids.push(id);
+                }
+                i += len;
+            }
+            out.clear();
+        };
+        while !producer.is_finished() {
+            ring.drain(&mut out, 1 << 10, &mut seen);
+            take(&mut out);
+        }
+        let written = producer.join().unwrap();
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        take(&mut out);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(ids.len() as u64, written);
+        assert_eq!(written + ring.dropped(), 100_000);
+        assert_eq!(budget.used(), segment_bytes(ring.capacity_words()));
+    }
+
+    #[test]
     fn oversized_records_are_counted() {
-        let ring = Ring::new(64 * 8, false);
+        let ring = Ring::with_words(64, false);
         assert!(!write(&ring, 1, 17));
         assert_eq!(ring.oversized(), 1);
         assert!(write(&ring, 2, 16));
@@ -522,7 +1054,7 @@ mod tests {
 
     #[test]
     fn concurrent_drop_mode_loses_nothing_silently() {
-        let ring = std::sync::Arc::new(Ring::new(1 << 12, false));
+        let ring = std::sync::Arc::new(Ring::with_words(512, false));
         let producer = {
             let ring = ring.clone();
             std::thread::spawn(move || {

@@ -86,7 +86,10 @@ pub fn begin_scope<A: ArgList>(site: &'static Callsite, args: &A) -> ScopeGuard 
             ScopeGuard::inactive()
         }
     })
-    .unwrap_or_else(ScopeGuard::inactive)
+    .unwrap_or_else(|| {
+        crate::record::registry::count_implied_drop_without_ring();
+        ScopeGuard::inactive()
+    })
 }
 
 /// Out of line on purpose: it keeps `ScopeGuard`'s drop glue to a compare

@@ -78,6 +78,7 @@ pub struct Builder {
     pub(super) output: Output,
     pub(super) format: Option<Format>,
     pub(super) buffer_bytes: usize,
+    pub(super) budget_bytes: u64,
     pub(super) overwrite: bool,
     pub(super) filter: CategoryFilter,
     pub(super) flush_interval: Duration,
@@ -139,6 +140,7 @@ pub fn builder() -> Builder {
         output: Output::None,
         format: None,
         buffer_bytes: 1 << 20,
+        budget_bytes: crate::record::budget::DEFAULT_BUDGET_BYTES,
         overwrite: false,
         filter: CategoryFilter::all(),
         flush_interval: Duration::from_millis(100),
@@ -204,11 +206,29 @@ impl Builder {
         self
     }
 
-    /// Size of each thread's ring buffer (rounded up to a power of two; at
-    /// least 512 bytes). Default 1 MiB. More than 1 TiB makes
+    /// Largest ring of one thread (rounded up to a power of two; at least
+    /// 512 bytes). Default 1 MiB. A thread's ring starts at 1 KiB and
+    /// doubles while the thread records faster than the flusher drains it,
+    /// up to this size, as long as [`buffer_bytes`](Builder::buffer_bytes)
+    /// has room (the smaller segment it outgrew is freed once drained). In
+    /// flight-recorder mode ([`overwrite`](Builder::overwrite)) every ring
+    /// has this size at once. More than 1 TiB makes
     /// [`start`](Builder::start) fail with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
     pub fn buffer_bytes_per_thread(mut self, bytes: usize) -> Self {
         self.buffer_bytes = bytes;
+        self
+    }
+
+    /// Memory recording may hold in the whole process, whatever the number
+    /// of threads: every thread's ring and bookkeeping (about 1 KiB per
+    /// thread besides its ring) is taken from it. Default 32 MiB. When it
+    /// is used up, rings stop growing and events that do not fit are
+    /// dropped and counted (a thread with no ring yet gets one as soon as
+    /// memory is given back: threads that exit and rings drained after
+    /// growing give theirs back). At least 64 KiB: less makes
+    /// [`start`](Builder::start) fail with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    pub fn buffer_bytes(mut self, bytes: u64) -> Self {
+        self.budget_bytes = bytes;
         self
     }
 

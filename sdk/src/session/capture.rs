@@ -278,6 +278,11 @@ impl Windows {
         true
     }
 
+    /// A dump's window is open: records go straight into its file.
+    pub(crate) fn dumping(&self) -> bool {
+        self.dump.is_some()
+    }
+
     /// Notes that a thread's records went into the current file.
     pub(crate) fn wrote(&mut self, seq_id: u32) {
         self.threads.insert(seq_id);
@@ -349,6 +354,7 @@ impl Windows {
             unmatched_ends: enc.unmatched_ends,
             threads: done.threads.len() as u64,
             bytes_written: sink.bytes_written(),
+            ..Stats::default()
         };
         self.finished.events_written += stats.events_written;
         self.finished.unmatched_ends += stats.unmatched_ends;

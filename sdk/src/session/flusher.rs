@@ -5,14 +5,16 @@
 //! full) is drained at once; every ring is drained each flush interval, on
 //! `flush()`, and when the session stops (including rings of threads that
 //! are still running at that moment). A ring whose thread exited is drained
-//! to the end and then forgotten. In flight-recorder (overwrite) mode rings
-//! are drained only on `flush()` and at stop, except rings of exited threads.
+//! to the end and then forgotten. In flight-recorder (overwrite) mode the
+//! rings are drained as often, into the process-wide `Recorder` instead of
+//! the file's encoder; it is written out on `flush()` and at stop.
 
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::sync::Arc;
 use crate::session::capture::{Requests, Windows};
+use crate::session::recorder::Recorder;
 use crate::session::sink::Sink;
 use crate::system::data_source::RecordFilter;
 use crate::system::feed::SystemFeed;
@@ -72,6 +74,10 @@ pub struct Stats {
     pub events_lost: u64,
     /// Of those, events too large for a ring.
     pub events_oversized: u64,
+    /// Of those, events of threads that had no ring because the memory
+    /// budget ([`Builder::buffer_bytes`](crate::Builder::buffer_bytes)) was
+    /// used up.
+    pub events_no_memory: u64,
     /// Scope ends that matched no recorded begin (the begin was lost, or the
     /// scope began before the session) and were left out.
     pub unmatched_ends: u64,
@@ -79,6 +85,10 @@ pub struct Stats {
     pub threads: u64,
     /// Bytes written to the output.
     pub bytes_written: u64,
+    /// Most memory the rings and their threads' bookkeeping held at once
+    /// during the session (at most
+    /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
+    pub buffer_bytes_peak: u64,
 }
 
 pub(crate) struct Flusher {
@@ -90,6 +100,9 @@ pub(crate) struct Flusher {
     pub(crate) cal: Calibration,
     pub(crate) process: ProcessInfo,
     pub(crate) overwrite: bool,
+    /// Overwrite mode: bytes of the flight recorder's store (taken from the
+    /// budget by the session, given back when the flusher ends).
+    pub(crate) recorder_bytes: u64,
     pub(crate) interval: Duration,
     /// Rotations and dumps (`capture`).
     pub(crate) windows: Windows,
@@ -110,6 +123,7 @@ impl Flusher {
             mut cal,
             process,
             overwrite,
+            recorder_bytes,
             interval,
             mut windows,
         } = self;
@@ -117,6 +131,8 @@ impl Flusher {
             Some((e, s)) => (Some(e), Some(s)),
             None => (None, None),
         };
+        let mut recorder = (overwrite && encoder.is_some()).then(|| Recorder::new(recorder_bytes));
+        let mut finished: Vec<Arc<ThreadRing>> = Vec::new();
         // With system tracing on, call sites also record categories only a
         // tracing session wants: the file keeps to its own filter.
         let mut file_filter = system.as_ref().map(|_| (RecordFilter::default(), u64::MAX));
@@ -170,19 +186,31 @@ impl Flusher {
                 let lost = stats.events_lost + stats.events_oversized;
                 windows.before_pass(&shared, &mut encoder, &mut sink, &mut ctx, lost, &mut out)
             };
-            let full = stopping
-                || window
-                || system_full
-                || flush_req != flush_seen
-                || (!overwrite && last_full.elapsed() >= interval);
+            // A flight recorder drains the rings as often (into the
+            // recorder); it writes out on flush, at stop and into a dump.
+            let dump = stopping || window || flush_req != flush_seen;
+            let full = dump || system_full || last_full.elapsed() >= interval;
+            // While a dump's window is open, records go straight to its file.
+            let dumping = windows.dumping();
             if full {
                 cal.refresh();
                 last_full = Instant::now();
             }
+            if let (true, Some(rec), Some(e)) = (dump, recorder.as_mut(), encoder.as_deref_mut()) {
+                // What the recorder holds is older than what the rings hold:
+                // it goes first, then this pass drains the rings straight
+                // into the file.
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                rec.write_out(e, &mut ctx, &mut out, &mut finished);
+            }
             REGISTRY.snapshot(&mut rings);
             for tr in &rings {
                 let retired = tr.is_retired();
-                let hot = !overwrite && tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
+                let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
                 if !(full || retired || hot) {
                     continue;
                 }
@@ -213,8 +241,8 @@ impl Flusher {
                     };
                     if let Some(e) = encoder.as_deref_mut() {
                         windows.wrote(tr.seq_id);
-                        match file_filter.as_mut() {
-                            None => e.batch(&mut ctx, &batch, &mut out),
+                        let mine = match file_filter.as_mut() {
+                            None => batch.words,
                             Some((filter, generation)) => {
                                 let now = crate::record::callsite::filter_generation();
                                 if *generation != now {
@@ -228,8 +256,17 @@ impl Flusher {
                                     ctx.sites,
                                     &mut file_words,
                                 );
+                                &file_words
+                            }
+                        };
+                        match recorder.as_mut().filter(|_| !(dump || dumping)) {
+                            Some(rec) => {
+                                stats.events_lost +=
+                                    rec.push(tr, mine, d.overwritten, &mut finished);
+                            }
+                            None => {
                                 let mine = Batch {
-                                    words: &file_words,
+                                    words: mine,
                                     ..batch
                                 };
                                 e.batch(&mut ctx, &mine, &mut out);
@@ -260,19 +297,40 @@ impl Flusher {
                     }
                 }
                 if retired && tr.ring.used_words() == 0 {
-                    thread_finished(
-                        &mut encoder,
-                        &mut system,
-                        &mut ctx,
-                        tr,
-                        &mut stats,
-                        &mut out,
-                    );
+                    // A thread the recorder still holds records of is
+                    // finished when they are written out or forgotten.
+                    if !recorder.as_mut().is_some_and(|r| r.thread_exited(tr)) {
+                        thread_finished(
+                            &mut encoder,
+                            &mut system,
+                            &mut ctx,
+                            tr,
+                            &mut stats,
+                            &mut out,
+                        );
+                    }
                     if let Some(f) = file_filter.as_mut() {
                         f.0.forget_thread(tr.seq_id);
                     }
                     state.remove(&tr.seq_id);
                     REGISTRY.remove(tr.seq_id);
+                }
+            }
+            if !finished.is_empty() {
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                for tr in finished.drain(..) {
+                    thread_finished(
+                        &mut encoder,
+                        &mut system,
+                        &mut ctx,
+                        &tr,
+                        &mut stats,
+                        &mut out,
+                    );
                 }
             }
             if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
@@ -360,13 +418,18 @@ impl Flusher {
         }
         stats.events_written += windows.finished.events_written;
         stats.unmatched_ends += windows.finished.unmatched_ends;
-        stats.events_lost +=
-            stats.events_oversized + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
+        stats.events_no_memory = REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
+        stats.events_lost += stats.events_oversized
+            + stats.events_no_memory
+            + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
         if let Some(sys) = system.as_ref() {
             stats.events_lost += sys.stats().events_dropped;
         }
         stats.bytes_written =
             sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
+        stats.buffer_bytes_peak = REGISTRY.budget.peak();
+        drop(recorder);
+        REGISTRY.budget.give_back(recorder_bytes);
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.as_mut().and_then(Sink::take_error))

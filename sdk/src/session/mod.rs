@@ -17,6 +17,7 @@ mod builder;
 pub(crate) mod capture;
 mod error;
 pub(crate) mod flusher;
+mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
 
@@ -93,6 +94,12 @@ impl Builder {
                 self.buffer_bytes
             )));
         }
+        if self.budget_bytes < MIN_BUDGET_BYTES {
+            return Err(Error::InvalidConfig(format!(
+                "buffer_bytes {} is less than {MIN_BUDGET_BYTES}",
+                self.budget_bytes
+            )));
+        }
         let (sink, format, path) = match self.output {
             Output::None if self.system_tracing => (None, Format::Perfetto, None),
             Output::None => return Err(Error::NoOutput),
@@ -147,10 +154,23 @@ impl Builder {
             id,
             RingConfig {
                 bytes: self.buffer_bytes,
+                budget_bytes: self.budget_bytes,
                 overwrite: self.overwrite,
                 thread_time: self.thread_time,
             },
         );
+        // A flight recorder keeps the process's most recent records in one
+        // store of half the budget; the rings share the other half.
+        let recorder_bytes = if self.overwrite && output.is_some() {
+            let want = self.budget_bytes / 2;
+            if REGISTRY.budget.try_take(want) {
+                want
+            } else {
+                0 // what earlier sessions' rings still hold: the smallest store
+            }
+        } else {
+            0
+        };
         let shared = Arc::new(Shared::new());
         let process = {
             let mut p = ProcessInfo::current(self.process_name);
@@ -181,6 +201,7 @@ impl Builder {
             cal,
             process,
             overwrite: self.overwrite,
+            recorder_bytes,
             interval: self.flush_interval.max(Duration::from_millis(1)),
             windows: capture::Windows::new(path.clone()),
         };
@@ -258,6 +279,8 @@ struct Session {
 
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+/// Smallest process-wide budget [`Builder::buffer_bytes`] accepts.
+const MIN_BUDGET_BYTES: u64 = 64 << 10;
 static AT_EXIT: Once = Once::new();
 
 /// Runs at `exit()` (including `std::process::exit` and the return from
@@ -427,7 +450,8 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_OUTPUT` | output path; the extension picks the format; `system`: system tracing only ([`Builder::system_tracing`]) |
 /// | `RINGTRACE_SYSTEM` | `1`, `true`, `yes` or `on`: system tracing as well as the file |
 /// | `RINGTRACE_CATEGORIES` | comma-separated patterns to enable (default `*`); `-name` disables |
-/// | `RINGTRACE_BUFFER_BYTES` | ring size per thread |
+/// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
+/// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
 /// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
 ///
 /// # Examples
@@ -441,7 +465,8 @@ pub fn is_recording() -> bool {
 /// # Errors
 ///
 /// As [`Builder::start`], and [`Error::InvalidConfig`] if
-/// `RINGTRACE_BUFFER_BYTES` is not a number.
+/// `RINGTRACE_BUFFER_BYTES` or `RINGTRACE_BUFFER_BYTES_PER_THREAD` is not a
+/// number.
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
         return Ok(None);
@@ -463,11 +488,21 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
         }
         b.filter = filter;
     }
-    if let Ok(v) = std::env::var("RINGTRACE_BUFFER_BYTES") {
-        let n = v.trim().parse().map_err(|_| {
-            Error::InvalidConfig(format!("RINGTRACE_BUFFER_BYTES={v} is not a number"))
-        })?;
-        b = b.buffer_bytes_per_thread(n);
+    let number = |name: &str| -> Result<Option<u64>, Error> {
+        match std::env::var(name) {
+            Ok(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::InvalidConfig(format!("{name}={v} is not a number"))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(n) = number("RINGTRACE_BUFFER_BYTES")? {
+        b = b.buffer_bytes(n);
+    }
+    if let Some(n) = number("RINGTRACE_BUFFER_BYTES_PER_THREAD")? {
+        b = b.buffer_bytes_per_thread(usize::try_from(n).unwrap_or(usize::MAX));
     }
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
         b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));

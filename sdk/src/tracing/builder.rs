@@ -120,6 +120,11 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         self.map(|b| b.buffer_bytes_per_thread(bytes))
     }
 
+    /// As [`Builder::buffer_bytes`].
+    pub fn buffer_bytes(self, bytes: u64) -> Self {
+        self.map(|b| b.buffer_bytes(bytes))
+    }
+
     /// As [`Builder::overwrite`].
     pub fn overwrite(self, overwrite: bool) -> Self {
         self.map(|b| b.overwrite(overwrite))

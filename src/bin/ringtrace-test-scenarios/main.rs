@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+mod memory;
 mod phases;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
@@ -61,6 +62,9 @@ fn main() {
         "phases" => phases::phases(&trace),
         "cross_format" => phases::cross_format(&trace),
         "json_endless" => phases::json_endless(&trace),
+        "threads_alive" => memory::threads_alive(&trace),
+        "teardown" => memory::teardown(&trace),
+        "flight_recorder_process" => memory::flight_recorder_process(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

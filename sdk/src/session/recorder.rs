@@ -1,0 +1,197 @@
+//! The flight recorder's store (overwrite mode): the flusher moves what the
+//! threads' rings hold into this one process-wide buffer of the most recent
+//! records, which forgets its oldest entries, whichever thread wrote them, to
+//! make room. So the recorder keeps the last N bytes of the whole process,
+//! not of each thread: a thread that recorded long ago does not keep old
+//! events while a busy one loses its new ones. It is written out, in the
+//! order it was filled, on `flush()` and at stop.
+//!
+//! Only the flusher thread touches it: no synchronisation.
+
+use crate::encode::{Batch, Context, Encoder};
+use crate::record::registry::ThreadRing;
+use crate::record::ring::{header_kind, header_len, KIND_LOST};
+use crate::record::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+
+/// Largest run of records one entry holds: what is forgotten at once.
+const ENTRY_WORDS: usize = 4096;
+
+pub(crate) struct Recorder {
+    /// Entries, oldest first: `[seq_id << 32 | records, len]`, then `len`
+    /// words of whole records of that thread.
+    words: VecDeque<u64>,
+    cap_words: usize,
+    threads: HashMap<u32, Held>,
+    scratch: Vec<u64>,
+}
+
+/// A thread with entries in the recorder (or losses not yet marked).
+struct Held {
+    thread: Arc<ThreadRing>,
+    entries: usize,
+    /// Records of this thread forgotten since its last entry written out.
+    forgotten: u64,
+    /// The thread exited and its ring was drained for the last time: the
+    /// recorder finishes it once nothing of it is left.
+    exited: bool,
+}
+
+impl Recorder {
+    /// A recorder of at most `bytes` bytes (the caller took them from the
+    /// budget). The memory is touched as it fills.
+    pub(crate) fn new(bytes: u64) -> Recorder {
+        let cap_words = (bytes / 8).max(2 * ENTRY_WORDS as u64) as usize;
+        Recorder {
+            words: VecDeque::with_capacity(cap_words),
+            cap_words,
+            threads: HashMap::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Keeps the whole records of one drain of `thread` (which found
+    /// `overwritten_in_ring` records overwritten in its ring), forgetting the
+    /// oldest entries to make room. Returns the records forgotten (not
+    /// counting those a forgotten loss marker stood for: the ring counted
+    /// them when it dropped them), and
+    /// appends to `finished` the exited threads none of whose records are
+    /// left (the caller finishes them).
+    pub(crate) fn push(
+        &mut self,
+        thread: &Arc<ThreadRing>,
+        records: &[u64],
+        overwritten_in_ring: u64,
+        finished: &mut Vec<Arc<ThreadRing>>,
+    ) -> u64 {
+        if overwritten_in_ring > 0 {
+            // Counted by the caller; marked before the thread's next entry.
+            self.held(thread).forgotten += overwritten_in_ring;
+        }
+        let mut forgotten = 0;
+        let mut i = 0;
+        while i < records.len() {
+            // One entry: whole records, up to ENTRY_WORDS words (or one
+            // record, if larger).
+            let (start, mut n, mut count) = (i, 0usize, 0u64);
+            while i < records.len() {
+                let len = header_len(records[i]) as usize;
+                if n > 0 && n + len > ENTRY_WORDS {
+                    break;
+                }
+                n += len;
+                count += 1;
+                i += len;
+            }
+            let need = n + 2;
+            if need > self.cap_words {
+                let (events, marked) = count_records(&records[start..i]);
+                forgotten += events;
+                self.held(thread).forgotten += events + marked;
+                continue;
+            }
+            while self.words.len() + need > self.cap_words {
+                forgotten += self.forget_oldest(finished);
+            }
+            self.words.push_back((thread.seq_id as u64) << 32 | count);
+            self.words.push_back(n as u64);
+            self.words.extend(&records[start..i]);
+            self.held(thread).entries += 1;
+        }
+        forgotten
+    }
+
+    fn held(&mut self, thread: &Arc<ThreadRing>) -> &mut Held {
+        self.threads.entry(thread.seq_id).or_insert_with(|| Held {
+            thread: thread.clone(),
+            entries: 0,
+            forgotten: 0,
+            exited: false,
+        })
+    }
+
+    /// `thread` exited and its ring is drained for good. Returns false if
+    /// nothing of it is held (the caller finishes it now); else the recorder
+    /// hands it back to be finished once it is written out or forgotten.
+    pub(crate) fn thread_exited(&mut self, thread: &ThreadRing) -> bool {
+        match self.threads.get_mut(&thread.seq_id) {
+            Some(held) => {
+                held.exited = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets the oldest entry; returns how many records it held (its loss
+    /// markers aside; they are marked again with the thread's next entry).
+    fn forget_oldest(&mut self, finished: &mut Vec<Arc<ThreadRing>>) -> u64 {
+        let head = self.words.pop_front().expect("an entry to forget");
+        let len = self.words.pop_front().expect("entry length") as usize;
+        self.scratch.clear();
+        self.scratch.extend(self.words.drain(..len));
+        let (n, marked) = count_records(&self.scratch);
+        let seq = (head >> 32) as u32;
+        let held = self.threads.get_mut(&seq).expect("entry of a held thread");
+        held.entries -= 1;
+        held.forgotten += n + marked;
+        if held.entries == 0 && held.exited {
+            // Nothing of that thread is left to write: its losses are
+            // counted, but there is no record left to mark them next to.
+            let held = self.threads.remove(&seq).expect("held");
+            finished.push(held.thread);
+        }
+        n
+    }
+
+    /// Writes every entry out through `encoder`, oldest first, with the
+    /// losses of each thread marked before its first entry, and empties the
+    /// recorder. Appends to `finished` the exited threads it held.
+    pub(crate) fn write_out(
+        &mut self,
+        encoder: &mut dyn Encoder,
+        ctx: &mut Context<'_>,
+        out: &mut Vec<u8>,
+        finished: &mut Vec<Arc<ThreadRing>>,
+    ) {
+        while let Some(head) = self.words.pop_front() {
+            let len = self.words.pop_front().expect("entry length") as usize;
+            self.scratch.clear();
+            self.scratch.extend(self.words.drain(..len));
+            let held = self
+                .threads
+                .get_mut(&((head >> 32) as u32))
+                .expect("entry of a held thread");
+            let batch = Batch {
+                thread: &held.thread,
+                words: &self.scratch,
+                overwritten: std::mem::take(&mut held.forgotten),
+            };
+            encoder.batch(ctx, &batch, out);
+        }
+        for (_, held) in self.threads.drain() {
+            if held.forgotten > 0 {
+                encoder.note_lost(ctx, &held.thread, held.forgotten, out);
+            }
+            if held.exited {
+                finished.push(held.thread);
+            }
+        }
+    }
+}
+
+/// Records in `words` (whole records) other than loss markers, and the
+/// records the loss markers among them stand for.
+fn count_records(words: &[u64]) -> (u64, u64) {
+    let (mut n, mut marked, mut i) = (0, 0, 0);
+    while i < words.len() {
+        let len = (header_len(words[i]) as usize).max(1);
+        if header_kind(words[i]) == KIND_LOST && len >= 3 {
+            marked += words[i + 2];
+        } else {
+            n += 1;
+        }
+        i += len;
+    }
+    (n, marked)
+}

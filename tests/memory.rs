@@ -1,0 +1,225 @@
+//! The process-wide memory budget (`Builder::buffer_bytes`): many threads
+//! alive at once stay within it, measured from `/proc/self/status` of a
+//! child process; and events recorded from thread-local destructors during
+//! thread teardown reach the trace. Each scenario runs in a child process.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn run(scenario: &str, trace: &std::path::Path, envs: &[(&str, &str)]) -> Value {
+    let (out, expect) = run_scenario(scenario, trace, envs);
+    assert!(
+        out.status.success(),
+        "{scenario} {envs:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    expect.unwrap()
+}
+
+/// Records of the JSON trace: 2 per `work` scope (begin and end), 1 per
+/// `tick` instant (a `tracing` event's message).
+fn records_in(events: &[Value]) -> u64 {
+    let scopes = events
+        .iter()
+        .filter(|e| e["name"] == "work" && e["ph"] == "X")
+        .count() as u64;
+    let ticks = events
+        .iter()
+        .filter(|e| e["name"] == "tick" || e["args"]["message"] == "tick")
+        .count() as u64;
+    2 * scopes + ticks
+}
+
+/// Runs the threads scenario with and without recording; returns the run
+/// with recording and the growth of peak RSS recording caused, in bytes.
+fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Vec<Value>, i64) {
+    let dir = scratch(name);
+    let trace = dir.join("threads.json");
+    let threads_s = threads.to_string();
+    let budget_s = budget.to_string();
+    let env = |mode| {
+        [
+            ("MEM_MODE", mode),
+            ("MEM_THREADS", threads_s.as_str()),
+            ("MEM_BUDGET", budget_s.as_str()),
+            ("MEM_API", api),
+        ]
+    };
+    let off = run("threads_alive", &trace, &env("off"));
+    let on = run("threads_alive", &trace, &env("on"));
+    let growth = |v: &Value| {
+        (v["rss_peak_kib"].as_i64().unwrap() - v["rss_base_kib"].as_i64().unwrap()) * 1024
+    };
+    let events = json_events(&trace);
+    eprintln!(
+        "{name}: growth without recording {} KiB, with {} KiB; budget peak {} KiB; {on}",
+        growth(&off) / 1024,
+        growth(&on) / 1024,
+        on["buffer_bytes_peak"].as_u64().unwrap() / 1024
+    );
+    (on.clone(), events, growth(&on) - growth(&off))
+}
+
+/// What recording holds never exceeds the budget; and in optimised builds
+/// (`scripts/test.sh` runs these tests in release) the peak RSS it adds
+/// stays within the budget plus 1 MiB. An unoptimised build also grows each
+/// of the thousands of threads' stacks by several KiB of big frames (the
+/// macros' generic code is compiled into the caller without optimisation):
+/// stack, not buffers, so there only the budget's own count is checked.
+fn assert_within(name: &str, budget: u64, extra: i64, on: &Value) {
+    assert!(
+        on["buffer_bytes_peak"].as_u64().unwrap() <= budget,
+        "{name}: {on}"
+    );
+    if cfg!(debug_assertions) {
+        return;
+    }
+    assert!(
+        extra <= budget as i64 + (1 << 20),
+        "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB",
+        extra / 1024,
+        budget / 1024
+    );
+}
+
+#[test]
+fn ten_thousand_threads_stay_within_the_default_budget_and_keep_every_event() {
+    let budget = 32 << 20;
+    let (on, events, extra) = threads_alive("mem10k", 10_000, budget, "macros");
+    assert_within("10k threads", budget, extra, &on);
+    // 10,000 threads fit the default budget: nothing is lost.
+    assert_eq!(on["events_lost"], 0, "{on}");
+    assert_eq!(records_in(&events), 3 * 10_001);
+}
+
+#[test]
+fn ten_thousand_threads_over_a_small_budget_lose_only_counted_events() {
+    let budget = 4 << 20;
+    let (on, events, extra) = threads_alive("mem10k-small", 10_000, budget, "macros");
+    assert_within("10k threads, 4 MiB", budget, extra, &on);
+    let lost = on["events_lost"].as_u64().unwrap();
+    assert!(lost > 0, "4 MiB cannot hold 10,000 threads: {on}");
+    assert_eq!(on["events_no_memory"].as_u64().unwrap(), lost);
+    assert_eq!(records_in(&events) + lost, 3 * 10_001, "{on}");
+}
+
+#[test]
+fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
+    let budget = 8 << 20;
+    let (on, events, extra) = threads_alive("mem-tokio", 512, budget, "tokio");
+    assert_within("tokio pool", budget, extra, &on);
+    assert_eq!(on["events_lost"], 0, "{on}");
+    assert_eq!(records_in(&events), 3 * 513);
+}
+
+/// Through `ringtrace::subscriber()`: 5,000 threads alive at once (more
+/// than the 4,096 `tracing-subscriber`'s registry allows), every event kept,
+/// the rings within the budget. (The `tracing` bridge's own per-thread state,
+/// its call-site cache in thread-local storage, is not in the budget: about
+/// 4 KiB of RSS per thread that records through it, measured here.)
+#[test]
+fn the_subscriber_with_5000_threads_stays_within_the_budget() {
+    let budget = 16 << 20;
+    let (on, events, extra) = threads_alive("mem-sub", 5_000, budget, "subscriber");
+    assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= budget, "{on}");
+    if !cfg!(debug_assertions) {
+        assert!(
+            extra <= budget as i64 + 5_000 * (4 << 10),
+            "{} KiB",
+            extra / 1024
+        );
+    }
+    assert_eq!(on["events_lost"], 0, "{on}");
+    assert_eq!(records_in(&events), 3 * 5_001, "{on}");
+}
+
+/// Instants recorded from `Drop` of thread-locals, made before and after the
+/// thread's first event, through every API: all in the trace, none lost.
+#[test]
+fn events_from_thread_local_destructors_are_recorded() {
+    for api in ["macros", "events", "subscriber", "layer"] {
+        let dir = scratch(&format!("teardown-{api}"));
+        let trace = dir.join("teardown.json");
+        let on = run(
+            "teardown",
+            &trace,
+            &[("MEM_API", api), ("MEM_THREADS", "1000")],
+        );
+        let events = json_events(&trace);
+        let td = |which: &str| {
+            events
+                .iter()
+                .filter(|e| e["args"]["which"] == which || e["name"] == which)
+                .count()
+        };
+        assert_eq!(on["events_lost"], 0, "{api}: {on}");
+        assert_eq!(
+            td("first"),
+            1000,
+            "{api}: destructors that run after ringtrace's thread-locals"
+        );
+        assert_eq!(td("last"), 1000, "{api}: destructors that run before them");
+    }
+}
+
+/// The flight recorder keeps the most recent events of the whole process
+/// within its budget, not the most recent of each thread.
+#[test]
+fn the_flight_recorder_keeps_the_newest_events_of_the_process() {
+    let dir = scratch("flight-recorder");
+    let trace = dir.join("fr.json");
+    let on = run("flight_recorder_process", &trace, &[]);
+    let events = json_events(&trace);
+    let instants: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["name"] == "old" || e["name"] == "new")
+        .collect();
+    let old = instants.iter().filter(|e| e["name"] == "old").count();
+    assert_eq!(old, 0, "events older than every kept one survived: {on}");
+    let new_each = on["new_each"].as_u64().unwrap();
+    let mut by_tid: std::collections::BTreeMap<i64, Vec<u64>> = Default::default();
+    for e in instants.iter().filter(|e| e["name"] == "new") {
+        by_tid
+            .entry(e["tid"].as_i64().unwrap())
+            .or_default()
+            .push(e["args"]["i"].as_u64().unwrap());
+    }
+    assert_eq!(by_tid.len(), 4, "every busy thread keeps its newest events");
+    let mut kept = 0;
+    for (tid, ids) in &by_tid {
+        // A run ending at the thread's last event; a hole in it only where
+        // its ring was full (the flusher fell behind), marked as a loss.
+        let holes: u64 = ids.windows(2).map(|w| w[1] - w[0] - 1).sum();
+        let marked: u64 = events
+            .iter()
+            .filter(|e| e["name"] == "ringtrace: events lost" && e["tid"] == *tid)
+            .map(|e| e["args"]["lost_events"].as_u64().unwrap())
+            .sum();
+        assert!(
+            ids.last() == Some(&(new_each - 1)) && holes <= marked,
+            "thread {tid}: {} events from {} to {:?}, {holes} missing inside, {marked} marked lost",
+            ids.len(),
+            ids[0],
+            ids.last()
+        );
+        kept += ids.len() as u64;
+    }
+    // What the recorder holds: most of its budget, never more.
+    let kept_bytes = kept * 24;
+    let recorder = on["recorder_bytes"].as_u64().unwrap();
+    assert!(kept_bytes <= recorder, "{kept_bytes} > {recorder}");
+    assert!(
+        kept_bytes >= recorder / 2,
+        "kept only {kept_bytes} of {recorder}"
+    );
+    // Every event is in the trace or counted lost.
+    let total = 64 * on["old_each"].as_u64().unwrap() + 4 * new_each;
+    assert_eq!(
+        instants.len() as u64 + on["events_lost"].as_u64().unwrap(),
+        total,
+        "{on}"
+    );
+    assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= 4 << 20);
+}
