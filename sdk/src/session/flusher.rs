@@ -205,7 +205,8 @@ impl Flusher {
                     process: &process,
                     sites: &mut sites,
                 };
-                rec.write_out(e, &mut ctx, &mut out, &mut finished);
+                let spill = |out: &mut Vec<u8>| write_if_full(&mut sink, out);
+                rec.write_out(e, &mut ctx, &mut out, spill, &mut finished);
             }
             REGISTRY.snapshot(&mut rings);
             for tr in &rings {
@@ -276,9 +277,7 @@ impl Flusher {
                     if let Some(sys) = system.as_mut() {
                         sys.batch(&mut ctx, &batch);
                     }
-                    if out.len() >= 1 << 20 {
-                        write_out(&mut sink, &mut out);
-                    }
+                    write_if_full(&mut sink, &mut out);
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
                         break;
@@ -433,6 +432,17 @@ impl Flusher {
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.as_mut().and_then(Sink::take_error))
+    }
+}
+
+/// Bytes the flusher lets pile up before it writes them out: large enough
+/// for few system calls, small enough to stay in cache on their way out.
+const WRITE_AT: usize = 1 << 20;
+
+/// Writes `out` out once it holds [`WRITE_AT`] bytes.
+fn write_if_full(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
+    if out.len() >= WRITE_AT {
+        write_out(sink, out);
     }
 }
 

@@ -110,6 +110,17 @@ impl Recorder {
         })
     }
 
+    /// Moves the first `len` words of the store into `scratch`, as (at most
+    /// two) slice copies.
+    fn take_front(&mut self, len: usize) {
+        self.scratch.clear();
+        let (a, b) = self.words.as_slices();
+        let from_a = len.min(a.len());
+        self.scratch.extend_from_slice(&a[..from_a]);
+        self.scratch.extend_from_slice(&b[..len - from_a]);
+        self.words.drain(..len);
+    }
+
     /// `thread` exited and its ring is drained for good. Returns false if
     /// nothing of it is held (the caller finishes it now); else the recorder
     /// hands it back to be finished once it is written out or forgotten.
@@ -128,8 +139,7 @@ impl Recorder {
     fn forget_oldest(&mut self, finished: &mut Vec<Arc<ThreadRing>>) -> u64 {
         let head = self.words.pop_front().expect("an entry to forget");
         let len = self.words.pop_front().expect("entry length") as usize;
-        self.scratch.clear();
-        self.scratch.extend(self.words.drain(..len));
+        self.take_front(len);
         let (n, marked) = count_records(&self.scratch);
         let seq = (head >> 32) as u32;
         let held = self.threads.get_mut(&seq).expect("entry of a held thread");
@@ -147,17 +157,19 @@ impl Recorder {
     /// Writes every entry out through `encoder`, oldest first, with the
     /// losses of each thread marked before its first entry, and empties the
     /// recorder. Appends to `finished` the exited threads it held.
+    /// `spill` is called after each entry, so the caller can write `out`
+    /// out as it grows: the store can hold tens of MiB of records.
     pub(crate) fn write_out(
         &mut self,
         encoder: &mut dyn Encoder,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
+        mut spill: impl FnMut(&mut Vec<u8>),
         finished: &mut Vec<Arc<ThreadRing>>,
     ) {
         while let Some(head) = self.words.pop_front() {
             let len = self.words.pop_front().expect("entry length") as usize;
-            self.scratch.clear();
-            self.scratch.extend(self.words.drain(..len));
+            self.take_front(len);
             let held = self
                 .threads
                 .get_mut(&((head >> 32) as u32))
@@ -168,6 +180,7 @@ impl Recorder {
                 overwritten: std::mem::take(&mut held.forgotten),
             };
             encoder.batch(ctx, &batch, out);
+            spill(out);
         }
         for (_, held) in self.threads.drain() {
             if held.forgotten > 0 {
