@@ -112,9 +112,10 @@ fn prefault(words: &[AtomicU64]) {
     let end = start + std::mem::size_of_val(words);
     let (a, b) = ((start + PAGE - 1) & !(PAGE - 1), end & !(PAGE - 1));
     if b > a {
-        // SAFETY: [a, b) is whole pages inside the allocation `words` borrows
-        // (just made, not yet shared). MADV_HUGEPAGE and MADV_POPULATE_WRITE
-        // change how it is backed, never its contents (the zeroes stay).
+        // SAFETY: [a, b) is whole pages inside the live allocation `words`
+        // borrows. MADV_HUGEPAGE and MADV_POPULATE_WRITE change how it is
+        // backed, never its contents, so a reader of any of its words (the
+        // consumer, of published records) sees the same values.
         let populated = unsafe {
             if b - a >= HUGE_PAGE {
                 libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
