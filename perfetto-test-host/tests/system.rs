@@ -9,6 +9,7 @@ use perfetto_test_host::{
 };
 use serde_json::Value;
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 const PRODUCER: &str = env!("CARGO_BIN_EXE_system-producer");
 
@@ -364,4 +365,67 @@ fn a_file_and_system_tracing_at_once_each_keep_their_categories() {
     check_alpha_burst(&ms, 6, 10);
     assert_eq!(names(&mf), HashSet::from(["other".to_string()]));
     assert_eq!(slices(&mf, "other").len(), 30);
+}
+
+/// The producer's `track_event` categories as the service lists them, once
+/// `done` accepts them (within 10 s).
+fn categories_when(host: &mut Host, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let cats = host.track_event_categories("system-producer");
+        match cats {
+            Some(c) if done(&c) => return c,
+            other if Instant::now() >= until => {
+                panic!("the service lists {other:?}: {:#}", host.query())
+            }
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+#[test]
+fn a_category_first_used_after_connecting_is_announced_and_can_be_recorded() {
+    let dir = scratch("update");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    // Registered with the categories known when it connected.
+    let cats = categories_when(&mut host, |_| true);
+    assert_eq!(cats, ["alpha", "beta", "gamma"]);
+    // First use of delta (no session records it yet): the flusher notices
+    // and sends UpdateDataSource with the full descriptor.
+    let used = Instant::now();
+    assert_eq!(p.command("late 3"), "done");
+    let cats = categories_when(&mut host, |c| c.iter().any(|c| c == "delta"));
+    eprintln!(
+        "delta listed by the service {} ms after its first use",
+        used.elapsed().as_millis()
+    );
+    assert_eq!(cats, ["alpha", "beta", "delta", "gamma"]);
+    // Still one track_event data source for the producer (updated in
+    // place, matched by name and id), not a second one.
+    let state = host.query();
+    let mine: Vec<&Value> = state["data_sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["name"] == "track_event" && d["categories"].as_array().unwrap().len() == 4)
+        .collect();
+    assert_eq!(mine.len(), 1, "{state:#}");
+    assert_eq!(mine[0]["id"], 1);
+    // A session that asks for the new category gets its events.
+    host.start_session("s", &TraceConfig::categories(&["delta"]));
+    assert_eq!(p.command("wait delta on"), "ok");
+    assert_eq!(p.command("late 5"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    let late = slices(&m, "late");
+    assert_eq!(late.len(), 5, "the events after the session started");
+    for (i, s) in late.iter().enumerate() {
+        assert_eq!(s["category"], "delta");
+        assert_eq!(s["args"]["i"].as_u64(), Some(i as u64));
+    }
+    assert_eq!(names(&m), HashSet::from(["late".to_string()]));
+    assert_eq!(p.command("quit"), "stopped 0");
 }
