@@ -429,3 +429,96 @@ fn a_category_first_used_after_connecting_is_announced_and_can_be_recorded() {
     assert_eq!(names(&m), HashSet::from(["late".to_string()]));
     assert_eq!(p.command("quit"), "stopped 0");
 }
+
+/// Whether this kernel connects vsock sockets on one machine (CID 1, the
+/// `vsock_loopback` transport): a listener bound at CID_ANY, a connection
+/// to CID 1 within 1 s. Why not, if not.
+fn vsock_loopback() -> Result<u32, String> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let listener = Socket::new(Domain::VSOCK, Type::STREAM, None)
+        .map_err(|e| format!("no vsock sockets ({e})"))?;
+    listener
+        .bind(&SockAddr::vsock(u32::MAX, u32::MAX))
+        .map_err(|e| format!("cannot bind a vsock listener ({e})"))?;
+    listener
+        .listen(1)
+        .map_err(|e| format!("cannot listen on vsock ({e})"))?;
+    let port = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_vsock_address())
+        .map(|(_, port)| port)
+        .ok_or("no vsock port")?;
+    let client = Socket::new(Domain::VSOCK, Type::STREAM, None).map_err(|e| e.to_string())?;
+    client
+        .connect_timeout(&SockAddr::vsock(1, port), Duration::from_secs(1))
+        .map_err(|e| format!("no vsock loopback: connecting to CID 1 fails ({e})"))?;
+    drop(client);
+    drop(listener);
+    Ok(port)
+}
+
+#[test]
+fn over_vsock_chunks_travel_in_commit_data() {
+    let port = match vsock_loopback() {
+        Ok(port) => port,
+        Err(why) => {
+            // Straight to stderr, which the test harness does not capture:
+            // the skip shows in every run.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED over_vsock_chunks_travel_in_commit_data: {why}"
+            );
+            return;
+        }
+    };
+    let dir = scratch("vsock");
+    // Perfetto's service listens at CID_ANY, as `traced` configured for VMs.
+    let mut host = Host::start(&dir, Some(&format!("vsock://-1:{port}")));
+    let addr = format!("vsock://1:{port}");
+    let mut p = producer(PRODUCER, &addr, &[]);
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 8 30"), "done");
+    assert_eq!(p.command("big 50000"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    check_alpha_burst(&m, 8, 30);
+    let big = events_named(&m, "big");
+    assert_eq!(big.len(), 1);
+    assert_eq!(big[0]["args"]["text"].as_str().map(str::len), Some(50000));
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn a_vsock_address_without_a_service_or_malformed_is_reported_once_without_a_stall() {
+    let dir = scratch("vsock-absent");
+    // Nobody listens (or this kernel has no vsock); then a malformed address.
+    for (addr, says, wait_ms) in [
+        (
+            "vsock://1:47917",
+            "no Perfetto tracing service at vsock://1:47917",
+            5500,
+        ),
+        ("vsock://one:47917", "vsock://CID:PORT", 1500),
+    ] {
+        let log = dir.join("producer.log");
+        let mut p = producer_logging(PRODUCER, addr, &[], Some(&log));
+        // Recording never waits for the connection thread.
+        let start = Instant::now();
+        assert_eq!(p.command("burst 1 200"), "done");
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(1), "{addr}: burst took {took:?}");
+        assert_eq!(p.command("wait alpha off"), "ok");
+        // Without a service: two attempts at least (back-off 1 s, an
+        // attempt waits 2 s at most). Malformed: the producer gives up.
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        assert_eq!(p.command("quit"), "stopped 0");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(count(&text, says), 1, "{addr}: stderr: {text}");
+        assert_eq!(text.lines().count(), 1, "{addr}: stderr: {text}");
+    }
+}

@@ -213,6 +213,14 @@ pub(crate) fn run(link: Arc<Link>) {
                     link.address
                 );
             }
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                // A malformed address stays malformed: no point in retrying.
+                eprintln!(
+                    "ringtrace: cannot use the Perfetto producer socket address: {e}; \
+                     system tracing records nothing"
+                );
+                return;
+            }
             Err(e) => {
                 if !said_absent {
                     said_absent = true;
