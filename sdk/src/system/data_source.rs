@@ -3,6 +3,8 @@
 //! selection of a drained batch's records for that instance, and when the
 //! descriptor is re-announced because categories were first used.
 
+#![forbid(unsafe_code)]
+
 use super::wire::TrackEventConfig;
 use crate::encode::Sites;
 use crate::record::layout::{

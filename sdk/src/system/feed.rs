@@ -5,6 +5,8 @@
 //! traced; flush, stop and clear requests answered after a full drain;
 //! categories first used while connected re-announced (UpdateDataSource).
 
+#![forbid(unsafe_code)]
+
 use super::chunks::{ChunkPool, Full, Writer};
 use super::data_source::{Announcer, RecordFilter, Selection};
 use super::producer::{Control, Link};

@@ -4,6 +4,8 @@
 //! controls for the flusher thread, which owns the data (see `feed`). Sends
 //! from both threads go through the [`Link`].
 
+#![forbid(unsafe_code)]
+
 use super::chunks::Memory;
 use super::shm::SharedMemory;
 use super::transport::{FrameReader, Stream};

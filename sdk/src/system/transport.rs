@@ -4,6 +4,8 @@
 //! pass along a Unix frame. TCP and vsock pass no descriptor: traced then
 //! asks for chunks inside CommitData (`chunks::Memory::Emulated`).
 
+#![forbid(unsafe_code)]
+
 use super::shm;
 use super::wire::MAX_FRAME;
 use socket2::{Domain, SockAddr, Socket, Type};

@@ -4,6 +4,8 @@
 //! Perfetto's (`protos/perfetto/ipc/*.proto`, `protos/perfetto/config/*`).
 //! Unknown fields are skipped; a malformed message is an error, never a panic.
 
+#![forbid(unsafe_code)]
+
 use crate::encode::protowire::{bytes, nested, string, uint};
 
 /// One field read from a message.
