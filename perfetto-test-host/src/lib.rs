@@ -172,16 +172,7 @@ impl Host {
     /// named `producer` registered (None if it registered none).
     pub fn track_event_categories(&mut self, producer: &str) -> Option<Vec<String>> {
         let state = self.query();
-        let ids: Vec<&Value> = state["producers"]
-            .as_array()?
-            .iter()
-            .filter(|p| p["name"] == producer)
-            .map(|p| &p["id"])
-            .collect();
-        let ds = state["data_sources"]
-            .as_array()?
-            .iter()
-            .find(|d| d["name"] == "track_event" && ids.contains(&&d["producer_id"]))?;
+        let ds = track_event_sources(&state, producer).into_iter().next()?;
         Some(
             ds["categories"]
                 .as_array()?
@@ -195,6 +186,24 @@ impl Host {
     pub fn kill(&mut self) {
         self.child.kill();
     }
+}
+
+/// The `track_event` data sources that producers named `producer`
+/// registered, in a [`Host::query`] answer.
+pub fn track_event_sources<'a>(state: &'a Value, producer: &str) -> Vec<&'a Value> {
+    let ids: Vec<&Value> = state["producers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == producer)
+        .map(|p| &p["id"])
+        .collect();
+    state["data_sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["name"] == "track_event" && ids.contains(&&d["producer_id"]))
+        .collect()
 }
 
 /// The producer program (`system-producer`), connected to `socket`, its

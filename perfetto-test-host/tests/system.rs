@@ -4,8 +4,8 @@
 //! statistics must show no protocol breach.
 
 use perfetto_test_host::{
-    assert_service_stats_clean, events_named, model, producer, producer_logging, scratch, Host,
-    TraceConfig,
+    assert_service_stats_clean, events_named, model, producer, producer_logging, scratch,
+    track_event_sources, Host, TraceConfig,
 };
 use serde_json::Value;
 use std::collections::HashSet;
@@ -404,12 +404,7 @@ fn a_category_first_used_after_connecting_is_announced_and_can_be_recorded() {
     // Still one track_event data source for the producer (updated in
     // place, matched by name and id), not a second one.
     let state = host.query();
-    let mine: Vec<&Value> = state["data_sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|d| d["name"] == "track_event" && d["categories"].as_array().unwrap().len() == 4)
-        .collect();
+    let mine = track_event_sources(&state, "system-producer");
     assert_eq!(mine.len(), 1, "{state:#}");
     assert_eq!(mine[0]["id"], 1);
     // A session that asks for the new category gets its events.
