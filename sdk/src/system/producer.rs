@@ -322,6 +322,12 @@ fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
         ));
         c.stream.write_all(&frames)?;
         c.announced = categories.len();
+        // A shut-down that ran before this lock found no connection to end:
+        // end it here (the reader would wait on traced otherwise).
+        if link.shutdown.load(Ordering::Acquire) {
+            c.stream.shutdown();
+            return Err(io::Error::other("shutting down"));
+        }
         *g = Some(c);
     }
     link.connections.fetch_add(1, Ordering::Relaxed);
