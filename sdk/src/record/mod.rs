@@ -11,8 +11,11 @@
 //! - it is the only place with lock-free `unsafe` code, and every lock-free
 //!   hand-over in it is model-checked with loom (`loom_tests`, under
 //!   `--cfg ringtrace_loom`, with the atomics of [`sync`]);
-//! - after a thread's first event, nothing here takes a lock, allocates or
-//!   makes a system call.
+//! - after a thread's first event, the fast path takes no lock, allocates
+//!   nothing and makes no system call; the slow path of a ring that must grow
+//!   maps a new segment (`mmap`, `madvise`) and maps it in 256 KiB at a time
+//!   as the thread reaches it, and a thread that records again after its
+//!   session ended takes the registry's lock once to give its old ring back.
 //!
 //! The macros, the typed event API (`events`) and the `tracing` integration
 //! reach the rings only through this module's functions (`scope`,

@@ -1,5 +1,7 @@
 //! `Builder`: every option of a session, set before it starts.
 
+#![forbid(unsafe_code)]
+
 use crate::record::callsite::CategoryFilter;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -208,11 +210,12 @@ impl Builder {
 
     /// Largest ring of one thread (rounded up to a power of two; at least
     /// 512 bytes). Default 1 MiB. A thread's ring starts at 1 KiB and
-    /// doubles while the thread records faster than the flusher drains it,
-    /// up to this size, as long as [`buffer_bytes`](Builder::buffer_bytes)
-    /// has room (the smaller segment it outgrew is freed once drained). In
-    /// flight-recorder mode ([`overwrite`](Builder::overwrite)) every ring
-    /// has this size at once. More than 1 TiB makes
+    /// grows (at least four times larger each time) while the thread records
+    /// faster than the flusher drains it, up to this size, as long as
+    /// [`buffer_bytes`](Builder::buffer_bytes) has room (the smaller segment
+    /// it outgrew is freed once drained). The same holds in flight-recorder
+    /// mode ([`overwrite`](Builder::overwrite)), where growing copies the
+    /// records not yet drained into the new segment. More than 1 TiB makes
     /// [`start`](Builder::start) fail with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
     pub fn buffer_bytes_per_thread(mut self, bytes: usize) -> Self {
         self.buffer_bytes = bytes;

@@ -56,9 +56,10 @@
 //! Per tracing callsite, one ringtrace `Callsite` is made (a leaked box,
 //! registered like a macro's `static`), plus one per distinct set of fields
 //! present (spans with `Empty` fields). A span's fields are encoded once, when
-//! the span is created (into its registry extensions); entering it copies
-//! those words into the ring: no allocation, no formatting, no lock but the
-//! span's own extension lock. Formatting (`Debug` fields, messages) happens
+//! the span is created, into the span's entry in ringtrace's own table keyed
+//! by span id (out of the registry's extensions; up to 8 primitive fields
+//! inline); entering it copies those words into the ring: no allocation, no
+//! formatting, no lock but the table shard's. Formatting (`Debug` fields, messages) happens
 //! into a reusable thread-local buffer. An exit or a close looks the span up
 //! only while some span has something for its end (fields recorded, flows)
 //! or is async; otherwise it writes a bare END (or nothing) at once.
