@@ -108,6 +108,19 @@ impl SharedMemory {
                 format!("shared memory of {size} bytes with {page_size}-byte pages is not valid"),
             ));
         }
+        // A memfd that can still be shrunk could be cut under the mapping and
+        // turn our next access into SIGBUS: traced seals its own (SHRINK,
+        // GROW, SEAL), and so do Perfetto's clients require. A file that
+        // cannot carry seals (traced's fallback, an unlinked temporary file,
+        // where F_GET_SEALS fails) is taken as traced's clients take it.
+        // SAFETY: F_GET_SEALS on an open fd only reads its seals.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals >= 0 && seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shared memory that can be shrunk (no F_SEAL_SHRINK seal) is not mapped",
+            ));
+        }
         // SAFETY: a fresh shared read/write mapping of `size` bytes of an open
         // fd; no existing memory is affected (addr is null).
         let base = unsafe {
@@ -170,5 +183,44 @@ impl Drop for SharedMemory {
         unsafe {
             libc::munmap(self.base.cast(), self.size);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+
+    /// A 64 KiB memfd that accepts seals, with `seals` added.
+    fn memfd(seals: libc::c_int) -> OwnedFd {
+        // SAFETY: memfd_create with a NUL-terminated name; the fd it returns
+        // is owned by the OwnedFd alone.
+        let fd = unsafe {
+            let fd = libc::memfd_create(
+                c"rt-test".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            );
+            assert!(fd >= 0, "{}", io::Error::last_os_error());
+            OwnedFd::from_raw_fd(fd)
+        };
+        std::fs::File::from(fd.try_clone().unwrap())
+            .set_len(64 << 10)
+            .unwrap();
+        if seals != 0 {
+            // SAFETY: F_ADD_SEALS on the fd just made.
+            assert_eq!(
+                unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) },
+                0
+            );
+        }
+        fd
+    }
+
+    #[test]
+    fn a_memfd_that_can_shrink_is_refused() {
+        let err = SharedMemory::map(memfd(0), 4096).err().expect("refused");
+        assert!(err.to_string().contains("F_SEAL_SHRINK"), "{err}");
+        let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        assert!(SharedMemory::map(memfd(sealed), 4096).is_ok());
     }
 }
