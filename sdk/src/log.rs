@@ -38,6 +38,8 @@
 //! replaced by local ones. After the ring's owner is gone, the registry
 //! counts them as lost (`Stats::events_lost`).
 
+#![forbid(unsafe_code)]
+
 use crate::events::LogLevel;
 use crate::record::callsite::{Callsite, CallsiteKind};
 use ::log::{Level, LevelFilter, Log, Metadata, Record, SetLoggerError};
@@ -161,8 +163,8 @@ impl Logger {
     /// the target's category and the session), without its call site.
     fn records(&self, metadata: &Metadata<'_>) -> bool {
         metadata.level() <= self.max
-            && crate::is_recording()
-            && crate::category_enabled(metadata.target())
+            && crate::record::registry::REGISTRY.session() != 0
+            && target_enabled(metadata.target())
     }
 }
 
@@ -236,6 +238,40 @@ thread_local! {
     /// to the record's, so a reused address never gives a wrong site.
     static CACHE: [Cell<Option<&'static Callsite>>; CACHE_LEN] =
         const { [const { Cell::new(None) }; CACHE_LEN] };
+}
+
+/// Entries of a thread's cache of target answers (a power of two).
+const TARGETS_LEN: usize = 32;
+
+thread_local! {
+    /// `enabled()` answers by target, direct-mapped by the target's address,
+    /// each stamped with the filter generation it was computed under and
+    /// used only for an equal target: `log_enabled!` and chained loggers ask
+    /// often, and the filter itself is behind the registry's lock.
+    static TARGETS: std::cell::RefCell<[(String, u64, bool); TARGETS_LEN]> =
+        std::cell::RefCell::new(std::array::from_fn(|_| (String::new(), u64::MAX, false)));
+}
+
+/// Whether the category filter records `target` (see [`TARGETS`]).
+fn target_enabled(target: &str) -> bool {
+    let generation = crate::record::callsite::filter_generation();
+    let i = ((target.as_ptr() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize
+        & (TARGETS_LEN - 1);
+    let ask = || crate::category_enabled(target);
+    TARGETS
+        .try_with(|t| {
+            let Ok(mut t) = t.try_borrow_mut() else {
+                return ask();
+            };
+            let e = &mut t[i];
+            if e.1 != generation || e.0 != target {
+                // The generation is read before asking: a change meanwhile
+                // leaves a stale stamp, so the next call asks again.
+                *e = (target.to_owned(), generation, ask());
+            }
+            e.2
+        })
+        .unwrap_or_else(|_| ask())
 }
 
 fn slot(target: &str, file: &str, line: u32) -> usize {
