@@ -18,6 +18,8 @@
 //! Rules: only the flusher touches encoders and sinks; rings are read only
 //! through the drain API, in the flusher's normal pass.
 
+#![forbid(unsafe_code)]
+
 use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
@@ -391,13 +393,20 @@ impl Windows {
 
     /// The flusher is done: no more requests; those still queued fail.
     pub(crate) fn close(&mut self, shared: &Shared) {
-        let queued = {
-            let mut requests = shared.requests.lock();
-            requests.closed = true;
-            std::mem::take(&mut requests.queue)
-        };
-        queued.into_iter().for_each(Request::refuse);
+        close_requests(shared);
     }
+}
+
+/// No more requests; those still queued fail. Also run if the flusher
+/// panics (`flusher::Finally`), so no caller of `rotate_output`/`dump_to`
+/// waits for an answer that will not come.
+pub(crate) fn close_requests(shared: &Shared) {
+    let queued = {
+        let mut requests = shared.requests.lock();
+        requests.closed = true;
+        std::mem::take(&mut requests.queue)
+    };
+    queued.into_iter().for_each(Request::refuse);
 }
 
 /// A file taken out of service, waiting to be finished.

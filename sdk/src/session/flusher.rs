@@ -9,6 +9,8 @@
 //! rings are drained as often, into the process-wide `Recorder` instead of
 //! the file's encoder; it is written out on `flush()` and at stop.
 
+#![forbid(unsafe_code)]
+
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
@@ -116,6 +118,7 @@ struct RingState {
 impl Flusher {
     /// Runs until the session stops; returns the totals and the first write error.
     pub(crate) fn run(self) -> (Stats, Option<std::io::Error>) {
+        let _finally = Finally(self.shared.clone());
         let Flusher {
             shared,
             output,
@@ -432,6 +435,19 @@ impl Flusher {
         *shared.flush_done.lock() = u64::MAX;
         shared.flush_cv.notify_all();
         (stats, sink.as_mut().and_then(Sink::take_error))
+    }
+}
+
+/// Whatever way the flusher ends, a panic included: every flush waiting is
+/// answered and every capture request queued is refused (a panic's own
+/// message reaches `stop()` through the thread's join).
+struct Finally(StdArc<Shared>);
+
+impl Drop for Finally {
+    fn drop(&mut self) {
+        crate::session::capture::close_requests(&self.0);
+        *self.0.flush_done.lock() = u64::MAX;
+        self.0.flush_cv.notify_all();
     }
 }
 
