@@ -8,6 +8,8 @@
 //! layer, no macro and no sink. It only appends bytes to the buffer it is
 //! given, so the file writer and any other output share it.
 
+#![forbid(unsafe_code)]
+
 pub(crate) mod event;
 pub(crate) mod json;
 pub(crate) mod perfetto;

@@ -1,5 +1,7 @@
 //! What can go wrong starting or stopping a session.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::path::PathBuf;
 

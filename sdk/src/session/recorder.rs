@@ -8,6 +8,8 @@
 //!
 //! Only the flusher thread touches it: no synchronisation.
 
+#![forbid(unsafe_code)]
+
 use crate::encode::{Batch, Context, Encoder};
 use crate::record::registry::ThreadRing;
 use crate::record::ring::{header_kind, header_len, KIND_LOST};

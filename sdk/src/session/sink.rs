@@ -22,6 +22,8 @@
 //! given with [`Builder::writer`](crate::Builder::writer) get the bytes as
 //! they are (their position in a file is unknown).
 
+#![forbid(unsafe_code)]
+
 use parking_lot::Mutex;
 use std::io::Write;
 use std::sync::Arc;
