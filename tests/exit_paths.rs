@@ -124,11 +124,6 @@ fn abort_leaves_what_was_flushed_readable() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGABRT));
     let model = perfetto_model(&trace);
-    let n = model["slices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["name"] == "before_abort")
-        .count();
+    let n = slices_named(&model, "before_abort").len();
     assert_eq!(n, 500, "everything flushed before the abort is readable");
 }

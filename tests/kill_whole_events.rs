@@ -96,12 +96,7 @@ fn killed_perfetto_writer_leaves_whole_packets() {
             .unwrap_or_else(|e| panic!("round {round}: a strict parser rejects the file: {e}"));
         assert!(decoded.packet.len() > 100);
         let model = perfetto_model(&trace);
-        let n = model["slices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["name"] == "endless")
-            .count();
+        let n = slices_named(&model, "endless").len();
         assert!(n > 100, "{n} slices before the kill");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -60,12 +60,7 @@ fn sigkill_mid_write_leaves_a_readable_prefix() {
         if ext == "pftrace" {
             // Every whole packet decodes; a cut last packet is ignored.
             let model = perfetto_model(&trace);
-            let n = model["slices"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|s| s["name"] == "endless")
-                .count();
+            let n = slices_named(&model, "endless").len();
             assert!(n > 100, "{n} slices before the kill");
         } else {
             // The bare array without its `]`: drop a cut last line and close it.

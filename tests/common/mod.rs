@@ -102,6 +102,16 @@ pub fn json_events(trace: &Path) -> Vec<Value> {
     }
 }
 
+/// The slices of `model` named `name`.
+pub fn slices_named<'a>(model: &'a Value, name: &str) -> Vec<&'a Value> {
+    model["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == name)
+        .collect()
+}
+
 /// Slices of `model` on the thread track of `tid`, in time order.
 pub fn thread_slices(model: &Value, tid: i64) -> Vec<&Value> {
     let uuid = thread_uuid(model, tid);
