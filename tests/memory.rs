@@ -62,9 +62,10 @@ fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Ve
     }
     let events = json_events(&trace);
     eprintln!(
-        "{name}: growth without recording {} KiB, with {} KiB; budget peak {} KiB; {on}",
+        "{name}: growth without recording {} KiB, with {} KiB (+{} KiB); budget peak {} KiB; {on}",
         off_growth / 1024,
         on_growth / 1024,
+        (on_growth - off_growth) / 1024,
         on["buffer_bytes_peak"].as_u64().unwrap() / 1024
     );
     (on, events, on_growth - off_growth)
@@ -72,16 +73,23 @@ fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Ve
 
 /// What recording holds never exceeds the budget; and in optimised builds
 /// (`scripts/test.sh` runs these tests in release) the peak RSS it adds
-/// stays within the budget plus 1 MiB. An unoptimised build also grows each
-/// of the thousands of threads' stacks by several KiB of big frames (the
-/// macros' generic code is compiled into the caller without optimisation):
-/// stack, not buffers, so there only the budget's own count is checked.
-/// Bytes each recording thread holds outside the budget today (measured:
-/// about 110; thread-local state not yet counted against the budget). The
-/// goal is 0: the budget plus 1 MiB, whatever the number of threads.
-const OUTSIDE_BUDGET_PER_THREAD: i64 = 128;
-
-fn assert_within(name: &str, budget: u64, threads: i64, extra: i64, on: &Value) {
+/// stays within the budget plus 1 MiB, whatever the number of threads. An
+/// unoptimised build also grows each of the thousands of threads' stacks by
+/// several KiB of big frames (the macros' generic code is compiled into the
+/// caller without optimisation): stack, not buffers, so there only the
+/// budget's own count is checked.
+///
+/// Nothing a thread holds is outside the budget. Measured (10,000 threads,
+/// 4 MiB budget, 1,638 of them get a ring): the growth is the same with
+/// 2,000 threads as with 10,000 (budget + 0.6 to 0.85 MiB), so a thread
+/// that tries and gets no ring costs nothing; and a thread's own state
+/// outside its `ThreadRing` lives in `const` thread-locals without
+/// destructors, in the static TLS block glibc gives every thread whether it
+/// records or not (the same RSS with `MEM_MODE=off`). The 1 MiB is the
+/// flusher's working memory (the encoded bytes it gathers before a write,
+/// `WRITE_AT` = 256 KiB, and the sink's copy laid out in pages), which
+/// does not grow with threads.
+fn assert_within(name: &str, budget: u64, extra: i64, on: &Value) {
     assert!(
         on["buffer_bytes_peak"].as_u64().unwrap() <= budget,
         "{name}: {on}"
@@ -90,9 +98,8 @@ fn assert_within(name: &str, budget: u64, threads: i64, extra: i64, on: &Value) 
         return;
     }
     assert!(
-        extra <= budget as i64 + (1 << 20) + threads * OUTSIDE_BUDGET_PER_THREAD,
-        "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB \
-         + {OUTSIDE_BUDGET_PER_THREAD} B per thread",
+        extra <= budget as i64 + (1 << 20),
+        "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB",
         extra / 1024,
         budget / 1024
     );
@@ -102,7 +109,7 @@ fn assert_within(name: &str, budget: u64, threads: i64, extra: i64, on: &Value) 
 fn ten_thousand_threads_stay_within_the_default_budget_and_keep_every_event() {
     let budget = 32 << 20;
     let (on, events, extra) = threads_alive("mem10k", 10_000, budget, "macros");
-    assert_within("10k threads", budget, 10_000, extra, &on);
+    assert_within("10k threads", budget, extra, &on);
     // 10,000 threads fit the default budget: nothing is lost.
     assert_eq!(on["events_lost"], 0, "{on}");
     assert_eq!(records_in(&events), 3 * 10_001);
@@ -112,7 +119,7 @@ fn ten_thousand_threads_stay_within_the_default_budget_and_keep_every_event() {
 fn ten_thousand_threads_over_a_small_budget_lose_only_counted_events() {
     let budget = 4 << 20;
     let (on, events, extra) = threads_alive("mem10k-small", 10_000, budget, "macros");
-    assert_within("10k threads, 4 MiB", budget, 10_000, extra, &on);
+    assert_within("10k threads, 4 MiB", budget, extra, &on);
     let lost = on["events_lost"].as_u64().unwrap();
     assert!(lost > 0, "4 MiB cannot hold 10,000 threads: {on}");
     assert_eq!(on["events_no_memory"].as_u64().unwrap(), lost);
@@ -123,7 +130,7 @@ fn ten_thousand_threads_over_a_small_budget_lose_only_counted_events() {
 fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
     let budget = 8 << 20;
     let (on, events, extra) = threads_alive("mem-tokio", 512, budget, "tokio");
-    assert_within("tokio pool", budget, 512, extra, &on);
+    assert_within("tokio pool", budget, extra, &on);
     assert_eq!(on["events_lost"], 0, "{on}");
     assert_eq!(records_in(&events), 3 * 513);
 }

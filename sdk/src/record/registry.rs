@@ -49,7 +49,13 @@ pub(crate) struct ThreadRing {
 /// What a recording thread costs besides its ring's segments, taken from the
 /// budget when its ring is made and given back when the flusher drops it:
 /// this struct, and an allowance for the flusher's and the encoder's state
-/// of the thread (sequence, interning tables, open scopes).
+/// of the thread (sequence, interning tables, open scopes: about 420 bytes
+/// measured with JSON) and its entries in the registry's list and the
+/// flusher's snapshot of it (16 bytes, up to twice that in spare capacity).
+/// Nothing else of the thread is on the heap: its thread-locals here
+/// (`CURRENT`, `EXITED`, `NO_MEMORY`) are `const` and without destructor,
+/// in the static TLS block every thread has whether it records or not, and
+/// the key's value sits in glibc's thread descriptor.
 pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 768;
 
 /// Size of a thread's first ring segment: small, so that a thread that
