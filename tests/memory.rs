@@ -124,6 +124,13 @@ fn ten_thousand_threads_over_a_small_budget_lose_only_counted_events() {
     assert!(lost > 0, "4 MiB cannot hold 10,000 threads: {on}");
     assert_eq!(on["events_no_memory"].as_u64().unwrap(), lost);
     assert_eq!(records_in(&events) + lost, 3 * 10_001, "{on}");
+    // ... and marked in the trace, on the process track.
+    let marked: u64 = events
+        .iter()
+        .filter(|e| e["name"] == "ringtrace: events lost" && e["args"]["reason"] == "no memory")
+        .map(|e| e["args"]["lost_events"].as_u64().unwrap())
+        .sum();
+    assert_eq!(marked, lost, "{on}");
 }
 
 #[test]
@@ -243,4 +250,91 @@ fn the_flight_recorder_keeps_the_newest_events_of_the_process() {
         "{on}"
     );
     assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= 4 << 20);
+}
+
+/// Events of threads that got no ring at all (the budget was used up at
+/// their first event) have no stream of their own: the flusher marks them
+/// on the process track, an `events lost` instant with `reason = "no
+/// memory"` and the count since its last mark. In both formats the marks
+/// add up to `Stats::events_no_memory`, and every event is in the trace or
+/// marked lost.
+#[test]
+fn events_of_threads_without_a_ring_are_marked_on_the_process_track() {
+    const LOST: &str = "ringtrace: events lost";
+    let threads = 400u64;
+    for format in ["json", "pftrace"] {
+        let dir = scratch(&format!("no-ring-{format}"));
+        let trace = dir.join(format!("no_ring.{format}"));
+        // 256 KiB: about 100 threads get a ring, the others none.
+        let on = run(
+            "threads_alive",
+            &trace,
+            &[
+                ("MEM_THREADS", &threads.to_string()),
+                ("MEM_BUDGET", "262144"),
+                ("MEM_API", "macros"),
+            ],
+        );
+        let no_memory = on["events_no_memory"].as_u64().unwrap();
+        assert!(
+            no_memory > 0,
+            "{format}: 256 KiB cannot hold {threads} threads: {on}"
+        );
+        assert_eq!(
+            on["events_lost"].as_u64().unwrap(),
+            no_memory,
+            "{format}: {on}"
+        );
+        let (written, marks): (u64, Vec<u64>) = if format == "json" {
+            let events = json_events(&trace);
+            let marks = events
+                .iter()
+                .filter(|e| e["name"] == LOST)
+                .map(|e| {
+                    assert_eq!(e["s"], "p", "a process-scoped instant: {e}");
+                    assert_eq!(e["tid"], e["pid"], "on the process: {e}");
+                    assert_eq!(e["args"]["reason"], "no memory", "{e}");
+                    e["args"]["lost_events"].as_u64().unwrap()
+                })
+                .collect();
+            (records_in(&events), marks)
+        } else {
+            let model = perfetto_model(&trace);
+            let process: Vec<&Value> = model["tracks"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter(|t| t["kind"] == "process")
+                .collect();
+            assert_eq!(process.len(), 1, "one process track");
+            let events = model["events"].as_array().unwrap();
+            let marks = events
+                .iter()
+                .filter(|e| e["name"] == LOST)
+                .map(|e| {
+                    assert_eq!(e["type"], "INSTANT", "{e}");
+                    assert_eq!(e["track_uuid"], process[0]["uuid"], "on the process: {e}");
+                    assert_eq!(e["args"]["reason"], "no memory", "{e}");
+                    e["args"]["lost_events"].as_u64().unwrap()
+                })
+                .collect();
+            let count = |name: &str, ty: &str| {
+                events
+                    .iter()
+                    .filter(|e| e["name"] == name && e["type"] == ty)
+                    .count() as u64
+            };
+            (
+                2 * count("work", "SLICE_BEGIN") + count("tick", "INSTANT"),
+                marks,
+            )
+        };
+        assert!(!marks.is_empty(), "{format}: the loss is marked");
+        assert_eq!(
+            marks.iter().sum::<u64>(),
+            no_memory,
+            "{format}: {marks:?} {on}"
+        );
+        assert_eq!(written + no_memory, 3 * (threads + 1), "{format}: {on}");
+    }
 }

@@ -12,8 +12,8 @@
 //! threads never take that lock after a site's first use.
 
 use once_cell::sync::Lazy;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Mutex;
 
 const UNREGISTERED: u8 = 0;
 const DISABLED: u8 = 1;

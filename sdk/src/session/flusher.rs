@@ -76,7 +76,9 @@ pub struct Stats {
     pub events_oversized: u64,
     /// Of those, events of threads that had no ring because the memory
     /// budget ([`Builder::buffer_bytes`](crate::Builder::buffer_bytes)) was
-    /// used up.
+    /// used up. Marked on the process track (an events-lost instant with
+    /// `reason = "no memory"`), except those of an event racing with the
+    /// session's stop.
     pub events_no_memory: u64,
     /// Scope ends that matched no recorded begin (the begin was lost, or the
     /// scope began before the session) and were left out.
@@ -157,6 +159,8 @@ impl Flusher {
         let mut last_full = Instant::now();
         let mut last_snapshot = Instant::now();
         let mut flush_seen = 0;
+        // Events of threads without a ring counted and not yet marked.
+        let mut no_ring_pending = 0;
         loop {
             {
                 let mut g = shared.wake.lock();
@@ -332,6 +336,27 @@ impl Flusher {
                     );
                 }
             }
+            // Events of threads the budget had no ring for: no stream of
+            // theirs can carry the loss, so it is marked on the process
+            // track with the count since the last mark (a flight recorder
+            // marks it when it writes out).
+            no_ring_pending += REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
+            if no_ring_pending > 0 && (recorder.is_none() || dump) {
+                let count = std::mem::take(&mut no_ring_pending);
+                stats.events_no_memory += count;
+                let now = cal.now_ns();
+                let mut ctx = Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                };
+                if let Some(e) = encoder.as_deref_mut() {
+                    e.note_lost_no_ring(&mut ctx, now, count, &mut out);
+                }
+                if let Some(sys) = system.as_mut() {
+                    sys.note_lost_no_ring(&mut ctx, now, count);
+                }
+            }
             if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
                 last_snapshot = Instant::now();
                 let mut ctx = Context {
@@ -417,7 +442,10 @@ impl Flusher {
         }
         stats.events_written += windows.finished.events_written;
         stats.unmatched_ends += windows.finished.unmatched_ends;
-        stats.events_no_memory = REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
+        // Counted after the last pass (an event racing with the stop): in
+        // the stats, not marked.
+        stats.events_no_memory +=
+            no_ring_pending + REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
         stats.events_lost += stats.events_oversized
             + stats.events_no_memory
             + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);

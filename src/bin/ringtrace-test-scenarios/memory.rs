@@ -80,10 +80,7 @@ pub fn threads_alive(trace: &str) -> Value {
     let work = {
         let barrier = barrier.clone();
         let api = api.clone();
-        let malloc = env_u64("MEM_MALLOC", 0) as usize;
         move |i: u64| {
-            // MEM_MALLOC=n: the thread also holds n bytes of its own heap.
-            let _held = (malloc > 0).then(|| std::hint::black_box(vec![1u8; malloc]));
             record(&api, i);
             barrier.wait(); // all alive at once, each having recorded
             barrier.wait(); // the main thread has flushed
