@@ -144,17 +144,21 @@ fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
 
 /// Through `ringtrace::subscriber()`: 5,000 threads alive at once (more
 /// than the 4,096 `tracing-subscriber`'s registry allows), every event kept,
-/// the rings within the budget. (The `tracing` bridge's own per-thread state,
-/// its call-site cache in thread-local storage, is not in the budget: about
-/// 4 KiB of RSS per thread that records through it, measured here.)
+/// the rings and each thread's site cache (1 KiB, on the heap) within the
+/// budget. What the subscriber holds outside it is per span alive, not per
+/// thread: a slot of its span table (about 1 KiB: `SpanData` in a mutex),
+/// and here every thread holds a span at once; plus its thread-locals of
+/// entered spans and field scratch (about 300 bytes with their destructor
+/// registrations). Measured: the budget's peak 17,500 KiB, peak RSS growth
+/// 24,632 KiB.
 #[test]
 fn the_subscriber_with_5000_threads_stays_within_the_budget() {
-    let budget = 16 << 20;
+    let budget = 24 << 20;
     let (on, events, extra) = threads_alive("mem-sub", 5_000, budget, "subscriber");
     assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= budget, "{on}");
     if !cfg!(debug_assertions) {
         assert!(
-            extra <= budget as i64 + 5_000 * (4 << 10),
+            extra <= budget as i64 + (1 << 20) + 5_000 * (1 << 10),
             "{} KiB",
             extra / 1024
         );

@@ -318,6 +318,19 @@ mod thread_local_access {
         static NO_MEMORY: Cell<bool> = const { Cell::new(false) };
     }
 
+    /// Takes `bytes` of a thread's state kept outside its ring (the
+    /// `tracing` bridge's site cache) from the process-wide budget; false if
+    /// it has no room. Given back with `give_back_thread_state` when the
+    /// state is freed.
+    pub(crate) fn take_thread_state(bytes: u64) -> bool {
+        REGISTRY.budget.try_take(bytes)
+    }
+
+    /// Gives back what `take_thread_state` took.
+    pub(crate) fn give_back_thread_state(bytes: u64) {
+        REGISTRY.budget.give_back(bytes)
+    }
+
     /// Counts the end of a scope whose begin found no ring for lack of
     /// memory: lost too, so that lost + written adds up to what was recorded.
     #[cold]
