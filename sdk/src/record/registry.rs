@@ -52,7 +52,10 @@ pub(crate) struct ThreadRing {
 /// of the thread (sequence, interning tables, open scopes: about 420 bytes
 /// measured with JSON) and its entries in the registry's list and the
 /// flusher's snapshot of it (16 bytes, up to twice that in spare capacity).
-/// Nothing else of the thread is on the heap: its thread-locals here
+/// Nothing else of a thread that records through the macros is on the heap
+/// (the `tracing` bridge's site cache is taken from the budget on its own,
+/// see `take_thread_state`; the typed API's pool of field buffers and the
+/// log message buffer are not yet counted): its thread-locals here
 /// (`CURRENT`, `EXITED`, `NO_MEMORY`) are `const` and without destructor,
 /// in the static TLS block every thread has whether it records or not, and
 /// the key's value sits in glibc's thread descriptor.
