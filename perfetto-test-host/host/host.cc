@@ -4,13 +4,18 @@
 // amalgamated source of the `perfetto-sdk-sys` crate, never shipped.
 //
 // Usage: perfetto-test-host PRODUCER_SOCKETS CONSUMER_SOCKET
-//   PRODUCER_SOCKETS: comma-separated listen addresses (a path, or host:port)
+//   PRODUCER_SOCKETS: comma-separated listen addresses (a path, host:port or
+//                     vsock://CID:PORT)
 //   CONSUMER_SOCKET: a path
 // Prints "ready" once both sockets listen, then reads commands on stdin, one a
 // line, and answers each with one line ("ok ..." or "error ..."):
 //   start NAME CONFIG_HEX   set up and start a session from a TraceConfig
 //   flush NAME TIMEOUT_MS   ask every data source to flush; "ok 1" if all acked
 //   stop NAME PATH          stop the session and write its whole trace to PATH
+//   query                   the service's state (QueryServiceState of a
+//                           consumer endpoint): "ok " + one line of JSON,
+//                           {"producers":[{"id","name"}],"data_sources":
+//                           [{"producer_id","name","id","categories":[..]}]}
 //   quit                    exit
 #include "perfetto_c.cc"
 
@@ -21,6 +26,7 @@
 #include <condition_variable>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -64,6 +70,70 @@ void Answer(const std::string& line) {
   std::cout << line << std::endl;
 }
 
+// A consumer of the service in this process, only to query its state: every
+// callback of a session is ignored.
+class StateConsumer : public perfetto::Consumer {
+ public:
+  void OnConnect() override {}
+  void OnDisconnect() override {}
+  void OnTracingDisabled(const std::string&) override {}
+  void OnTraceData(std::vector<perfetto::TracePacket>, bool) override {}
+  void OnDetach(bool) override {}
+  void OnAttach(bool, const perfetto::TraceConfig&) override {}
+  void OnTraceStats(bool, const perfetto::TraceStats&) override {}
+  void OnObservableEvents(const perfetto::ObservableEvents&) override {}
+};
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// The producers and data sources the service knows, with the categories of
+// each track_event descriptor, as one line of JSON.
+std::string StateJson(const perfetto::protos::gen::TracingServiceState& st) {
+  std::string out = "{\"producers\":[";
+  bool first = true;
+  for (const auto& p : st.producers()) {
+    out += first ? "" : ",";
+    first = false;
+    out += "{\"id\":" + std::to_string(p.id()) + ",\"name\":" + JsonString(p.name()) + "}";
+  }
+  out += "],\"data_sources\":[";
+  first = true;
+  for (const auto& ds : st.data_sources()) {
+    const auto& d = ds.ds_descriptor();
+    out += first ? "" : ",";
+    first = false;
+    out += "{\"producer_id\":" + std::to_string(ds.producer_id()) +
+           ",\"name\":" + JsonString(d.name()) +
+           ",\"id\":" + std::to_string(d.id()) + ",\"categories\":[";
+    perfetto::protos::gen::TrackEventDescriptor ted;
+    const std::string& raw = d.track_event_descriptor_raw();
+    if (!raw.empty()) ted.ParseFromArray(raw.data(), raw.size());
+    bool first_cat = true;
+    for (const auto& c : ted.available_categories()) {
+      out += first_cat ? "" : ",";
+      first_cat = false;
+      out += JsonString(c.name());
+    }
+    out += "]}";
+  }
+  return out + "]}";
+}
+
 // Removes a stale socket file left by an earlier (killed) host, as traced does.
 void RemoveStaleSockets(const std::string& list) {
   std::stringstream ss(list);
@@ -87,6 +157,8 @@ int main(int argc, char** argv) {
 
   perfetto::base::UnixTaskRunner task_runner;
   std::unique_ptr<perfetto::ServiceIPCHost> host;
+  StateConsumer state_consumer;
+  std::unique_ptr<perfetto::TracingService::ConsumerEndpoint> state_endpoint;
   std::mutex started_mu;
   std::condition_variable started_cv;
   int started = 0;  // 0 pending, 1 listening, -1 failed
@@ -94,6 +166,7 @@ int main(int argc, char** argv) {
     task_runner.PostTask([&] {
       host = perfetto::ServiceIPCHost::CreateInstance(&task_runner);
       bool ok = host->Start(producer_sockets.c_str(), consumer_socket.c_str());
+      if (ok) state_endpoint = host->service()->ConnectConsumer(&state_consumer, getuid());
       std::lock_guard<std::mutex> lock(started_mu);
       started = ok ? 1 : -1;
       started_cv.notify_all();
@@ -184,6 +257,28 @@ int main(int argc, char** argv) {
       PerfettoTracingSessionDestroy(s->impl);
       sessions.erase(it);
       Answer("ok " + std::to_string(trace.size()));
+    } else if (cmd == "query") {
+      // Asked on the service's thread; the answer comes back to this one.
+      struct Query {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+        std::string json;
+      };
+      auto q = std::make_shared<Query>();
+      task_runner.PostTask([&state_endpoint, q] {
+        state_endpoint->QueryServiceState(
+            {}, [q](bool success, const perfetto::protos::gen::TracingServiceState& st) {
+              std::lock_guard<std::mutex> lock(q->mu);
+              if (success) q->json = StateJson(st);
+              q->done = true;
+              q->cv.notify_all();
+            });
+      });
+      std::unique_lock<std::mutex> lock(q->mu);
+      bool done = q->cv.wait_for(lock, std::chrono::seconds(10), [&] { return q->done; });
+      Answer(!done ? "error query timed out"
+                   : q->json.empty() ? "error query failed" : "ok " + q->json);
     } else {
       Answer("error unknown command");
     }

@@ -105,12 +105,13 @@ pub struct Host {
 }
 
 impl Host {
-    /// Starts the service in `dir`, also listening on `tcp` (`host:port`) if given.
-    pub fn start(dir: &Path, tcp: Option<&str>) -> Host {
+    /// Starts the service in `dir`, its producer socket also listening on
+    /// `extra` (`host:port` or `vsock://CID:PORT`) if given.
+    pub fn start(dir: &Path, extra: Option<&str>) -> Host {
         let producer_socket = dir.join("producer.sock");
         let consumer_socket = dir.join("consumer.sock");
         let mut producers = producer_socket.display().to_string();
-        if let Some(t) = tcp {
+        if let Some(t) = extra {
             producers = format!("{producers},{t}");
         }
         let mut cmd = Command::new(HOST);
@@ -157,10 +158,52 @@ impl Host {
         assert!(a.starts_with("ok "), "stop {name}: {a}");
     }
 
+    /// The service's state (its `QueryServiceState`): producers and the
+    /// data sources they registered, with their `track_event` categories.
+    pub fn query(&mut self) -> Value {
+        let a = self.child.command("query");
+        let json = a
+            .strip_prefix("ok ")
+            .unwrap_or_else(|| panic!("query: {a}"));
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("query answer {json}: {e}"))
+    }
+
+    /// The categories of the `track_event` data source that the producer
+    /// named `producer` registered (None if it registered none).
+    pub fn track_event_categories(&mut self, producer: &str) -> Option<Vec<String>> {
+        let state = self.query();
+        let ds = track_event_sources(&state, producer).into_iter().next()?;
+        Some(
+            ds["categories"]
+                .as_array()?
+                .iter()
+                .filter_map(|c| c.as_str().map(String::from))
+                .collect(),
+        )
+    }
+
     /// Kills the service (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         self.child.kill();
     }
+}
+
+/// The `track_event` data sources that producers named `producer`
+/// registered, in a [`Host::query`] answer.
+pub fn track_event_sources<'a>(state: &'a Value, producer: &str) -> Vec<&'a Value> {
+    let ids: Vec<&Value> = state["producers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == producer)
+        .map(|p| &p["id"])
+        .collect();
+    state["data_sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["name"] == "track_event" && ids.contains(&&d["producer_id"]))
+        .collect()
 }
 
 /// The producer program (`system-producer`), connected to `socket`, its

@@ -4,11 +4,12 @@
 //! statistics must show no protocol breach.
 
 use perfetto_test_host::{
-    assert_service_stats_clean, events_named, model, producer, producer_logging, scratch, Host,
-    TraceConfig,
+    assert_service_stats_clean, events_named, model, producer, producer_logging, scratch,
+    track_event_sources, Host, TraceConfig,
 };
 use serde_json::Value;
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 const PRODUCER: &str = env!("CARGO_BIN_EXE_system-producer");
 
@@ -364,4 +365,155 @@ fn a_file_and_system_tracing_at_once_each_keep_their_categories() {
     check_alpha_burst(&ms, 6, 10);
     assert_eq!(names(&mf), HashSet::from(["other".to_string()]));
     assert_eq!(slices(&mf, "other").len(), 30);
+}
+
+/// The producer's `track_event` categories as the service lists them, once
+/// `done` accepts them (within 10 s).
+fn categories_when(host: &mut Host, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let cats = host.track_event_categories("system-producer");
+        match cats {
+            Some(c) if done(&c) => return c,
+            other if Instant::now() >= until => {
+                panic!("the service lists {other:?}: {:#}", host.query())
+            }
+            _ => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+#[test]
+fn a_category_first_used_after_connecting_is_announced_and_can_be_recorded() {
+    let dir = scratch("update");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    // Registered with the categories known when it connected.
+    let cats = categories_when(&mut host, |_| true);
+    assert_eq!(cats, ["alpha", "beta", "gamma"]);
+    // First use of delta (no session records it yet): the flusher notices
+    // and sends UpdateDataSource with the full descriptor.
+    let used = Instant::now();
+    assert_eq!(p.command("late 3"), "done");
+    let cats = categories_when(&mut host, |c| c.iter().any(|c| c == "delta"));
+    eprintln!(
+        "delta listed by the service {} ms after its first use",
+        used.elapsed().as_millis()
+    );
+    assert_eq!(cats, ["alpha", "beta", "delta", "gamma"]);
+    // Still one track_event data source for the producer (updated in
+    // place, matched by name and id), not a second one.
+    let state = host.query();
+    let mine = track_event_sources(&state, "system-producer");
+    assert_eq!(mine.len(), 1, "{state:#}");
+    assert_eq!(mine[0]["id"], 1);
+    // A session that asks for the new category gets its events.
+    host.start_session("s", &TraceConfig::categories(&["delta"]));
+    assert_eq!(p.command("wait delta on"), "ok");
+    assert_eq!(p.command("late 5"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    let late = slices(&m, "late");
+    assert_eq!(late.len(), 5, "the events after the session started");
+    for (i, s) in late.iter().enumerate() {
+        assert_eq!(s["category"], "delta");
+        assert_eq!(s["args"]["i"].as_u64(), Some(i as u64));
+    }
+    assert_eq!(names(&m), HashSet::from(["late".to_string()]));
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+/// Whether this kernel connects vsock sockets on one machine (CID 1, the
+/// `vsock_loopback` transport): a listener bound at CID_ANY, a connection
+/// to CID 1 within 1 s. Why not, if not.
+fn vsock_loopback() -> Result<u32, String> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let listener = Socket::new(Domain::VSOCK, Type::STREAM, None)
+        .map_err(|e| format!("no vsock sockets ({e})"))?;
+    listener
+        .bind(&SockAddr::vsock(u32::MAX, u32::MAX))
+        .map_err(|e| format!("cannot bind a vsock listener ({e})"))?;
+    listener
+        .listen(1)
+        .map_err(|e| format!("cannot listen on vsock ({e})"))?;
+    let port = listener
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_vsock_address())
+        .map(|(_, port)| port)
+        .ok_or("no vsock port")?;
+    let client = Socket::new(Domain::VSOCK, Type::STREAM, None).map_err(|e| e.to_string())?;
+    client
+        .connect_timeout(&SockAddr::vsock(1, port), Duration::from_secs(1))
+        .map_err(|e| format!("no vsock loopback: connecting to CID 1 fails ({e})"))?;
+    drop(client);
+    drop(listener);
+    Ok(port)
+}
+
+#[test]
+fn over_vsock_chunks_travel_in_commit_data() {
+    let port = match vsock_loopback() {
+        Ok(port) => port,
+        Err(why) => {
+            // Straight to stderr, which the test harness does not capture:
+            // the skip shows in every run.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED over_vsock_chunks_travel_in_commit_data: {why}"
+            );
+            return;
+        }
+    };
+    let dir = scratch("vsock");
+    // Perfetto's service listens at CID_ANY, as `traced` configured for VMs.
+    let mut host = Host::start(&dir, Some(&format!("vsock://-1:{port}")));
+    let addr = format!("vsock://1:{port}");
+    let mut p = producer(PRODUCER, &addr, &[]);
+    host.start_session("s", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 8 30"), "done");
+    assert_eq!(p.command("big 50000"), "done");
+    let t = dir.join("s.pftrace");
+    host.stop_session("s", &t);
+    let m = model(&t);
+    assert_service_stats_clean(&m);
+    check_alpha_burst(&m, 8, 30);
+    let big = events_named(&m, "big");
+    assert_eq!(big.len(), 1);
+    assert_eq!(big[0]["args"]["text"].as_str().map(str::len), Some(50000));
+    assert_eq!(p.command("quit"), "stopped 0");
+}
+
+#[test]
+fn a_vsock_address_without_a_service_or_malformed_is_reported_once_without_a_stall() {
+    let dir = scratch("vsock-absent");
+    // Nobody listens (or this kernel has no vsock); then a malformed address.
+    for (addr, says, wait_ms) in [
+        (
+            "vsock://1:47917",
+            "no Perfetto tracing service at vsock://1:47917",
+            5500,
+        ),
+        ("vsock://one:47917", "vsock://CID:PORT", 1500),
+    ] {
+        let log = dir.join("producer.log");
+        let mut p = producer_logging(PRODUCER, addr, &[], Some(&log));
+        // Recording never waits for the connection thread.
+        let start = Instant::now();
+        assert_eq!(p.command("burst 1 200"), "done");
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(1), "{addr}: burst took {took:?}");
+        assert_eq!(p.command("wait alpha off"), "ok");
+        // Without a service: two attempts at least (back-off 1 s, an
+        // attempt waits 2 s at most). Malformed: the producer gives up.
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        assert_eq!(p.command("quit"), "stopped 0");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(count(&text, says), 1, "{addr}: stderr: {text}");
+        assert_eq!(text.lines().count(), 1, "{addr}: stderr: {text}");
+    }
 }

@@ -10,6 +10,8 @@
 //!   (whose sequence lives as long as the program); `done`
 //! - `big BYTES`: one alpha instant `big` with a string arg of BYTES bytes; `done`
 //! - `flood MS`: alpha instants from 2 threads for MS ms; `done COUNT`
+//! - `late N`: N instants `late` of category delta, which nothing uses
+//!   before (its first use registers it, after the program connected); `done`
 //! - `quit`: stops the session; `stopped LOST`
 //!
 //! Prints `ready` once the session runs. With `RINGTRACE_OUTPUT` set it
@@ -22,11 +24,13 @@ use std::time::{Duration, Instant};
 static ALPHA: Category = Category::new("alpha");
 static BETA: Category = Category::new("beta");
 static GAMMA: Category = Category::new("gamma");
+static DELTA: Category = Category::new("delta");
 
 fn category(name: &str) -> &'static Category {
     match name {
         "alpha" => &ALPHA,
         "beta" => &BETA,
+        "delta" => &DELTA,
         _ => &GAMMA,
     }
 }
@@ -76,7 +80,8 @@ fn flood(ms: u64) -> u64 {
 }
 
 fn main() {
-    // Known categories are listed when the data source is registered.
+    // Known categories are listed when the data source is registered
+    // (delta is first used later: it is re-announced).
     for c in [&ALPHA, &BETA, &GAMMA] {
         let _ = c.is_enabled();
     }
@@ -127,6 +132,12 @@ fn main() {
                 "done".into()
             }
             ["flood", ms] => format!("done {}", flood(ms.parse().unwrap())),
+            ["late", n] => {
+                for i in 0..n.parse::<u64>().unwrap() {
+                    ringtrace::trace_instant!("delta", "late", i = i);
+                }
+                "done".into()
+            }
             ["quit"] => break,
             _ => "error".into(),
         };

@@ -106,6 +106,10 @@ impl Callsite {
         if self.id.load(Ordering::Relaxed) == 0 {
             reg.sites.push(self);
             self.id.store(reg.sites.len() as u32, Ordering::Relaxed);
+            if let Err(at) = reg.categories.binary_search(&self.category) {
+                reg.categories.insert(at, self.category);
+                CATEGORIES_KNOWN.store(reg.categories.len(), Ordering::Release);
+            }
         }
         let on = reg.wants(self.category);
         self.interest
@@ -117,6 +121,8 @@ impl Callsite {
 struct Registry {
     /// All registered sites; a site's id is its index + 1.
     sites: Vec<&'static Callsite>,
+    /// The distinct categories of `sites`, sorted.
+    categories: Vec<&'static str>,
     filter: CategoryFilter,
     /// A session is recording.
     active: bool,
@@ -138,6 +144,7 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(|| {
     Mutex::new(Registry {
         sites: Vec::new(),
+        categories: Vec::new(),
         filter: CategoryFilter::all(),
         active: false,
         system: None,
@@ -186,13 +193,20 @@ pub(crate) fn set_system_wants(wants: Option<SystemWants>) {
     reg.recompute();
 }
 
-/// The distinct categories of the call sites registered so far.
+/// The distinct categories of the call sites registered so far, sorted.
 pub(crate) fn known_categories() -> Vec<&'static str> {
-    let reg = registry();
-    let mut cats: Vec<&'static str> = reg.sites.iter().map(|s| s.category).collect();
-    cats.sort_unstable();
-    cats.dedup();
-    cats
+    registry().categories.clone()
+}
+
+/// How many categories [`known_categories`] lists (it only grows). Set when
+/// a site of a new category registers (cold, under the registry lock), so
+/// the system producer notices new categories with one load per flusher
+/// cycle instead of taking the lock.
+static CATEGORIES_KNOWN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The number of distinct categories registered so far.
+pub(crate) fn categories_known() -> usize {
+    CATEGORIES_KNOWN.load(Ordering::Acquire)
 }
 
 pub(crate) fn set_active(active: bool) {
@@ -324,5 +338,36 @@ mod tests {
         assert!(!f.enabled("io"));
         assert_eq!(f.rules.len(), 3);
         assert!(!CategoryFilter::none().enabled("x"));
+    }
+
+    #[test]
+    fn known_categories_grow_with_first_uses() {
+        static A: Callsite = Callsite::new(
+            "callsite-test.new",
+            "a",
+            file!(),
+            line!(),
+            module_path!(),
+            &[],
+            CallsiteKind::Instant,
+        );
+        static B: Callsite = Callsite::new(
+            "callsite-test.new",
+            "b",
+            file!(),
+            line!(),
+            module_path!(),
+            &[],
+            CallsiteKind::Instant,
+        );
+        let before = categories_known();
+        assert!(!known_categories().contains(&"callsite-test.new"));
+        A.is_enabled();
+        B.is_enabled();
+        let known = known_categories();
+        assert!(known.contains(&"callsite-test.new"));
+        assert!(categories_known() > before);
+        // Sorted, each once (other tests register sites concurrently).
+        assert!(known.windows(2).all(|w| w[0] < w[1]), "{known:?}");
     }
 }

@@ -102,7 +102,8 @@ pub(crate) fn max_record_words(capacity: usize) -> usize {
 /// in a VM a fault costs microseconds, which spread over the 256 events of a
 /// 4 KiB page is several times the cost of recording them. Rings of 2 MiB
 /// and more ask for transparent huge pages (fewer faults, fewer TLB misses).
-/// Best effort: where `madvise` says no, one word per page is written.
+/// Best effort: where `madvise` says no, one word per page is written with
+/// its own value.
 #[cfg(all(target_os = "linux", not(ringtrace_loom), not(miri)))]
 fn prefault(words: &[AtomicU64]) {
     const PAGE: usize = 4096;
@@ -111,9 +112,10 @@ fn prefault(words: &[AtomicU64]) {
     let end = start + std::mem::size_of_val(words);
     let (a, b) = ((start + PAGE - 1) & !(PAGE - 1), end & !(PAGE - 1));
     if b > a {
-        // SAFETY: [a, b) is whole pages inside the allocation `words` borrows
-        // (just made, not yet shared). MADV_HUGEPAGE and MADV_POPULATE_WRITE
-        // change how it is backed, never its contents (the zeroes stay).
+        // SAFETY: [a, b) is whole pages inside the live allocation `words`
+        // borrows. MADV_HUGEPAGE and MADV_POPULATE_WRITE change how it is
+        // backed, never its contents, so a reader of any of its words (the
+        // consumer, of published records) sees the same values.
         let populated = unsafe {
             if b - a >= HUGE_PAGE {
                 libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
@@ -124,8 +126,9 @@ fn prefault(words: &[AtomicU64]) {
             return;
         }
     }
+    // A write that keeps the value: the range may hold records.
     for w in words.iter().step_by(PAGE / 8) {
-        w.store(0, Ordering::Relaxed);
+        w.fetch_or(0, Ordering::Relaxed);
     }
 }
 
@@ -266,10 +269,11 @@ const HUGE_PAGE: usize = 2 << 20;
 const PREFAULT_STEP_WORDS: u64 = 32 << 10;
 
 /// Maps in the slots of positions `from..to` of the segment `base` of
-/// `mask + 1` slots (at most one lap: the positions wrap once at most).
+/// `mask + 1` slots: positions of its first lap the producer has not
+/// reached, so at most one lap (they wrap once at most).
 fn prefault_positions(base: *mut AtomicU64, mask: u64, from: u64, to: u64) {
     let len = mask + 1;
-    let to = to.min(from + len);
+    debug_assert!(to <= from + len);
     let mut pos = from;
     while pos < to {
         let i = pos & mask;
@@ -654,11 +658,8 @@ impl Ring {
         // The first step of the new segment is mapped in now; the rest as
         // the producer reaches it (`prefault_more`). Heap storage is already.
         let prefaulted = if mapped {
-            // Only positions of the first lap from `start`: in overwrite
-            // mode the slots of `start..head` hold the records just copied,
-            // which the word-per-page fallback of `prefault` would zero
-            // (and a zeroed header is a record of length 0, on which
-            // `free_oldest` never advances).
+            // Positions `head..` of the first lap only: overwrite mode's
+            // copied records are in `start..head`.
             let lap_end = start + want as u64;
             let until = (head + PREFAULT_STEP_WORDS.max(len as u64 + LOST_MARKER_WORDS as u64))
                 .min(lap_end);
@@ -725,6 +726,7 @@ impl Ring {
             // newest; `tail & mask` is inside it.
             let word = unsafe { &*base.add((tail & mask) as usize) };
             let len = header_len(word.load(Ordering::Relaxed));
+            debug_assert!(len > 0, "a torn record at position {tail}");
             match self
                 .tail
                 .compare_exchange(tail, tail + len, Ordering::AcqRel, Ordering::Acquire)
@@ -961,6 +963,7 @@ mod tests {
         let mut i = 0;
         while i < words.len() {
             let len = header_len(words[i]) as usize;
+            assert!(len > 0, "a torn record at word {i}: {:#x}", words[i]);
             out.push((header_kind(words[i]), header_payload(words[i]), len));
             i += len;
         }
@@ -1115,6 +1118,40 @@ mod tests {
                 false => assert!(written >= lap - 2 && written < big as u64, "{written}"),
                 true => assert_eq!(written, big as u64),
             }
+            assert_drains_a_run_ending_at(&ring, written - 1, written);
+        }
+    }
+
+    /// Drains `ring` and checks its records are whole and a run of ids ending
+    /// at `last`, with `written` records written or overwritten in all.
+    fn assert_drains_a_run_ending_at(ring: &Ring, last: u64, written: u64) {
+        let (mut out, mut seen) = (Vec::new(), 0);
+        let d = ring.drain(&mut out, usize::MAX, &mut seen);
+        let recs = records(&out);
+        assert!(!recs.is_empty());
+        for (i, &(kind, id, len)) in recs.iter().enumerate() {
+            let want = last + 1 - recs.len() as u64 + i as u64;
+            assert_eq!(
+                (kind, id, len),
+                (9, want, 3),
+                "record {i} of {}",
+                recs.len()
+            );
+        }
+        assert_eq!(recs.len() as u64 + d.overwritten, written);
+    }
+
+    /// Growing into a small mapped segment in overwrite mode copies the
+    /// undrained records into it; mapping in the rest must leave them be.
+    #[test]
+    fn growth_into_mapped_segments_keeps_the_copied_records() {
+        for overwrite in [false, true] {
+            let ring = Ring::growable(128, 1 << 14, overwrite, Budget::leaked(u64::MAX));
+            let n = 10_000;
+            let written = (0..n).filter(|&id| write(&ring, id, 3)).count() as u64;
+            assert!(ring.capacity_words() > 128 && written > 1024);
+            let last = if overwrite { n - 1 } else { written - 1 };
+            assert_drains_a_run_ending_at(&ring, last, written);
         }
     }
 

@@ -8,6 +8,8 @@
 //! CommitData arrives. Without shared memory (TCP) the same chunk bytes
 //! travel inside the CommitData instead.
 
+#![forbid(unsafe_code)]
+
 use super::shm::SharedMemory;
 use super::wire::ChunkToMove;
 use crate::encode::protowire::{varint, varint_len};

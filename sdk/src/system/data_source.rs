@@ -1,6 +1,9 @@
 //! The `track_event` data source: which categories one data source instance
-//! (one tracing session) records, from its `TrackEventConfig`, and the
-//! selection of a drained batch's records for that instance.
+//! (one tracing session) records, from its `TrackEventConfig`, the
+//! selection of a drained batch's records for that instance, and when the
+//! descriptor is re-announced because categories were first used.
+
+#![forbid(unsafe_code)]
 
 use super::wire::TrackEventConfig;
 use crate::encode::Sites;
@@ -10,6 +13,7 @@ use crate::record::layout::{
 };
 use crate::record::ring::{header_kind, header_len, header_payload};
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// The categories one instance records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +67,53 @@ impl Selection {
             return false;
         }
         false
+    }
+}
+
+/// The shortest time between two re-announcements of the descriptor: the
+/// first uses of a burst of categories (a program's start, a new module's
+/// first calls) go out in one or two UpdateDataSource, not one each.
+pub(crate) const ANNOUNCE_GAP: Duration = Duration::from_millis(100);
+
+/// Decides, once per flusher cycle, when to re-announce `track_event`
+/// because categories were first used: a change goes out at once if the
+/// last update sent is older than [`ANNOUNCE_GAP`], else when that gap is
+/// over (with everything registered by then).
+#[derive(Debug, Default)]
+pub(crate) struct Announcer {
+    seen: usize,
+    pending: bool,
+    last_sent: Option<Instant>,
+}
+
+impl Announcer {
+    /// `known`: how many categories are known now; `announce` sends the
+    /// descriptor and says whether it did (not when there is no connection,
+    /// or it lists nothing new: that costs no gap).
+    pub(crate) fn check(
+        &mut self,
+        known: usize,
+        now: impl FnOnce() -> Instant,
+        announce: impl FnOnce() -> bool,
+    ) {
+        if known != self.seen {
+            self.seen = known;
+            self.pending = true;
+        }
+        if !self.pending {
+            return;
+        }
+        let now = now();
+        if self
+            .last_sent
+            .is_some_and(|t| now.duration_since(t) < ANNOUNCE_GAP)
+        {
+            return;
+        }
+        self.pending = false;
+        if announce() {
+            self.last_sent = Some(now);
+        }
     }
 }
 
@@ -198,5 +249,30 @@ mod tests {
         assert!(!s.enabled("io"));
         assert!(sel(&[], &[]).enabled("anything"));
         assert!(!sel(&["a"], &[]).enabled("b"));
+    }
+
+    #[test]
+    fn a_burst_of_new_categories_is_announced_in_two_updates_at_most() {
+        let t0 = Instant::now();
+        let at = |ms: u64| move || t0 + Duration::from_millis(ms);
+        let mut a = Announcer::default();
+        let mut sent = Vec::new();
+        let mut step = |a: &mut Announcer, known: usize, ms: u64, connected: bool| {
+            a.check(known, at(ms), || {
+                sent.push(ms);
+                connected
+            });
+        };
+        step(&mut a, 0, 0, true); // nothing known, nothing new
+        step(&mut a, 3, 1, false); // not connected yet: costs no gap
+        step(&mut a, 4, 2, true); // the first new category: at once
+        for n in 5..=14 {
+            step(&mut a, n, 2 + 5 * (n - 4) as u64, true); // a burst, 5 ms apart
+        }
+        step(&mut a, 14, 101, true);
+        step(&mut a, 14, 102, true); // the rest together once the gap is over
+        step(&mut a, 14, 500, true); // nothing new, nothing sent
+        step(&mut a, 15, 501, true); // a later first use: at once
+        assert_eq!(sent, vec![1, 2, 102, 501]);
     }
 }

@@ -2,10 +2,13 @@
 //! instance (tracing session), fed the records of the categories that
 //! instance selected from the same drained batches as the file, its packets
 //! packed into chunks (one writer per packet sequence) and committed to
-//! traced; flush, stop and clear requests answered after a full drain.
+//! traced; flush, stop and clear requests answered after a full drain;
+//! categories first used while connected re-announced (UpdateDataSource).
+
+#![forbid(unsafe_code)]
 
 use super::chunks::{ChunkPool, Full, Writer};
-use super::data_source::{RecordFilter, Selection};
+use super::data_source::{Announcer, RecordFilter, Selection};
 use super::producer::{Control, Link};
 use super::wire::{self, ChunkToMove, MAX_FRAME};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
@@ -52,6 +55,7 @@ pub(crate) struct SystemFeed {
     out: Vec<u8>,
     scratch: Vec<u8>,
     stats: FeedStats,
+    announcer: Announcer,
 }
 
 impl SystemFeed {
@@ -71,6 +75,7 @@ impl SystemFeed {
             out: Vec::new(),
             scratch: Vec::new(),
             stats: FeedStats::default(),
+            announcer: Announcer::default(),
         }
     }
 
@@ -81,6 +86,13 @@ impl SystemFeed {
     /// Applies what the service asked since the last cycle. True if the
     /// cycle must drain every ring (a flush or a stop is waiting).
     pub(crate) fn begin_cycle(&mut self, ctx: &mut Context<'_>) -> bool {
+        // Categories first used since the descriptor went out: one atomic
+        // load per cycle here, never a cost of the recording threads.
+        let known = crate::record::callsite::categories_known();
+        let link = &self.link;
+        self.announcer.check(known, std::time::Instant::now, || {
+            link.announce_categories()
+        });
         self.link.take_controls(&mut self.controls);
         let mut selections_changed = false;
         let mut started = Vec::new();

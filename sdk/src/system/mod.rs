@@ -4,11 +4,11 @@
 //! | module | job |
 //! | --- | --- |
 //! | `wire` | IPC frames and the `ProducerPort` messages, a bounds-checked protobuf reader |
-//! | `transport` | socket addresses (path, `@abstract`, `host:port`), frame reading with passed fds |
-//! | `shm` | the shared memory buffer: fd receipt, mapping, atomic word access (the only `unsafe`) |
+//! | `transport` | socket addresses (path, `@abstract`, `host:port`, `vsock://CID:PORT`), frame reading with passed fds |
+//! | `shm` | the shared memory buffer: fd receipt, mapping, atomic word access (the only `unsafe`: every other module forbids it) |
 //! | `chunks` | pages and chunks of the shared memory ABI, writers packing (and fragmenting) packets |
-//! | `data_source` | the `track_event` data source: categories per instance, record selection |
-//! | `producer` | the connection thread: connect with back-off, handshake, async commands |
+//! | `data_source` | the `track_event` data source: categories per instance, record selection, when to re-announce its categories |
+//! | `producer` | the connection thread: connect with back-off, handshake, async commands; UpdateDataSource |
 //! | `feed` | the flusher's side: an encoder per instance, commits, flush/stop/clear answers |
 //!
 //! The recording threads are untouched: they write their rings as always.

@@ -4,6 +4,8 @@
 //! controls for the flusher thread, which owns the data (see `feed`). Sends
 //! from both threads go through the [`Link`].
 
+#![forbid(unsafe_code)]
+
 use super::chunks::Memory;
 use super::shm::SharedMemory;
 use super::transport::{FrameReader, Stream};
@@ -53,6 +55,27 @@ struct Conn {
     service_id: u32,
     methods: HashMap<String, u32>,
     next_request: u64,
+    /// How many categories the `track_event` descriptor sent last listed.
+    announced: usize,
+}
+
+impl Conn {
+    /// Calls `method` (which the service offers); an error ends the connection.
+    fn call(&mut self, method: &str, args: &[u8], drop_reply: bool) -> io::Result<()> {
+        let method_id = *self
+            .methods
+            .get(method)
+            .ok_or_else(|| io::Error::other(format!("traced offers no {method}")))?;
+        self.next_request += 1;
+        let frame = wire::invoke_frame(
+            self.next_request,
+            self.service_id,
+            method_id,
+            args,
+            drop_reply,
+        );
+        self.stream.write_all(&frame)
+    }
 }
 
 /// Shared by the connection thread and the flusher.
@@ -100,12 +123,41 @@ impl Link {
         let Some(c) = g.as_mut().filter(|c| c.id == conn) else {
             return false;
         };
-        let Some(&method_id) = c.methods.get(method) else {
+        if !c.methods.contains_key(method) {
+            return false;
+        }
+        if c.call(method, args, drop_reply).is_err() {
+            c.stream.shutdown();
+            *g = None;
+            return false;
+        }
+        true
+    }
+
+    /// Re-announces `track_event` on the live connection if categories were
+    /// first used since its descriptor was sent: UpdateDataSource with the
+    /// full descriptor (same name and id, every category known now), so that
+    /// the service's view (`perfetto --query`, the UI's category list) keeps
+    /// up. True if an update went out. Cold: the flusher calls it only when
+    /// the count of known categories changed.
+    pub(crate) fn announce_categories(&self) -> bool {
+        let categories = crate::record::callsite::known_categories();
+        let mut g = self.conn.lock();
+        let Some(c) = g.as_mut() else {
             return false;
         };
-        c.next_request += 1;
-        let frame = wire::invoke_frame(c.next_request, c.service_id, method_id, args, drop_reply);
-        if c.stream.write_all(&frame).is_err() {
+        // Categories only grow: a list no longer than the one sent is older
+        // (the handshake may have read the registry after us).
+        if categories.len() <= c.announced {
+            return false;
+        }
+        c.announced = categories.len();
+        // Services older than UpdateDataSource learn them at the next connect.
+        if !c.methods.contains_key("UpdateDataSource") {
+            return false;
+        }
+        let args = wire::track_event_descriptor(&categories);
+        if c.call("UpdateDataSource", &args, true).is_err() {
             c.stream.shutdown();
             *g = None;
             return false;
@@ -162,6 +214,14 @@ pub(crate) fn run(link: Arc<Link>) {
                     "ringtrace: lost the connection to the Perfetto tracing service at {}{why}; reconnecting",
                     link.address
                 );
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                // A malformed address stays malformed: no point in retrying.
+                eprintln!(
+                    "ringtrace: cannot use the Perfetto producer socket address: {e}; \
+                     system tracing records nothing"
+                );
+                return;
             }
             Err(e) => {
                 if !said_absent {
@@ -222,21 +282,22 @@ fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
             return Err(io::Error::other(format!("traced offers no {m}")));
         }
     }
-    *link.conn.lock() = Some(Conn {
-        id: conn,
-        stream: writer,
-        service_id,
-        methods,
-        next_request: REQ_REGISTER,
-    });
-    let init = wire::initialize_connection(&link.producer_name, 0, 0, SDK_VERSION);
-    let categories = crate::record::callsite::known_categories();
-    let register = wire::register_track_event(&categories);
+    // The handshake goes out under the connection's lock, which publishes
+    // the connection only once its data source is registered: an update
+    // from the flusher (`announce_categories`) always follows the register.
     {
         let mut g = link.conn.lock();
-        let c = g
-            .as_mut()
-            .ok_or_else(|| io::Error::other("connection closed"))?;
+        let mut c = Conn {
+            id: conn,
+            stream: writer,
+            service_id,
+            methods,
+            next_request: REQ_REGISTER,
+            announced: 0,
+        };
+        let categories = crate::record::callsite::known_categories();
+        let init = wire::initialize_connection(&link.producer_name, 0, 0, SDK_VERSION);
+        let register = wire::track_event_descriptor(&categories);
         let m = |n: &str| c.methods[n];
         let mut frames = wire::invoke_frame(
             REQ_INIT,
@@ -260,6 +321,14 @@ fn serve(link: &Link, stream: Stream, conn: u64) -> io::Result<()> {
             false,
         ));
         c.stream.write_all(&frames)?;
+        c.announced = categories.len();
+        // A shut-down that ran before this lock found no connection to end:
+        // end it here (the reader would wait on traced otherwise).
+        if link.shutdown.load(Ordering::Acquire) {
+            c.stream.shutdown();
+            return Err(io::Error::other("shutting down"));
+        }
+        *g = Some(c);
     }
     link.connections.fetch_add(1, Ordering::Relaxed);
     let mut emulation = false;

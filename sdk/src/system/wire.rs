@@ -4,6 +4,8 @@
 //! Perfetto's (`protos/perfetto/ipc/*.proto`, `protos/perfetto/config/*`).
 //! Unknown fields are skipped; a malformed message is an error, never a panic.
 
+#![forbid(unsafe_code)]
+
 use crate::encode::protowire::{bytes, nested, string, uint};
 
 /// One field read from a message.
@@ -289,8 +291,14 @@ pub(crate) fn use_shmem_emulation(reply: &[u8]) -> Result<bool, Malformed> {
     Ok(emulation)
 }
 
-/// RegisterDataSourceRequest for `track_event`, listing `categories`.
-pub(crate) fn register_track_event(categories: &[&str]) -> Vec<u8> {
+/// The id of our `track_event` descriptor: the service matches an
+/// UpdateDataSource to the registered source by name and this id (non-zero).
+pub(crate) const TRACK_EVENT_ID: u64 = 1;
+const _: () = assert!(TRACK_EVENT_ID != 0, "the service ignores updates of id 0");
+
+/// RegisterDataSourceRequest, and UpdateDataSourceRequest (the same message:
+/// `{data_source_descriptor = 1}`), for `track_event` listing `categories`.
+pub(crate) fn track_event_descriptor(categories: &[&str]) -> Vec<u8> {
     let mut m = Vec::new();
     nested(&mut m, 1, |d| {
         string(d, 1, "track_event");
@@ -302,7 +310,7 @@ pub(crate) fn register_track_event(categories: &[&str]) -> Vec<u8> {
                 nested(ted, 1, |cat| string(cat, 1, c));
             }
         });
-        uint(d, 7, 1); // id
+        uint(d, 7, TRACK_EVENT_ID);
     });
     m
 }
@@ -566,6 +574,34 @@ mod tests {
             let _ = decode_frame(&f[4..cut]); // no panic
         }
         assert!(decode_command(&[0x2a, 0x05, 0x08]).is_err());
+    }
+
+    #[test]
+    fn register_and_update_carry_the_same_named_descriptor_with_its_id() {
+        let req = track_event_descriptor(&["a", "b.c"]);
+        let mut fs = fields(&req);
+        let (n, d) = fs.next().unwrap().unwrap();
+        assert_eq!(n, 1, "data_source_descriptor");
+        assert!(fs.next().is_none());
+        let (mut name, mut id, mut cats) = ("", 0, Vec::new());
+        for f in fields(d.as_bytes()) {
+            match f.unwrap() {
+                (1, v) => name = v.as_str(),
+                (7, v) => id = v.as_u64(),
+                (6, ted) => {
+                    for (k, cat) in fields(ted.as_bytes()).map(Result::unwrap) {
+                        assert_eq!(k, 1, "available_categories");
+                        let (_, n) = fields(cat.as_bytes()).next().unwrap().unwrap();
+                        cats.push(n.as_str());
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            (name, id, cats),
+            ("track_event", TRACK_EVENT_ID, vec!["a", "b.c"])
+        );
     }
 
     #[test]
