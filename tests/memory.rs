@@ -62,9 +62,10 @@ fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Ve
     }
     let events = json_events(&trace);
     eprintln!(
-        "{name}: growth without recording {} KiB, with {} KiB; budget peak {} KiB; {on}",
+        "{name}: growth without recording {} KiB, with {} KiB (+{} KiB); budget peak {} KiB; {on}",
         off_growth / 1024,
         on_growth / 1024,
+        (on_growth - off_growth) / 1024,
         on["buffer_bytes_peak"].as_u64().unwrap() / 1024
     );
     (on, events, on_growth - off_growth)
@@ -72,16 +73,36 @@ fn threads_alive(name: &str, threads: u64, budget: u64, api: &str) -> (Value, Ve
 
 /// What recording holds never exceeds the budget; and in optimised builds
 /// (`scripts/test.sh` runs these tests in release) the peak RSS it adds
-/// stays within the budget plus 1 MiB. An unoptimised build also grows each
-/// of the thousands of threads' stacks by several KiB of big frames (the
-/// macros' generic code is compiled into the caller without optimisation):
-/// stack, not buffers, so there only the budget's own count is checked.
-/// Bytes each recording thread holds outside the budget today (measured:
-/// about 110; thread-local state not yet counted against the budget). The
-/// goal is 0: the budget plus 1 MiB, whatever the number of threads.
-const OUTSIDE_BUDGET_PER_THREAD: i64 = 128;
-
-fn assert_within(name: &str, budget: u64, threads: i64, extra: i64, on: &Value) {
+/// stays within the budget plus 1 MiB, whatever the number of threads. An
+/// unoptimised build also grows each of the thousands of threads' stacks by
+/// several KiB of big frames (the macros' generic code is compiled into the
+/// caller without optimisation): stack, not buffers, so there only the
+/// budget's own count is checked.
+///
+/// Nothing a thread holds is outside the budget. Measured (10,000 threads,
+/// 4 MiB budget, 1,638 of them get a ring): the growth is the same with
+/// 2,000 threads as with 10,000 (budget + 0.6 to 0.85 MiB), so a thread
+/// that tries and gets no ring costs nothing; and a thread's own state
+/// outside its `ThreadRing` lives in `const` thread-locals without
+/// destructors, in the static TLS block glibc gives every thread whether it
+/// records or not (the same RSS with `MEM_MODE=off`). The 1 MiB is the
+/// flusher's working memory (the encoded bytes it gathers before a write,
+/// `WRITE_AT` = 256 KiB, and the sink's copy laid out in pages), which
+/// does not grow with threads.
+///
+/// Not counted, because it is not held: stack. A thread's first event runs
+/// the cold path that gets its ring 2.2 KiB deeper into the thread's stack
+/// than later events (measured by painting the stack: 2,304 bytes against
+/// 128; `Registry::create` builds the ring and its `ThreadRing` by value,
+/// a 1,792-byte frame, before they move to the heap), so a recording thread
+/// may touch one more 4 KiB page of its stack than it would otherwise,
+/// depending on how deep it already is: with 10,000 threads on 32 MiB the
+/// growth is the budget's peak plus 1.7 to 1.8 MiB; in the tokio pool the
+/// budget's peak plus 2.6 to 2.7 MiB for 512 threads (not broken down
+/// further: that pool's heap varies from run to run). Both are within the
+/// budget, which they do not fill; where the budget is full (the 4 MiB
+/// case) the growth stays within it plus 1 MiB (+0.6 to 0.85 MiB).
+fn assert_within(name: &str, budget: u64, extra: i64, on: &Value) {
     assert!(
         on["buffer_bytes_peak"].as_u64().unwrap() <= budget,
         "{name}: {on}"
@@ -90,9 +111,8 @@ fn assert_within(name: &str, budget: u64, threads: i64, extra: i64, on: &Value) 
         return;
     }
     assert!(
-        extra <= budget as i64 + (1 << 20) + threads * OUTSIDE_BUDGET_PER_THREAD,
-        "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB \
-         + {OUTSIDE_BUDGET_PER_THREAD} B per thread",
+        extra <= budget as i64 + (1 << 20),
+        "{name}: recording grew peak RSS by {} KiB, over the budget of {} KiB + 1 MiB",
         extra / 1024,
         budget / 1024
     );
@@ -102,7 +122,7 @@ fn assert_within(name: &str, budget: u64, threads: i64, extra: i64, on: &Value) 
 fn ten_thousand_threads_stay_within_the_default_budget_and_keep_every_event() {
     let budget = 32 << 20;
     let (on, events, extra) = threads_alive("mem10k", 10_000, budget, "macros");
-    assert_within("10k threads", budget, 10_000, extra, &on);
+    assert_within("10k threads", budget, extra, &on);
     // 10,000 threads fit the default budget: nothing is lost.
     assert_eq!(on["events_lost"], 0, "{on}");
     assert_eq!(records_in(&events), 3 * 10_001);
@@ -112,35 +132,46 @@ fn ten_thousand_threads_stay_within_the_default_budget_and_keep_every_event() {
 fn ten_thousand_threads_over_a_small_budget_lose_only_counted_events() {
     let budget = 4 << 20;
     let (on, events, extra) = threads_alive("mem10k-small", 10_000, budget, "macros");
-    assert_within("10k threads, 4 MiB", budget, 10_000, extra, &on);
+    assert_within("10k threads, 4 MiB", budget, extra, &on);
     let lost = on["events_lost"].as_u64().unwrap();
     assert!(lost > 0, "4 MiB cannot hold 10,000 threads: {on}");
     assert_eq!(on["events_no_memory"].as_u64().unwrap(), lost);
     assert_eq!(records_in(&events) + lost, 3 * 10_001, "{on}");
+    // ... and marked in the trace, on the process track.
+    let marked: u64 = events
+        .iter()
+        .filter(|e| e["name"] == "ringtrace: events lost" && e["args"]["reason"] == "no memory")
+        .map(|e| e["args"]["lost_events"].as_u64().unwrap())
+        .sum();
+    assert_eq!(marked, lost, "{on}");
 }
 
 #[test]
 fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
     let budget = 8 << 20;
     let (on, events, extra) = threads_alive("mem-tokio", 512, budget, "tokio");
-    assert_within("tokio pool", budget, 512, extra, &on);
+    assert_within("tokio pool", budget, extra, &on);
     assert_eq!(on["events_lost"], 0, "{on}");
     assert_eq!(records_in(&events), 3 * 513);
 }
 
 /// Through `ringtrace::subscriber()`: 5,000 threads alive at once (more
 /// than the 4,096 `tracing-subscriber`'s registry allows), every event kept,
-/// the rings within the budget. (The `tracing` bridge's own per-thread state,
-/// its call-site cache in thread-local storage, is not in the budget: about
-/// 4 KiB of RSS per thread that records through it, measured here.)
+/// the rings and each thread's site cache (1 KiB, on the heap) within the
+/// budget. What the subscriber holds outside it is per span alive, not per
+/// thread: a slot of its span table (about 1 KiB: `SpanData` in a mutex),
+/// and here every thread holds a span at once; plus its thread-locals of
+/// entered spans and field scratch (about 300 bytes with their destructor
+/// registrations). Measured: the budget's peak 17,500 KiB, peak RSS growth
+/// 24,632 KiB.
 #[test]
 fn the_subscriber_with_5000_threads_stays_within_the_budget() {
-    let budget = 16 << 20;
+    let budget = 24 << 20;
     let (on, events, extra) = threads_alive("mem-sub", 5_000, budget, "subscriber");
     assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= budget, "{on}");
     if !cfg!(debug_assertions) {
         assert!(
-            extra <= budget as i64 + 5_000 * (4 << 10),
+            extra <= budget as i64 + (1 << 20) + 5_000 * (1 << 10),
             "{} KiB",
             extra / 1024
         );
@@ -236,4 +267,91 @@ fn the_flight_recorder_keeps_the_newest_events_of_the_process() {
         "{on}"
     );
     assert!(on["buffer_bytes_peak"].as_u64().unwrap() <= 4 << 20);
+}
+
+/// Events of threads that got no ring at all (the budget was used up at
+/// their first event) have no stream of their own: the flusher marks them
+/// on the process track, an `events lost` instant with `reason = "no
+/// memory"` and the count since its last mark. In both formats the marks
+/// add up to `Stats::events_no_memory`, and every event is in the trace or
+/// marked lost.
+#[test]
+fn events_of_threads_without_a_ring_are_marked_on_the_process_track() {
+    const LOST: &str = "ringtrace: events lost";
+    let threads = 400u64;
+    for format in ["json", "pftrace"] {
+        let dir = scratch(&format!("no-ring-{format}"));
+        let trace = dir.join(format!("no_ring.{format}"));
+        // 256 KiB: about 100 threads get a ring, the others none.
+        let on = run(
+            "threads_alive",
+            &trace,
+            &[
+                ("MEM_THREADS", &threads.to_string()),
+                ("MEM_BUDGET", "262144"),
+                ("MEM_API", "macros"),
+            ],
+        );
+        let no_memory = on["events_no_memory"].as_u64().unwrap();
+        assert!(
+            no_memory > 0,
+            "{format}: 256 KiB cannot hold {threads} threads: {on}"
+        );
+        assert_eq!(
+            on["events_lost"].as_u64().unwrap(),
+            no_memory,
+            "{format}: {on}"
+        );
+        let (written, marks): (u64, Vec<u64>) = if format == "json" {
+            let events = json_events(&trace);
+            let marks = events
+                .iter()
+                .filter(|e| e["name"] == LOST)
+                .map(|e| {
+                    assert_eq!(e["s"], "p", "a process-scoped instant: {e}");
+                    assert_eq!(e["tid"], e["pid"], "on the process: {e}");
+                    assert_eq!(e["args"]["reason"], "no memory", "{e}");
+                    e["args"]["lost_events"].as_u64().unwrap()
+                })
+                .collect();
+            (records_in(&events), marks)
+        } else {
+            let model = perfetto_model(&trace);
+            let process: Vec<&Value> = model["tracks"]
+                .as_object()
+                .unwrap()
+                .values()
+                .filter(|t| t["kind"] == "process")
+                .collect();
+            assert_eq!(process.len(), 1, "one process track");
+            let events = model["events"].as_array().unwrap();
+            let marks = events
+                .iter()
+                .filter(|e| e["name"] == LOST)
+                .map(|e| {
+                    assert_eq!(e["type"], "INSTANT", "{e}");
+                    assert_eq!(e["track_uuid"], process[0]["uuid"], "on the process: {e}");
+                    assert_eq!(e["args"]["reason"], "no memory", "{e}");
+                    e["args"]["lost_events"].as_u64().unwrap()
+                })
+                .collect();
+            let count = |name: &str, ty: &str| {
+                events
+                    .iter()
+                    .filter(|e| e["name"] == name && e["type"] == ty)
+                    .count() as u64
+            };
+            (
+                2 * count("work", "SLICE_BEGIN") + count("tick", "INSTANT"),
+                marks,
+            )
+        };
+        assert!(!marks.is_empty(), "{format}: the loss is marked");
+        assert_eq!(
+            marks.iter().sum::<u64>(),
+            no_memory,
+            "{format}: {marks:?} {on}"
+        );
+        assert_eq!(written + no_memory, 3 * (threads + 1), "{format}: {on}");
+    }
 }

@@ -235,9 +235,13 @@ fn flight_recorder_keeps_the_newest_events() {
     let records = expect["records"].as_u64().unwrap();
     assert!(!kept.is_empty() && (kept.len() as u64) < records);
     assert_eq!(*kept.last().unwrap(), expect["last"].as_u64().unwrap());
+    // The newest, contiguous, except where the ring went round between two
+    // drains (the flusher fell behind, e.g. in a debug build on a loaded
+    // machine): a hole the producer overwrote, counted and marked.
+    let holes: u64 = kept.windows(2).map(|w| w[1] - w[0] - 1).sum();
     assert!(
-        kept.windows(2).all(|w| w[1] == w[0] + 1),
-        "the kept events are the newest, contiguous"
+        holes <= lost_marked(&model),
+        "the kept events are the newest; {holes} missing inside, not all marked"
     );
     assert_eq!(
         kept.len() as u64 + expect["events_lost"].as_u64().unwrap(),

@@ -463,6 +463,31 @@ impl Encoder for JsonEncoder {
         self.lost((t.pid, t.tid), ts, count, out);
     }
 
+    fn note_lost_no_ring(
+        &mut self,
+        ctx: &mut Context<'_>,
+        now_ns: u64,
+        count: u64,
+        out: &mut Vec<u8>,
+    ) {
+        self.stats.lost_reported += count;
+        let pid = ctx.process.pid;
+        self.head(
+            super::LOST_EVENT_NAME,
+            "ringtrace",
+            "i",
+            now_ns,
+            pid,
+            pid as i64,
+        );
+        let _ = write!(
+            self.line,
+            ",\"s\":\"p\",\"args\":{{\"lost_events\":{count},\"reason\":\"{}\"}}}}",
+            super::NO_MEMORY_REASON
+        );
+        self.push_event(out);
+    }
+
     fn tick(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<u8>) {}
 
     fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64, out: &mut Vec<u8>) {

@@ -116,6 +116,9 @@ pub(crate) fn hash_str(s: &str) -> u64 {
 /// Name of the instant that marks where events were lost, with their count
 /// (the same in both formats).
 pub(crate) const LOST_EVENT_NAME: &str = "ringtrace: events lost";
+/// The `reason` argument of a loss marked on the process track: events of
+/// threads the memory budget had no ring for.
+pub(crate) const NO_MEMORY_REASON: &str = "no memory";
 
 /// The id of a custom track, from its path (the same in both formats).
 pub(crate) fn track_key(path: &[String]) -> u64 {
@@ -178,6 +181,18 @@ pub(crate) trait Encoder: Send {
         &mut self,
         ctx: &mut Context<'_>,
         thread: &ThreadRing,
+        count: u64,
+        out: &mut Vec<u8>,
+    );
+    /// `count` events were lost by threads that got no ring at all (the
+    /// budget had no room at their event): they have no stream of their
+    /// own, so the loss is marked on the process track at `now_ns`, an
+    /// instant [`LOST_EVENT_NAME`] with `lost_events = count` and `reason =
+    /// "no memory"` ([`NO_MEMORY_REASON`]).
+    fn note_lost_no_ring(
+        &mut self,
+        ctx: &mut Context<'_>,
+        now_ns: u64,
         count: u64,
         out: &mut Vec<u8>,
     );

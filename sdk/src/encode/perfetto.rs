@@ -357,6 +357,36 @@ impl Encoder for PerfettoEncoder {
         seq.lost_unreported += count;
     }
 
+    fn note_lost_no_ring(
+        &mut self,
+        ctx: &mut Context<'_>,
+        now_ns: u64,
+        count: u64,
+        out: &mut Vec<u8>,
+    ) {
+        // On the session's sequence, which uses no incremental state: an
+        // absolute BOOTTIME timestamp, the process track by uuid, names
+        // inline.
+        self.stats.lost_reported += count;
+        nested(out, 1, |p| {
+            uint(p, P_TIMESTAMP, now_ns);
+            uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
+            nested(p, P_TRACK_EVENT, |te| {
+                uint(te, TE_TYPE, TYPE_INSTANT);
+                uint(te, TE_TRACK_UUID, ctx.process.uuid);
+                string(te, TE_NAME, LOST_EVENT_NAME);
+                nested(te, TE_DEBUG_ANNOTATIONS, |a| {
+                    string(a, DA_NAME, "lost_events");
+                    uint(a, DA_UINT, count);
+                });
+                nested(te, TE_DEBUG_ANNOTATIONS, |a| {
+                    string(a, DA_NAME, "reason");
+                    string(a, DA_STRING, super::NO_MEMORY_REASON);
+                });
+            });
+        });
+    }
+
     fn tick(&mut self, _ctx: &mut Context<'_>, out: &mut Vec<u8>) {
         global_snapshot(out);
     }

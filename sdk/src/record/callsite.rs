@@ -12,8 +12,8 @@
 //! threads never take that lock after a site's first use.
 
 use once_cell::sync::Lazy;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Mutex;
 
 const UNREGISTERED: u8 = 0;
 const DISABLED: u8 = 1;
@@ -102,7 +102,7 @@ impl Callsite {
     #[cold]
     #[inline(never)]
     fn register(&'static self) -> bool {
-        let mut reg = REGISTRY.lock();
+        let mut reg = registry();
         if self.id.load(Ordering::Relaxed) == 0 {
             reg.sites.push(self);
             self.id.store(reg.sites.len() as u32, Ordering::Relaxed);
@@ -132,6 +132,14 @@ struct Registry {
 
 /// Which categories the live system tracing sessions record.
 pub(crate) type SystemWants = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The registry, locked. A `std` mutex (a futex word), not `parking_lot`'s:
+/// thousands of threads reaching a new call site at once must not each get
+/// `parking_lot` thread data and grow its wait table (see `record::sync`).
+/// A panic while it was held leaves the registry as it was.
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 static REGISTRY: Lazy<Mutex<Registry>> = Lazy::new(|| {
     Mutex::new(Registry {
@@ -163,7 +171,7 @@ impl Registry {
 
 /// Appends to `cache` every site registered since it was last filled.
 pub(crate) fn sync_sites(cache: &mut Vec<&'static Callsite>) {
-    let reg = REGISTRY.lock();
+    let reg = registry();
     if cache.len() < reg.sites.len() {
         let from = cache.len();
         cache.extend_from_slice(&reg.sites[from..]);
@@ -180,14 +188,14 @@ pub(crate) fn filter_generation() -> u64 {
 
 /// Sets the categories system tracing sessions record, on top of the filter.
 pub(crate) fn set_system_wants(wants: Option<SystemWants>) {
-    let mut reg = REGISTRY.lock();
+    let mut reg = registry();
     reg.system = wants;
     reg.recompute();
 }
 
 /// The distinct categories of the call sites registered so far, sorted.
 pub(crate) fn known_categories() -> Vec<&'static str> {
-    REGISTRY.lock().categories.clone()
+    registry().categories.clone()
 }
 
 /// How many categories [`known_categories`] lists (it only grows). Set when
@@ -202,13 +210,13 @@ pub(crate) fn categories_known() -> usize {
 }
 
 pub(crate) fn set_active(active: bool) {
-    let mut reg = REGISTRY.lock();
+    let mut reg = registry();
     reg.active = active;
     reg.recompute();
 }
 
 pub(crate) fn replace_filter(filter: CategoryFilter) {
-    let mut reg = REGISTRY.lock();
+    let mut reg = registry();
     reg.filter = filter;
     reg.recompute();
 }
@@ -231,7 +239,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    let mut reg = REGISTRY.lock();
+    let mut reg = registry();
     for p in patterns {
         reg.filter.push(p.as_ref(), true);
     }
@@ -254,7 +262,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    let mut reg = REGISTRY.lock();
+    let mut reg = registry();
     for p in patterns {
         reg.filter.push(p.as_ref(), false);
     }
@@ -264,7 +272,7 @@ where
 /// Whether the current filter lets `category` through (whether or not a
 /// session is recording).
 pub fn category_enabled(category: &str) -> bool {
-    REGISTRY.lock().filter.enabled(category)
+    registry().filter.enabled(category)
 }
 
 /// An ordered list of enable/disable rules; the last rule matching a category

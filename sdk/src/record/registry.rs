@@ -49,7 +49,16 @@ pub(crate) struct ThreadRing {
 /// What a recording thread costs besides its ring's segments, taken from the
 /// budget when its ring is made and given back when the flusher drops it:
 /// this struct, and an allowance for the flusher's and the encoder's state
-/// of the thread (sequence, interning tables, open scopes).
+/// of the thread (sequence, interning tables, open scopes: about 420 bytes
+/// measured with JSON) and its entries in the registry's list and the
+/// flusher's snapshot of it (16 bytes, up to twice that in spare capacity).
+/// Nothing else of a thread that records through the macros is on the heap
+/// (the `tracing` bridge's site cache is taken from the budget on its own,
+/// see `take_thread_state`; the typed API's pool of field buffers and the
+/// log message buffer are not yet counted): its thread-locals here
+/// (`CURRENT`, `EXITED`, `NO_MEMORY`) are `const` and without destructor,
+/// in the static TLS block every thread has whether it records or not, and
+/// the key's value sits in glibc's thread descriptor.
 pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 768;
 
 /// Size of a thread's first ring segment: small, so that a thread that
@@ -310,6 +319,19 @@ mod thread_local_access {
         /// Set when this thread's last attempt to get a ring found the budget
         /// used up (cleared when it gets one).
         static NO_MEMORY: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Takes `bytes` of a thread's state kept outside its ring (the
+    /// `tracing` bridge's site cache) from the process-wide budget; false if
+    /// it has no room. Given back with `give_back_thread_state` when the
+    /// state is freed.
+    pub(crate) fn take_thread_state(bytes: u64) -> bool {
+        REGISTRY.budget.try_take(bytes)
+    }
+
+    /// Gives back what `take_thread_state` took.
+    pub(crate) fn give_back_thread_state(bytes: u64) {
+        REGISTRY.budget.give_back(bytes)
     }
 
     /// Counts the end of a scope whose begin found no ring for lack of

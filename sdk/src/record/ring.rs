@@ -122,7 +122,7 @@ fn prefault(words: &[AtomicU64]) {
             }
             libc::madvise(a as *mut libc::c_void, b - a, MADV_POPULATE_WRITE) == 0
         };
-        if populated {
+        if populated && !touch_pages() {
             return;
         }
     }
@@ -134,6 +134,22 @@ fn prefault(words: &[AtomicU64]) {
 
 #[cfg(not(all(target_os = "linux", not(ringtrace_loom), not(miri))))]
 fn prefault(_words: &[AtomicU64]) {}
+
+/// Tests: `prefault` maps in by writing a word per page even where
+/// `MADV_POPULATE_WRITE` works (kernels before 5.14 and some sandboxes
+/// refuse it), to test that fallback everywhere.
+#[cfg(test)]
+static TOUCH_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(all(test, target_os = "linux", not(ringtrace_loom), not(miri)))]
+fn touch_pages() -> bool {
+    TOUCH_PAGES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg(all(not(test), target_os = "linux", not(ringtrace_loom), not(miri)))]
+fn touch_pages() -> bool {
+    false
+}
 
 /// Segments a ring can hold at once: its newest (the producer's) and the
 /// older ones the consumer has not freed yet. Each growth at least
@@ -1163,6 +1179,34 @@ mod tests {
         assert_eq!(d.overwritten, 79);
         // The outgrown segments went back to the budget.
         assert_eq!(budget.used(), segment_bytes(64));
+    }
+
+    /// Overwrite mode growing into mapped segments, nothing draining, with
+    /// pages mapped in by writing a word per page (`prefault`'s fallback,
+    /// what a kernel without `MADV_POPULATE_WRITE` gets): the records copied
+    /// into a new segment are not zeroed, so freeing the oldest goes on.
+    /// (It used to zero the header at the copied tail, and the producer
+    /// looped forever on a record of length 0.)
+    #[test]
+    fn overwrite_mode_grows_into_mapped_segments_with_pages_touched() {
+        TOUCH_PAGES.store(true, std::sync::atomic::Ordering::Relaxed);
+        let budget = Budget::leaked(u64::MAX);
+        // 1 KiB on the heap, then mapped segments of 4 KiB and 8 KiB.
+        let ring = Ring::growable(128, 1024, true, budget);
+        for id in 0..10_000 {
+            assert!(write(&ring, id, 4), "record {id}");
+        }
+        TOUCH_PAGES.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(ring.capacity_words(), 1024);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let d = ring.drain(&mut out, usize::MAX, &mut seen);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(ids, (9_744..10_000).collect::<Vec<_>>(), "the newest 256");
+        assert_eq!(d.overwritten, 9_744);
+        for (k, chunk) in out.chunks(4).enumerate() {
+            assert_eq!(chunk[1], ids[k] * 100 + 1, "payload of record {}", ids[k]);
+        }
     }
 
     #[test]

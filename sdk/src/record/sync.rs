@@ -11,9 +11,29 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64,
 #[cfg(ringtrace_loom)]
 pub(crate) use loom::sync::Arc;
 
-/// A mutex with the `parking_lot` calling convention (no poisoning) in both builds.
+/// A mutex with the `parking_lot` calling convention (no poisoning) in both
+/// builds. Outside loom it is `std`'s (a futex word on Linux), not
+/// `parking_lot`'s: every thread that ever waits for a `parking_lot` lock
+/// gets thread data of its own (a destructor registration on the heap) and
+/// grows `parking_lot`'s process-wide wait table to three 64-byte buckets per
+/// such thread alive, tables that are never freed. The registry's lock is
+/// taken by every thread's first event, so with thousands of threads
+/// starting at once that was about 100 bytes per thread held outside the
+/// budget (measured with 10,000 threads); a futex waits with no memory.
 #[cfg(not(ringtrace_loom))]
-pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
+pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
+
+#[cfg(not(ringtrace_loom))]
+impl<T> Mutex<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        Mutex(std::sync::Mutex::new(value))
+    }
+    /// Locks; a panic while it was held leaves the data as it was (the
+    /// registry's updates are single pushes and removals).
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 #[cfg(ringtrace_loom)]
 pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);

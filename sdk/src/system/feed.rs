@@ -238,6 +238,19 @@ impl SystemFeed {
         }
     }
 
+    /// Events lost by threads that got no ring (see
+    /// `Encoder::note_lost_no_ring`), marked on the process track of every
+    /// instance.
+    pub(crate) fn note_lost_no_ring(&mut self, ctx: &mut Context<'_>, now_ns: u64, count: u64) {
+        for i in 0..self.instances.len() {
+            self.out.clear();
+            self.instances[i]
+                .encoder
+                .note_lost_no_ring(ctx, now_ns, count, &mut self.out);
+            self.place(i, None, ctx);
+        }
+    }
+
     /// Periodic packets (clock snapshots).
     pub(crate) fn tick(&mut self, ctx: &mut Context<'_>) {
         for i in 0..self.instances.len() {

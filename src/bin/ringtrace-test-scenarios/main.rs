@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// Counts live heap bytes, so the churn scenario can show memory returns to
 /// its baseline.
 struct CountingAlloc;
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+pub(crate) static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
 
 // SAFETY: forwards to the system allocator unchanged; only counts sizes.
 unsafe impl std::alloc::GlobalAlloc for CountingAlloc {

@@ -75,6 +75,7 @@ pub fn threads_alive(trace: &str) -> Value {
         ringtrace::flush();
     }
     let rss_base = status_kib("VmRSS");
+    let heap_base = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
     let barrier = Arc::new(Barrier::new(threads + 1));
     let work = {
         let barrier = barrier.clone();
@@ -85,6 +86,10 @@ pub fn threads_alive(trace: &str) -> Value {
             barrier.wait(); // the main thread has flushed
         }
     };
+    // Heap bytes live with every thread alive and having recorded, before
+    // the flush (the counting allocator's: sizes asked for, no malloc
+    // overhead): what the threads' state takes on the heap.
+    let heap_alive;
     if api == "tokio" {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -99,6 +104,7 @@ pub fn threads_alive(trace: &str) -> Value {
             })
             .collect();
         barrier.wait();
+        heap_alive = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
         if on {
             ringtrace::flush();
         }
@@ -120,6 +126,7 @@ pub fn threads_alive(trace: &str) -> Value {
             })
             .collect();
         barrier.wait();
+        heap_alive = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
         if on {
             ringtrace::flush();
         }
@@ -134,6 +141,7 @@ pub fn threads_alive(trace: &str) -> Value {
         "threads": threads, "budget": budget, "rss_base_kib": rss_base, "rss_peak_kib": rss_peak,
         "events_written": stats.events_written, "events_lost": stats.events_lost,
         "events_no_memory": stats.events_no_memory, "buffer_bytes_peak": stats.buffer_bytes_peak,
+        "heap_growth": heap_alive - heap_base,
     })
 }
 
