@@ -17,7 +17,9 @@ pub(crate) struct Budget {
     used: AtomicU64,
     /// Highest `used` seen (for tests and stats).
     peak: AtomicU64,
-    /// Requests refused because they would have gone over the limit.
+    /// Requests refused because they would have gone over the limit (tests
+    /// only: every thread would write this line exactly when memory is short).
+    #[cfg(test)]
     refused: AtomicU64,
 }
 
@@ -28,6 +30,7 @@ macro_rules! new_budget {
             limit: AtomicU64::new($limit),
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            #[cfg(test)]
             refused: AtomicU64::new(0),
         }
     };
@@ -73,6 +76,7 @@ impl Budget {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
             let Some(new) = used.checked_add(bytes).filter(|&n| n <= limit) else {
+                #[cfg(test)]
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return false;
             };
@@ -89,6 +93,13 @@ impl Budget {
                 Err(now) => used = now,
             }
         }
+    }
+
+    /// Whether `bytes` would fit now (a hint: only `try_take` takes). Reads
+    /// the shared counters and writes nothing, so threads that ask while
+    /// memory is short do not contend.
+    pub(crate) fn has_room(&self, bytes: u64) -> bool {
+        self.used().saturating_add(bytes) <= self.limit.load(Ordering::Relaxed)
     }
 
     /// Gives back `bytes` taken earlier.
@@ -108,7 +119,7 @@ impl Budget {
     }
 
     /// Requests refused so far (monotonic).
-    #[cfg(any(test, ringtrace_loom))]
+    #[cfg(test)]
     pub(crate) fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
     }

@@ -18,7 +18,7 @@
 //! cached ring is from an earlier session gets a fresh one on its next event.
 
 use crate::record::budget::{Budget, DEFAULT_BUDGET_BYTES};
-use crate::record::ring::Ring;
+use crate::record::ring::{segment_bytes, Ring};
 use crate::record::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use std::cell::Cell;
 
@@ -422,17 +422,26 @@ mod thread_local_access {
                 return None;
             }
         };
-        let name = std::thread::current()
-            .name()
-            .map(str::to_owned)
-            .unwrap_or_default();
-        let Some(tr) = REGISTRY.create(session, crate::sys::pid(), crate::sys::tid(), name) else {
+        let no_ring = || {
             let no_memory = REGISTRY.session() == session;
             if no_memory {
                 REGISTRY.no_memory_dropped.fetch_add(1, Ordering::Relaxed);
             }
             NO_MEMORY.with(|n| n.set(no_memory));
-            return None;
+            None
+        };
+        // While the budget is used up, each event of a thread without a ring
+        // comes here: it reads the budget, and takes no lock, no allocation.
+        let first = THREAD_BYTES + segment_bytes(INITIAL_RING_BYTES / 8);
+        if !REGISTRY.budget.has_room(first) {
+            return no_ring();
+        }
+        let name = std::thread::current()
+            .name()
+            .map(str::to_owned)
+            .unwrap_or_default();
+        let Some(tr) = REGISTRY.create(session, crate::sys::pid(), crate::sys::tid(), name) else {
+            return no_ring();
         };
         NO_MEMORY.with(|n| n.set(false));
         // SAFETY: `key` is a live key (never deleted); reading this thread's

@@ -259,6 +259,7 @@ fn is_mapped(index: u64, words: usize) -> bool {
 /// Segments of this size and more are backed by transparent huge pages where
 /// the kernel allows: in a VM, mapping in 4 KiB pages costs about ten times
 /// as much per byte (measured: 333 against 35 us per MiB).
+#[cfg(all(unix, not(ringtrace_loom), not(miri)))]
 const HUGE_PAGE: usize = 2 << 20;
 
 /// A mapped segment is mapped in this many words at a time, ahead of the
@@ -408,14 +409,14 @@ impl Ring {
 
     /// A ring of exactly `words` words (a power of two; tiny ones for models)
     /// that never grows, with a budget of its own.
-    #[cfg(any(test, ringtrace_loom))]
+    #[cfg(test)]
     pub(crate) fn with_words(words: usize, overwrite: bool) -> Ring {
         Ring::growable(words, words, overwrite, Budget::leaked(u64::MAX))
     }
 
     /// A ring of `words` words growing up to `max_words` within `budget`
     /// (for models and tests; takes the first segment from the budget).
-    #[cfg(any(test, ringtrace_loom))]
+    #[cfg(test)]
     pub(crate) fn growable(
         words: usize,
         max_words: usize,
