@@ -137,7 +137,7 @@ impl Flusher {
             None => (None, None),
         };
         let mut recorder = (overwrite && encoder.is_some()).then(|| Recorder::new(recorder_bytes));
-        let mut finished: Vec<Arc<ThreadRing>> = Vec::new();
+        let mut finished: Vec<(Arc<ThreadRing>, u64)> = Vec::new();
         // With system tracing on, call sites also record categories only a
         // tracing session wants: the file keeps to its own filter.
         let mut file_filter = system.as_ref().map(|_| (RecordFilter::default(), u64::MAX));
@@ -305,12 +305,17 @@ impl Flusher {
                 if retired && tr.ring.used_words() == 0 {
                     // A thread the recorder still holds records of is
                     // finished when they are written out or forgotten.
-                    if !recorder.as_mut().is_some_and(|r| r.thread_exited(tr)) {
+                    let unmarked = match recorder.as_mut() {
+                        Some(rec) => rec.thread_exited(tr),
+                        None => Some(0),
+                    };
+                    if let Some(unmarked) = unmarked {
                         thread_finished(
                             &mut encoder,
                             &mut system,
                             &mut ctx,
                             tr,
+                            unmarked,
                             &mut stats,
                             &mut out,
                         );
@@ -328,12 +333,13 @@ impl Flusher {
                     process: &process,
                     sites: &mut sites,
                 };
-                for tr in finished.drain(..) {
+                for (tr, unmarked) in finished.drain(..) {
                     thread_finished(
                         &mut encoder,
                         &mut system,
                         &mut ctx,
                         &tr,
+                        unmarked,
                         &mut stats,
                         &mut out,
                     );
@@ -397,6 +403,7 @@ impl Flusher {
                             &mut system,
                             &mut ctx,
                             tr,
+                            0,
                             &mut stats,
                             &mut out,
                         );
@@ -505,11 +512,13 @@ pub(crate) fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
 }
 
 /// Reports drops not yet marked in the stream, and forgets the thread.
+#[allow(clippy::too_many_arguments)]
 fn thread_finished(
     encoder: &mut Option<Box<dyn Encoder>>,
     system: &mut Option<SystemFeed>,
     ctx: &mut Context<'_>,
     tr: &ThreadRing,
+    unmarked: u64,
     stats: &mut Stats,
     out: &mut Vec<u8>,
 ) {
@@ -517,8 +526,10 @@ fn thread_finished(
     stats.events_lost += tr.ring.dropped();
     let pending = tr.ring.pending_lost();
     if let Some(e) = encoder.as_deref_mut() {
-        if pending > 0 {
-            e.note_lost(ctx, tr, pending, out);
+        // `unmarked`: losses the flight recorder counted and had no record
+        // of the thread left to mark them next to.
+        if pending + unmarked > 0 {
+            e.note_lost(ctx, tr, pending + unmarked, out);
         }
         e.thread_done(ctx, tr.seq_id, out);
     }

@@ -19,9 +19,13 @@ use std::collections::{HashMap, VecDeque};
 /// Largest run of records one entry holds: what is forgotten at once.
 const ENTRY_WORDS: usize = 4096;
 
+/// Words before an entry's records (see `Recorder::words`).
+const ENTRY_HEADER: usize = 3;
+
 pub(crate) struct Recorder {
-    /// Entries, oldest first: `[seq_id << 32 | records, len]`, then `len`
-    /// words of whole records of that thread.
+    /// Entries, oldest first: `[seq_id << 32 | records, marked, len]` (the
+    /// records other than loss markers, and the records those markers
+    /// stand for), then `len` words of whole records of that thread.
     words: VecDeque<u64>,
     cap_words: usize,
     threads: HashMap<u32, Held>,
@@ -64,7 +68,7 @@ impl Recorder {
         thread: &Arc<ThreadRing>,
         records: &[u64],
         overwritten_in_ring: u64,
-        finished: &mut Vec<Arc<ThreadRing>>,
+        finished: &mut Vec<(Arc<ThreadRing>, u64)>,
     ) -> u64 {
         if overwritten_in_ring > 0 {
             // Counted by the caller; marked before the thread's next entry.
@@ -75,19 +79,18 @@ impl Recorder {
         while i < records.len() {
             // One entry: whole records, up to ENTRY_WORDS words (or one
             // record, if larger).
-            let (start, mut n, mut count) = (i, 0usize, 0u64);
+            let (start, mut n) = (i, 0usize);
             while i < records.len() {
                 let len = header_len(records[i]) as usize;
                 if n > 0 && n + len > ENTRY_WORDS {
                     break;
                 }
                 n += len;
-                count += 1;
                 i += len;
             }
-            let need = n + 2;
+            let (events, marked) = count_records(&records[start..i]);
+            let need = n + ENTRY_HEADER;
             if need > self.cap_words {
-                let (events, marked) = count_records(&records[start..i]);
                 forgotten += events;
                 self.held(thread).forgotten += events + marked;
                 continue;
@@ -95,7 +98,8 @@ impl Recorder {
             while self.words.len() + need > self.cap_words {
                 forgotten += self.forget_oldest(finished);
             }
-            self.words.push_back((thread.seq_id as u64) << 32 | count);
+            self.words.push_back((thread.seq_id as u64) << 32 | events);
+            self.words.push_back(marked);
             self.words.push_back(n as u64);
             self.words.extend(&records[start..i]);
             self.held(thread).entries += 1;
@@ -123,37 +127,44 @@ impl Recorder {
         self.words.drain(..len);
     }
 
-    /// `thread` exited and its ring is drained for good. Returns false if
-    /// nothing of it is held (the caller finishes it now); else the recorder
-    /// hands it back to be finished once it is written out or forgotten.
-    pub(crate) fn thread_exited(&mut self, thread: &ThreadRing) -> bool {
+    /// `thread` exited and its ring is drained for good. Returns `None` if
+    /// entries of it are held: the recorder hands it back to be finished
+    /// once they are written out or forgotten. Else the caller finishes it
+    /// now, marking the returned count of its forgotten records (so that an
+    /// exited thread's ring is not kept, in the budget, until a write-out).
+    pub(crate) fn thread_exited(&mut self, thread: &ThreadRing) -> Option<u64> {
         match self.threads.get_mut(&thread.seq_id) {
-            Some(held) => {
+            Some(held) if held.entries > 0 => {
                 held.exited = true;
-                true
+                None
             }
-            None => false,
+            Some(_) => self.threads.remove(&thread.seq_id).map(|h| h.forgotten),
+            None => Some(0),
         }
     }
 
     /// Forgets the oldest entry; returns how many records it held (its loss
     /// markers aside; they are marked again with the thread's next entry).
-    fn forget_oldest(&mut self, finished: &mut Vec<Arc<ThreadRing>>) -> u64 {
-        let head = self.words.pop_front().expect("an entry to forget");
-        let len = self.words.pop_front().expect("entry length") as usize;
-        self.take_front(len);
-        let (n, marked) = count_records(&self.scratch);
-        let seq = (head >> 32) as u32;
+    fn forget_oldest(&mut self, finished: &mut Vec<(Arc<ThreadRing>, u64)>) -> u64 {
+        let (head, marked, len) = self.pop_entry_header();
+        self.words.drain(..len);
+        let (seq, n) = ((head >> 32) as u32, head & 0xffff_ffff);
         let held = self.threads.get_mut(&seq).expect("entry of a held thread");
         held.entries -= 1;
         held.forgotten += n + marked;
         if held.entries == 0 && held.exited {
-            // Nothing of that thread is left to write: its losses are
-            // counted, but there is no record left to mark them next to.
+            // Nothing of that thread is left to write: the caller marks its
+            // losses as it finishes it.
             let held = self.threads.remove(&seq).expect("held");
-            finished.push(held.thread);
+            finished.push((held.thread, held.forgotten));
         }
         n
+    }
+
+    /// Pops the oldest entry's header: its first word, marked count, length.
+    fn pop_entry_header(&mut self) -> (u64, u64, usize) {
+        let mut next = || self.words.pop_front().expect("an entry header");
+        (next(), next(), next() as usize)
     }
 
     /// Writes every entry out through `encoder`, oldest first, with the
@@ -167,29 +178,41 @@ impl Recorder {
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
         mut spill: impl FnMut(&mut Vec<u8>),
-        finished: &mut Vec<Arc<ThreadRing>>,
+        finished: &mut Vec<(Arc<ThreadRing>, u64)>,
     ) {
-        while let Some(head) = self.words.pop_front() {
-            let len = self.words.pop_front().expect("entry length") as usize;
-            self.take_front(len);
+        while !self.words.is_empty() {
+            let (head, _, len) = self.pop_entry_header();
+            // An entry in one piece of the store is encoded where it is;
+            // one that wraps is copied together first.
+            let whole = self.words.as_slices().0.len() >= len;
+            if !whole {
+                self.take_front(len);
+            }
+            let words = match whole {
+                true => &self.words.as_slices().0[..len],
+                false => &self.scratch[..],
+            };
             let held = self
                 .threads
                 .get_mut(&((head >> 32) as u32))
                 .expect("entry of a held thread");
             let batch = Batch {
                 thread: &held.thread,
-                words: &self.scratch,
+                words,
                 overwritten: std::mem::take(&mut held.forgotten),
             };
             encoder.batch(ctx, &batch, out);
             spill(out);
+            if whole {
+                self.words.drain(..len);
+            }
         }
         for (_, held) in self.threads.drain() {
             if held.forgotten > 0 {
                 encoder.note_lost(ctx, &held.thread, held.forgotten, out);
             }
             if held.exited {
-                finished.push(held.thread);
+                finished.push((held.thread, 0)); // losses marked just above
             }
         }
     }
@@ -209,4 +232,68 @@ fn count_records(words: &[u64]) -> (u64, u64) {
         i += len;
     }
     (n, marked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::budget::Budget;
+    use crate::record::registry::THREAD_BYTES;
+    use crate::record::ring::{make_header, Ring};
+
+    fn thread(seq: u32) -> Arc<ThreadRing> {
+        let budget = Budget::leaked(u64::MAX);
+        assert!(budget.try_take(THREAD_BYTES));
+        let ring = Ring::with_words(64, true);
+        Arc::new(ThreadRing::new(
+            ring,
+            1,
+            seq,
+            1,
+            seq as i64,
+            String::new(),
+            budget,
+        ))
+    }
+
+    /// `n` records of 4 words, of a kind that is not a loss marker.
+    fn records(n: usize) -> Vec<u64> {
+        (0..n)
+            .flat_map(|i| [make_header(9, 4, i as u64), 0, 0, 0])
+            .collect()
+    }
+
+    /// A thread whose entries were all forgotten before it exited is
+    /// finished at once, with its losses to mark, and the recorder keeps
+    /// no reference to it; one with entries left is kept until they go.
+    #[test]
+    fn an_exited_thread_with_nothing_left_is_let_go_at_once() {
+        let mut rec = Recorder::new(8 * 2 * (ENTRY_WORDS as u64 + ENTRY_HEADER as u64));
+        let (a, b) = (thread(2), thread(3));
+        let mut finished = Vec::new();
+        assert_eq!(rec.push(&a, &records(10), 5, &mut finished), 0);
+        // Two full entries of `b` fill the store: `a`'s entry is forgotten.
+        let full = records(ENTRY_WORDS / 4);
+        let forgotten: u64 = (0..2).map(|_| rec.push(&b, &full, 0, &mut finished)).sum();
+        assert_eq!(forgotten, 10);
+        assert!(finished.is_empty());
+        assert_eq!(
+            rec.thread_exited(&a),
+            Some(15),
+            "10 forgotten + 5 overwritten"
+        );
+        assert_eq!(Arc::strong_count(&a), 1, "the recorder let it go");
+        assert_eq!(rec.thread_exited(&b), None, "b still has entries");
+        let c = thread(4);
+        assert_eq!(rec.push(&c, &full, 0, &mut finished), full.len() as u64 / 4);
+        assert!(finished.is_empty(), "b has an entry left");
+        rec.push(&c, &full, 0, &mut finished);
+        assert_eq!(finished.len(), 1, "b's last entry forgotten: finished");
+        assert!(Arc::ptr_eq(&finished[0].0, &b));
+        assert_eq!(
+            finished[0].1,
+            2 * full.len() as u64 / 4,
+            "its losses, to mark"
+        );
+    }
 }
