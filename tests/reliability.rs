@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use prost::Message;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -225,6 +226,44 @@ fn write_errors_are_reported_once_and_the_program_goes_on() {
         1,
         "{stderr}"
     );
+}
+
+/// A write the file size limit cuts part-way (as a full disk would) leaves
+/// a file that ends on an event boundary: the Perfetto file decodes
+/// strictly, the JSON one loads once its `]` is appended.
+#[test]
+fn a_write_cut_part_way_leaves_whole_events() {
+    let dir = scratch("sizelimit");
+    for ext in ["pftrace", "json"] {
+        let trace = dir.join(format!("cut.{ext}"));
+        let (out, expect) = run_scenario("size_limit", &trace, &[]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expect = expect.unwrap();
+        let err = expect["stop_error"]
+            .as_str()
+            .expect("stop reports the error");
+        assert!(err.contains("too large"), "{err}");
+        let bytes = std::fs::read(&trace).unwrap();
+        assert!(bytes.len() as u64 <= expect["limit"].as_u64().unwrap());
+        let n = if ext == "pftrace" {
+            ringtrace_protos::Trace::decode(bytes.as_slice())
+                .unwrap_or_else(|e| panic!("a strict parser rejects the file: {e}"));
+            slices_named(&perfetto_model(&trace), "cut").len()
+        } else {
+            let mut text = bytes;
+            text.push(b']');
+            let events: Vec<Value> = serde_json::from_slice(&text).unwrap_or_else(|e| {
+                let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(200)..]);
+                panic!("the file + ']' does not parse: {e}; it ends with {tail:?}")
+            });
+            events.iter().filter(|e| e["name"] == "cut").count()
+        };
+        assert!(n > 100, "{ext}: {n} events before the limit");
+    }
 }
 
 #[test]

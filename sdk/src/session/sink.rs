@@ -99,6 +99,10 @@ pub(crate) struct Sink {
     error: Option<std::io::Error>,
     written: u64,
     pub(crate) bytes_dropped: u64,
+    /// The file of a file sink: cut back to the last whole hand-over when a
+    /// write fails part-way (a full disk, a size limit), so the file ends
+    /// on an event boundary rather than inside an event.
+    file: Option<std::fs::File>,
 }
 
 impl Sink {
@@ -113,14 +117,17 @@ impl Sink {
             error: None,
             written: 0,
             bytes_dropped: 0,
+            file: None,
         }
     }
 
     /// A sink writing a new file (at offset 0) with one `write` per hand-over,
     /// laid out so that a kill leaves whole `units` (module docs).
     pub(crate) fn file(file: std::fs::File, what: String, units: Units) -> Sink {
+        let kept = file.try_clone().ok();
         let mut sink = Sink::new(Box::new(file), what);
         sink.units = Some(units);
+        sink.file = kept;
         sink
     }
 
@@ -135,6 +142,11 @@ impl Sink {
         if buf.is_empty() {
             return;
         }
+        if self.error.is_some() {
+            self.bytes_dropped += buf.len() as u64;
+            buf.clear();
+            return;
+        }
         if self.compress {
             self.scratch.clear();
             compress_packets(buf, &mut self.scratch);
@@ -145,13 +157,17 @@ impl Sink {
             lay_out(buf, self.written, units, &mut self.laid_out);
             std::mem::swap(buf, &mut self.laid_out);
         }
-        if self.error.is_none() {
-            match self.out.write_all(buf) {
-                Ok(()) => self.written += buf.len() as u64,
-                Err(e) => self.fail(e),
+        match self.out.write_all(buf) {
+            Ok(()) => self.written += buf.len() as u64,
+            Err(e) => {
+                self.bytes_dropped += buf.len() as u64;
+                if let Some(f) = &self.file {
+                    // Whatever part of `buf` got in is cut away (best effort:
+                    // where even that fails, the part stays).
+                    let _ = f.set_len(self.written);
+                }
+                self.fail(e)
             }
-        } else {
-            self.bytes_dropped += buf.len() as u64;
         }
         buf.clear();
     }

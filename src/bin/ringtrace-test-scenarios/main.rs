@@ -57,6 +57,7 @@ fn main() {
         "churn" => churn(&trace),
         "bad_input" => bad_input(&trace),
         "io_fault" => io_fault(),
+        "size_limit" => size_limit(&trace),
         "attribute" => attribute(&trace),
         "random_events" => random_events(&trace, args[4].parse().unwrap()),
         "phases" => phases::phases(&trace),
@@ -469,6 +470,38 @@ fn io_fault() -> Value {
     }
     let err = guard.stop().err().map(|e| e.to_string());
     json!({"stop_error": err, "program_continued": true})
+}
+
+/// Bytes the `size_limit` scenario may write into a file (RLIMIT_FSIZE).
+const FILE_SIZE_LIMIT: u64 = 300_000;
+
+/// A write cut part-way by the file size limit (as by a full disk): the
+/// file must end on an event boundary, and the program goes on.
+fn size_limit(trace: &str) -> Value {
+    let limit = libc::rlimit {
+        rlim_cur: FILE_SIZE_LIMIT,
+        rlim_max: FILE_SIZE_LIMIT,
+    };
+    // SAFETY: ignoring SIGXFSZ (so an over-limit write fails with EFBIG
+    // instead of ending the process) and lowering this process's own
+    // limit; both take plain values.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+    }
+    let guard = ringtrace::builder()
+        .output(trace)
+        .flush_interval(Duration::from_millis(5))
+        .start()
+        .unwrap();
+    for i in 0..40_000u64 {
+        ringtrace::trace_scope!("cut", label = "some text to make events longer", i = i);
+        if i % 200 == 0 {
+            thread::sleep(Duration::from_millis(1)); // many writes, each small
+        }
+    }
+    let err = guard.stop().err().map(|e| e.to_string());
+    json!({"stop_error": err, "limit": FILE_SIZE_LIMIT})
 }
 
 /// A random event sequence (seeded): scopes with random nesting, instants and
