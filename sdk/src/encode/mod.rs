@@ -227,6 +227,35 @@ impl ScopeStack {
         orphaned
     }
 
+    /// A begin at `depth` that orphans nothing (deeper than the innermost
+    /// open scope), kept without args: true. Else nothing is done (the
+    /// caller takes [`Self::begin`]'s path).
+    #[inline]
+    pub(crate) fn try_begin_plain(&mut self, depth: u32, site: u32, ts_ns: u64) -> bool {
+        if self.open.last().is_none_or(|top| top.depth < depth) {
+            self.open.push(OpenScope {
+                depth,
+                site,
+                ts_ns,
+                args: Vec::new(),
+            });
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The end of the innermost scope, if it is at `depth` (what
+    /// [`Self::end`] matches without orphans); else nothing is done.
+    #[inline]
+    pub(crate) fn try_end_top(&mut self, depth: u32) -> Option<OpenScope> {
+        if self.open.last().is_some_and(|top| top.depth == depth) {
+            self.open.pop()
+        } else {
+            None
+        }
+    }
+
     #[inline]
     pub(crate) fn end(&mut self, depth: u32) -> EndMatch {
         if self.open.last().is_some_and(|top| top.depth == depth) {

@@ -25,6 +25,7 @@ use crate::sys;
 use std::collections::HashMap;
 
 mod events;
+mod fast;
 
 // TracePacket
 const P_TIMESTAMP: u32 = 8;
@@ -154,6 +155,10 @@ struct Seq {
     flows: Vec<u64>,
     /// State of the typed event API's events (`events`).
     ext: events::SeqExt,
+    /// Packet templates of plain begins by call site id, and of plain ends
+    /// (`fast`); forgotten with the interning.
+    begin_tmpl: Vec<fast::Tmpl>,
+    end_tmpl: fast::Tmpl,
 }
 
 impl Seq {
@@ -184,6 +189,8 @@ impl Seq {
             stack: ScopeStack::default(),
             flows: Vec::new(),
             ext: events::SeqExt::default(),
+            begin_tmpl: Vec::new(),
+            end_tmpl: fast::Tmpl::default(),
         }
     }
 
@@ -200,6 +207,7 @@ impl Seq {
         self.next_loc_iid = 1;
         self.described.clear();
         self.ext.clear_interning();
+        self.begin_tmpl.clear();
     }
 }
 
@@ -323,9 +331,7 @@ impl Encoder for PerfettoEncoder {
             seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
             seq.lost_unreported += batch.overwritten;
         }
-        for rec in parse(batch.words) {
-            self.record(ctx, &mut seq, rec, out);
-        }
+        self.records(ctx, &mut seq, batch.words, out);
         self.seqs.insert(t.seq_id, seq);
     }
 
@@ -406,6 +412,9 @@ impl PerfettoEncoder {
                     self.end_orphan(seq, ts, orphan, out);
                 }
                 self.event(seq, ts, TYPE_SLICE_BEGIN, None, Some(cs), args, out);
+                if args.is_empty() && cs.arg_names.is_empty() {
+                    self.note_plain_begin(seq, cs);
+                }
             }
             Record::End { depth, .. } => {
                 let m = seq.stack.end(depth);
