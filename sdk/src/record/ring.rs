@@ -761,7 +761,8 @@ impl Ring {
         seen_overwritten: &mut u64,
     ) -> Drained {
         let base = out.len();
-        let mut starts: Vec<(u64, usize)> = Vec::new();
+        // Where each record copied starts in the ring (ascending).
+        let mut starts: Vec<u64> = Vec::new();
         loop {
             out.truncate(base);
             starts.clear();
@@ -775,9 +776,15 @@ impl Ring {
             let mut index = self.freed.load(Ordering::Relaxed); // only we write it
             let mut seg = SegmentView::of(self.slot(index));
             let mut next_start = self.next_start(index, made);
+            // Records are found by their headers, then the words of each
+            // segment's run of them are copied at once; `out[base..]` holds
+            // the ring's words `tail..pos` in order.
             let mut pos = tail;
+            let mut copied = tail;
             while pos < head && (pos - tail) < max_words as u64 {
                 if pos >= next_start {
+                    seg.copy(copied, pos, out);
+                    copied = pos;
                     index += 1;
                     seg = SegmentView::of(self.slot(index));
                     next_start = self.next_start(index, made);
@@ -787,12 +794,10 @@ impl Ring {
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
-                starts.push((pos, out.len()));
-                for p in pos..pos + len {
-                    out.push(seg.word(p));
-                }
+                starts.push(pos);
                 pos += len;
             }
+            seg.copy(copied, pos, out);
             let mut from = tail;
             loop {
                 if from == pos {
@@ -803,20 +808,17 @@ impl Ring {
                     .compare_exchange(from, pos, Ordering::AcqRel, Ordering::Acquire)
                 {
                     Ok(_) => break,
-                    Err(now) => match starts.iter().position(|&(p, _)| p == now) {
+                    Err(now) => match starts.binary_search(&now) {
                         // The producer freed the records before `now`: drop
-                        // their (possibly torn) copies, keep the rest.
-                        Some(i) => {
-                            let cut = starts[i].1;
-                            out.drain(base..cut);
-                            let shift = cut - base;
+                        // their (possibly torn) copies, keep the rest (whose
+                        // headers were read before they could be freed, so
+                        // they are whole and `now` is where one starts).
+                        Ok(i) => {
+                            out.drain(base..base + (now - from) as usize);
                             starts.drain(..i);
-                            for s in starts.iter_mut() {
-                                s.1 -= shift;
-                            }
                             from = now;
                         }
-                        None => {
+                        Err(_) => {
                             from = u64::MAX; // start over from the new tail
                             break;
                         }
@@ -887,6 +889,12 @@ impl SegmentView {
             base: slot.base.load(Ordering::Relaxed),
             mask: slot.len.load(Ordering::Relaxed) - 1,
         }
+    }
+
+    /// Appends the words at positions `from..to` to `out`.
+    #[inline(always)]
+    fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>) {
+        out.extend((from..to).map(|p| self.word(p)));
     }
 
     #[inline(always)]
