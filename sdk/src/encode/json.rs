@@ -132,6 +132,9 @@ pub(crate) struct JsonEncoder {
     /// Per call site id: `{"name":..,"cat":..,"ph":"` escaped once (empty:
     /// not made yet).
     heads: Vec<Vec<u8>>,
+    /// Per call site id: the head of its `X` events, up to the timestamp
+    /// (`{"name":..,"cat":..,"ph":"X","ts":`; empty: not made yet).
+    x_heads: Vec<Vec<u8>>,
     stats: EncodeStats,
     /// True once the first event is written (separators go before the rest).
     wrote_event: bool,
@@ -534,6 +537,12 @@ impl JsonEncoder {
             return;
         };
         self.stats.events += 1;
+        if flows.is_empty()
+            && cs.arg_names.is_empty()
+            && extra.is_none_or(|(end_cs, _)| end_cs.arg_names.is_empty())
+        {
+            return self.plain_x(cs, scope.ts_ns, end_ns, t, out);
+        }
         self.head_site(cs, "X", scope.ts_ns, t.0, t.1);
         self.line.push_str(",\"dur\":");
         micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
@@ -575,6 +584,49 @@ impl JsonEncoder {
         }
         self.line.push('}');
         self.push_event(out);
+    }
+}
+
+impl JsonEncoder {
+    /// An `X` event without args or flows, written straight into `out`
+    /// (what `head_site`, `dur` and `push_event` write, without building
+    /// the line first): its head up to the timestamp is kept per call site.
+    #[inline]
+    fn plain_x(&mut self, cs: &Callsite, ts_ns: u64, end_ns: u64, t: (i32, i64), out: &mut Vec<u8>) {
+        let idx = cs.id() as usize;
+        if self.x_heads.len() <= idx {
+            self.x_heads.resize_with(idx + 1, Vec::new);
+        }
+        if self.x_heads[idx].is_empty() {
+            let mut h = Line::default();
+            h.push_str("{\"name\":");
+            escape_into(&mut h, cs.name);
+            h.push_str(",\"cat\":");
+            escape_into(&mut h, cs.category);
+            h.push_str(",\"ph\":\"X\",\"ts\":");
+            self.x_heads[idx] = h.0;
+        }
+        if self.who.2.is_empty() || self.who.0 != t.0 || self.who.1 != t.1 {
+            let mut w = Line(std::mem::take(&mut self.who.2));
+            w.clear();
+            who_into(&mut w, t.0, t.1);
+            self.who = (t.0, t.1, w.0);
+        }
+        let head = &self.x_heads[idx];
+        let mut l = Line(std::mem::take(out));
+        // Separator, head, two numbers of at most 25 bytes, `,"dur":`, `}`.
+        l.0.reserve(2 + head.len() + self.who.2.len() + 2 * 25 + 8);
+        if self.wrote_event {
+            l.0.extend_from_slice(b",\n");
+        }
+        self.wrote_event = true;
+        l.0.extend_from_slice(head);
+        micros(&mut l, ts_ns);
+        l.0.extend_from_slice(&self.who.2);
+        l.0.extend_from_slice(b",\"dur\":");
+        micros(&mut l, end_ns.saturating_sub(ts_ns));
+        l.0.push(b'}');
+        *out = l.0;
     }
 }
 
@@ -759,6 +811,40 @@ fn value_into(l: &mut Line, r: &mut ArgReader<'_>, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_x_writes_what_the_general_path_writes() {
+        use crate::record::callsite::CallsiteKind;
+        static S: Callsite =
+            Callsite::new("c\"at", "na\\me", "f.rs", 1, "m", &[], CallsiteKind::Scope);
+        static T: Callsite = Callsite::new("cat", "other", "f.rs", 2, "m", &[], CallsiteKind::Scope);
+        S.is_enabled();
+        T.is_enabled();
+        let (mut fast, mut general) = (JsonEncoder::new(), JsonEncoder::new());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let cases = [
+            (&S, 0, 0, (1, 2)),
+            (&S, 1_234_567, 999, (1, 2)),
+            (&T, u64::MAX / 2, 123_456_789_012, (1, 3)),
+            (&S, 7, 1, (-1, -5)),
+            (&T, 1_000_000_000_000, 0, (1, 2)),
+        ];
+        for (i, &(cs, ts, dur, who)) in cases.iter().enumerate() {
+            fast.plain_x(cs, ts, ts + dur, who, &mut a);
+            // `complete_with`'s general path.
+            general.head_site(cs, "X", ts, who.0, who.1);
+            general.line.push_str(",\"dur\":");
+            micros(&mut general.line, dur);
+            general.args(cs, &[], None);
+            general.line.push('}');
+            general.push_event(&mut b);
+            assert_eq!(
+                String::from_utf8_lossy(&a),
+                String::from_utf8_lossy(&b),
+                "after case {i}"
+            );
+        }
+    }
 
     #[test]
     fn strings_are_escaped() {
