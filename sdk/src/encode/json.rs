@@ -592,7 +592,14 @@ impl JsonEncoder {
     /// (what `head_site`, `dur` and `push_event` write, without building
     /// the line first): its head up to the timestamp is kept per call site.
     #[inline]
-    fn plain_x(&mut self, cs: &Callsite, ts_ns: u64, end_ns: u64, t: (i32, i64), out: &mut Vec<u8>) {
+    fn plain_x(
+        &mut self,
+        cs: &Callsite,
+        ts_ns: u64,
+        end_ns: u64,
+        t: (i32, i64),
+        out: &mut Vec<u8>,
+    ) {
         let idx = cs.id() as usize;
         if self.x_heads.len() <= idx {
             self.x_heads.resize_with(idx + 1, Vec::new);
@@ -817,7 +824,8 @@ mod tests {
         use crate::record::callsite::CallsiteKind;
         static S: Callsite =
             Callsite::new("c\"at", "na\\me", "f.rs", 1, "m", &[], CallsiteKind::Scope);
-        static T: Callsite = Callsite::new("cat", "other", "f.rs", 2, "m", &[], CallsiteKind::Scope);
+        static T: Callsite =
+            Callsite::new("cat", "other", "f.rs", 2, "m", &[], CallsiteKind::Scope);
         S.is_enabled();
         T.is_enabled();
         let (mut fast, mut general) = (JsonEncoder::new(), JsonEncoder::new());

@@ -412,9 +412,7 @@ impl PerfettoEncoder {
                     self.end_orphan(seq, ts, orphan, out);
                 }
                 self.event(seq, ts, TYPE_SLICE_BEGIN, None, Some(cs), args, out);
-                if args.is_empty() && cs.arg_names.is_empty() {
-                    self.note_plain_begin(seq, cs);
-                }
+                self.note_begin(seq, cs);
             }
             Record::End { depth, .. } => {
                 let m = seq.stack.end(depth);

@@ -32,15 +32,21 @@ const PACKET_MAX: usize = 3 + 10 + TMPL_MAX;
 #[derive(Clone, Copy)]
 pub(super) struct Tmpl {
     len: u8,
+    /// Where the track event's head starts (the sequence's fields before).
+    te_at: u8,
+    /// The call site has no arguments: the template is the whole packet.
+    plain: bool,
     /// The template, then zeros (a fixed-size copy writes it all).
-    bytes: [MaybeUninit<u8>; TMPL_MAX],
+    bytes: [u8; TMPL_MAX],
 }
 
 impl Default for Tmpl {
     fn default() -> Self {
         Tmpl {
             len: 0,
-            bytes: [MaybeUninit::new(0); TMPL_MAX],
+            te_at: 0,
+            plain: true,
+            bytes: [0; TMPL_MAX],
         }
     }
 }
@@ -54,14 +60,14 @@ impl Tmpl {
         if flag {
             uint(&mut v, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
         }
+        let te_at = v.len();
         len_head(&mut v, P_TRACK_EVENT, te.len());
         v.extend_from_slice(te);
         let mut t = Tmpl::default();
-        if v.len() <= TMPL_MAX {
+        if v.len() <= TMPL_MAX && te.len() < 0x80 {
             t.len = v.len() as u8;
-            for (d, &s) in t.bytes.iter_mut().zip(&v) {
-                *d = MaybeUninit::new(s);
-            }
+            t.te_at = te_at as u8;
+            t.bytes[..v.len()].copy_from_slice(&v);
         }
         t
     }
@@ -69,6 +75,19 @@ impl Tmpl {
 
 /// Bytes `out` is grown by when it has no room for a packet.
 const GROW: usize = 64 * 1024;
+
+impl Tmpl {
+    /// The sequence's fields (id, flags).
+    fn seq_part(&self) -> &[u8] {
+        &self.bytes[..self.te_at as usize]
+    }
+
+    /// The track event's fields before any argument (category, type, name,
+    /// source location).
+    fn te_part(&self) -> &[u8] {
+        &self.bytes[self.te_at as usize + 2..self.len as usize]
+    }
+}
 
 /// Appends a packet to `out`: `delta` on the sequence clock, then `t`'s
 /// bytes. One capacity check, a few stores and a fixed-size copy.
@@ -88,7 +107,9 @@ fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
     }
     b[n] = MaybeUninit::new(v as u8);
     n += 1;
-    b[n..n + TMPL_MAX].copy_from_slice(&t.bytes);
+    for (d, &s) in b[n..n + TMPL_MAX].iter_mut().zip(&t.bytes) {
+        *d = MaybeUninit::new(s);
+    }
     let total = n + t.len as usize;
     b[0] = MaybeUninit::new(0x0a); // Trace.packet
     b[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
@@ -118,15 +139,17 @@ impl PerfettoEncoder {
             if len < 2 || pos + len > words.len() {
                 break; // cut: as `parse`, nothing after it is read
             }
-            if len == 2 && seq.valid {
+            if seq.valid {
                 let ts = words[pos + 1];
                 let done = match header_kind(hdr) {
-                    KIND_BEGIN => self.fast_begin(ctx, seq, hdr, ts, out),
-                    KIND_END => self.fast_end(ctx, seq, hdr, ts, out),
+                    KIND_BEGIN => {
+                        self.fast_begin(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
+                    }
+                    KIND_END if len == 2 => self.fast_end(ctx, seq, hdr, ts, out),
                     _ => false,
                 };
                 if done {
-                    pos += 2;
+                    pos += len;
                     continue;
                 }
             }
@@ -137,15 +160,17 @@ impl PerfettoEncoder {
         }
     }
 
-    /// A BEGIN without args of a call site with a template, orphaning
-    /// nothing, with no flows waiting for it.
+    /// A BEGIN of a call site with a template, orphaning nothing, with no
+    /// flows waiting for it. Args are written as the general path writes
+    /// them, after the template's track event fields.
     #[inline(always)]
     fn fast_begin(
         &mut self,
-        ctx: &Context<'_>,
+        ctx: &mut Context<'_>,
         seq: &mut Seq,
         hdr: u64,
         ticks: u64,
+        args: &[u64],
         out: &mut Vec<u8>,
     ) -> bool {
         let payload = header_payload(hdr);
@@ -158,14 +183,59 @@ impl PerfettoEncoder {
             return false;
         }
         let t = *t;
+        let cs = if t.plain && args.is_empty() {
+            None
+        } else {
+            match ctx.sites.get(site) {
+                Some(cs) => Some(cs),
+                None => return false,
+            }
+        };
         let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
         if !seq.stack.try_begin_plain(depth, site, ts) {
             return false;
         }
         self.stats.events += 1;
         let delta = self.advance(seq, ts);
-        put(out, delta, &t);
+        match cs {
+            None => put(out, delta, &t),
+            Some(cs) => self.begin_with_args(seq, cs, args, delta, &t, out),
+        }
         true
+    }
+
+    /// A begin whose call site has arguments (or whose record has words the
+    /// site does not name): the template's fields, then the annotations.
+    fn begin_with_args(
+        &mut self,
+        seq: &mut Seq,
+        cs: &'static Callsite,
+        args: &[u64],
+        delta: u64,
+        t: &Tmpl,
+        out: &mut Vec<u8>,
+    ) {
+        self.te.clear();
+        self.interned.clear();
+        self.te.extend_from_slice(t.te_part());
+        if !cs.arg_names.is_empty() {
+            annotations(seq, cs, args, &mut self.te, &mut self.interned);
+        }
+        if !self.interned.is_empty() {
+            // Not expected (the template was made when the names were
+            // interned); the general framing writes what was interned.
+            return self.emit(seq, delta, out);
+        }
+        let te_len = self.te.len();
+        let seq_part = t.seq_part();
+        let len =
+            uint_len(P_TIMESTAMP, delta) + seq_part.len() + len_field_len(P_TRACK_EVENT, te_len);
+        out.reserve(len + 10);
+        len_head(out, 1, len);
+        uint(out, P_TIMESTAMP, delta);
+        out.extend_from_slice(seq_part);
+        len_head(out, P_TRACK_EVENT, te_len);
+        out.extend_from_slice(&self.te);
     }
 
     /// An END of the innermost open scope with no flows waiting for it.
@@ -178,8 +248,11 @@ impl PerfettoEncoder {
         ticks: u64,
         out: &mut Vec<u8>,
     ) -> bool {
-        if seq.end_tmpl.len == 0 || !seq.flows.is_empty() {
+        if !seq.flows.is_empty() {
             return false;
+        }
+        if seq.end_tmpl.len == 0 {
+            self.make_end_template(seq);
         }
         let depth = header_payload(hdr) as u32;
         if seq.stack.try_end_top(depth).is_none() {
@@ -193,9 +266,10 @@ impl PerfettoEncoder {
         true
     }
 
-    /// After the general path wrote a plain begin of `cs` (its strings now
-    /// interned): keeps the templates of its later begins and of plain ends.
-    pub(super) fn note_plain_begin(&self, seq: &mut Seq, cs: &Callsite) {
+    /// After the general path wrote a begin of `cs` on the thread's track
+    /// (its strings, argument names included, now interned): keeps the
+    /// template of its later begins.
+    pub(super) fn note_begin(&self, seq: &mut Seq, cs: &Callsite) {
         let idx = cs.id() as usize;
         if seq.begin_tmpl.get(idx).is_some_and(|t| t.len > 0) {
             return; // kept already (flows or a lost end made it go this way)
@@ -222,13 +296,19 @@ impl PerfettoEncoder {
         if seq.begin_tmpl.len() <= idx {
             seq.begin_tmpl.resize(idx + 1, Tmpl::default());
         }
-        seq.begin_tmpl[idx] = Tmpl::of(seq_id, flag, &te);
-        if seq.end_tmpl.len == 0 {
-            // As `end_event` writes it without track, args or flows.
-            let mut te = Vec::with_capacity(2);
-            uint(&mut te, TE_TYPE, TYPE_SLICE_END);
-            seq.end_tmpl = Tmpl::of(seq_id, flag, &te);
-        }
+        let mut t = Tmpl::of(seq_id, flag, &te);
+        t.plain = cs.arg_names.is_empty();
+        seq.begin_tmpl[idx] = t;
+    }
+
+    /// The template of plain ends on `seq` (nothing in it is interned: it
+    /// is kept for the sequence's life).
+    #[cold]
+    fn make_end_template(&self, seq: &mut Seq) {
+        // As `end_event` writes it without track, args or flows.
+        let mut te = Vec::with_capacity(2);
+        uint(&mut te, TE_TYPE, TYPE_SLICE_END);
+        seq.end_tmpl = Tmpl::of(seq.seq_id as u64, !self.opts.omit_needs_flag, &te);
     }
 }
 
@@ -246,6 +326,15 @@ mod tests {
     static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
     static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);
     static C: Callsite = Callsite::new("fast", "c", "f.rs", 3, "m", &["x"], CallsiteKind::Scope);
+    static D: Callsite = Callsite::new(
+        "fast",
+        "d",
+        "f.rs",
+        4,
+        "m",
+        &["s", "i", "b", "f", "x"],
+        CallsiteKind::Scope,
+    );
 
     /// A stream of records: `push_*` append them with rising timestamps.
     struct Words {
@@ -267,7 +356,8 @@ mod tests {
         fn begin(&mut self, cs: &'static Callsite, depth: u64) -> &mut Self {
             assert!(cs.is_enabled() || cs.id() != 0);
             let ts = self.tick(37);
-            self.w.push(make_header(KIND_BEGIN, 2, cs.id() as u64 | depth << 24));
+            self.w
+                .push(make_header(KIND_BEGIN, 2, cs.id() as u64 | depth << 24));
             self.w.push(ts);
             self
         }
@@ -276,8 +366,32 @@ mod tests {
             let ts = self.tick(5000);
             let mut args = Vec::new();
             v.encode(&mut args);
-            self.w
-                .push(make_header(KIND_BEGIN, 2 + args.len(), cs.id() as u64 | depth << 24));
+            self.w.push(make_header(
+                KIND_BEGIN,
+                2 + args.len(),
+                cs.id() as u64 | depth << 24,
+            ));
+            self.w.push(ts);
+            self.w.extend(args);
+            self
+        }
+        fn begin_args(
+            &mut self,
+            cs: &'static Callsite,
+            depth: u64,
+            vals: &[&dyn TraceValue],
+        ) -> &mut Self {
+            assert!(cs.is_enabled() || cs.id() != 0);
+            let ts = self.tick(70);
+            let mut args = Vec::new();
+            for v in vals {
+                v.encode(&mut args);
+            }
+            self.w.push(make_header(
+                KIND_BEGIN,
+                2 + args.len(),
+                cs.id() as u64 | depth << 24,
+            ));
             self.w.push(ts);
             self.w.extend(args);
             self
@@ -432,16 +546,45 @@ mod tests {
         let mut steps = Vec::new();
         // First uses (interning), then repeats (templates), nested.
         for _ in 0..3 {
-            w.begin(&A, 0).begin(&B, 1).end(1).begin(&A, 1).end(1).end(0);
+            w.begin(&A, 0)
+                .begin(&B, 1)
+                .end(1)
+                .begin(&A, 1)
+                .end(1)
+                .end(0);
         }
         steps.push(Step::Words(w.take()));
         // Args, instants, flows waiting for an end, a lost end (orphan),
         // an end without a begin, an end with args, a loss marker.
-        w.begin(&A, 0).begin_arg(&C, 1, 7).begin(&B, 2).end(2).end(1);
+        w.begin(&A, 0)
+            .begin_arg(&C, 1, 7)
+            .begin(&B, 2)
+            .end(2)
+            .end(1);
         w.instant(&A).begin(&B, 1).flow(42).end(1).end(0);
-        w.begin(&A, 0).begin(&B, 1).begin(&B, 1).end(1).end(0).end(0);
-        w.begin(&B, 0).end_args(&B, 0, 9).begin(&A, 0).lost(3).end(0);
+        w.begin(&A, 0)
+            .begin(&B, 1)
+            .begin(&B, 1)
+            .end(1)
+            .end(0)
+            .end(0);
+        w.begin(&B, 0)
+            .end_args(&B, 0, 9)
+            .begin(&A, 0)
+            .lost(3)
+            .end(0);
         w.begin(&A, 0).begin(&B, 1).end(1).end(0);
+        steps.push(Step::Words(w.take()));
+        // Begins with args of every kind, first and later uses; a string
+        // long enough for two-byte lengths.
+        let long = "y".repeat(300);
+        for k in 0..3u64 {
+            let s: &str = if k == 1 { &long } else { "GET /users/{id}" };
+            w.begin_args(&D, 0, &[&s, &(-5i64 - k as i64), &(k == 2), &1.5f64, &k]);
+            w.begin_arg(&C, 1, k).end(1).end(0);
+        }
+        // A site with args whose record has none (read as absent values).
+        w.begin(&C, 0).end(0);
         steps.push(Step::Words(w.take()));
         // A long delta (a multi-byte varint), then the template again.
         w.begin(&A, 0);
@@ -461,14 +604,30 @@ mod tests {
         // clear would name A's later begins with B's iid.
         let mut w = Words::new();
         let mut steps = Vec::new();
-        w.begin(&A, 0).end(0).begin(&B, 0).end(0).begin(&A, 0).end(0);
+        w.begin(&A, 0)
+            .end(0)
+            .begin(&B, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0);
         steps.push(Step::Words(w.take()));
         steps.push(Step::Clear);
-        w.begin(&B, 0).end(0).begin(&A, 0).end(0).begin(&A, 0).end(0);
+        w.begin(&B, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0);
         w.begin(&B, 0).end(0);
         steps.push(Step::Words(w.take()));
         // A loss resets the sequence too.
-        w.lost(1).begin(&A, 0).end(0).begin(&B, 0).end(0).begin(&A, 0).end(0);
+        w.lost(1)
+            .begin(&A, 0)
+            .end(0)
+            .begin(&B, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0);
         steps.push(Step::Words(w.take()));
         for (opts, seq_id) in all_opts() {
             both(opts, seq_id, &steps);
