@@ -158,6 +158,7 @@ struct Seq {
     /// Packet templates of plain begins by call site id, and of plain ends
     /// (`fast`); forgotten with the interning.
     begin_tmpl: Vec<fast::Tmpl>,
+    instant_tmpl: Vec<fast::Tmpl>,
     end_tmpl: fast::Tmpl,
 }
 
@@ -190,6 +191,7 @@ impl Seq {
             flows: Vec::new(),
             ext: events::SeqExt::default(),
             begin_tmpl: Vec::new(),
+            instant_tmpl: Vec::new(),
             end_tmpl: fast::Tmpl::default(),
         }
     }
@@ -208,6 +210,7 @@ impl Seq {
         self.described.clear();
         self.ext.clear_interning();
         self.begin_tmpl.clear();
+        self.instant_tmpl.clear();
     }
 }
 
@@ -436,6 +439,7 @@ impl PerfettoEncoder {
                 };
                 self.ensure_valid(ctx, seq, ts, out);
                 self.event(seq, ts, TYPE_INSTANT, None, Some(cs), args, out);
+                self.note_instant(seq, cs);
             }
             Record::CounterI64 { site, value, .. } => {
                 let Some(cs) = ctx.sites.get(site) else {

@@ -17,7 +17,7 @@
 //! fixed-size stores per packet, no capacity check per field.
 
 use super::*;
-use crate::record::layout::{KIND_BEGIN, KIND_END};
+use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
 use crate::record::ring::{header_kind, header_len, header_payload};
 use std::mem::MaybeUninit;
 
@@ -146,6 +146,9 @@ impl PerfettoEncoder {
                         self.fast_begin(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
                     }
                     KIND_END if len == 2 => self.fast_end(ctx, seq, hdr, ts, out),
+                    KIND_INSTANT => {
+                        self.fast_instant(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
+                    }
                     _ => false,
                 };
                 if done {
@@ -204,7 +207,40 @@ impl PerfettoEncoder {
         true
     }
 
-    /// A begin whose call site has arguments (or whose record has words the
+    /// An INSTANT on the thread's track of a call site with a template.
+    #[inline(always)]
+    fn fast_instant(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        hdr: u64,
+        ticks: u64,
+        args: &[u64],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let site = (header_payload(hdr) & crate::record::layout::MAX_SITE_ID as u64) as u32;
+        let Some(t) = seq.instant_tmpl.get(site as usize) else {
+            return false;
+        };
+        if t.len == 0 {
+            return false;
+        }
+        let t = *t;
+        let Some(cs) = ctx.sites.get(site) else {
+            return false;
+        };
+        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        if t.plain {
+            put(out, delta, &t);
+        } else {
+            self.begin_with_args(seq, cs, args, delta, &t, out);
+        }
+        true
+    }
+
+    /// A begin (or instant) whose call site has arguments (or whose record has words the
     /// site does not name): the template's fields, then the annotations.
     fn begin_with_args(
         &mut self,
@@ -270,9 +306,38 @@ impl PerfettoEncoder {
     /// (its strings, argument names included, now interned): keeps the
     /// template of its later begins.
     pub(super) fn note_begin(&self, seq: &mut Seq, cs: &Callsite) {
+        let t = self.template(seq, cs, TYPE_SLICE_BEGIN, |seq| &mut seq.begin_tmpl);
+        if let Some(t) = t {
+            seq.begin_tmpl[cs.id() as usize] = t;
+        }
+    }
+
+    /// After the general path wrote an instant of `cs` on the thread's
+    /// track: keeps the template of its later instants.
+    pub(super) fn note_instant(&self, seq: &mut Seq, cs: &Callsite) {
+        let t = self.template(seq, cs, TYPE_INSTANT, |seq| &mut seq.instant_tmpl);
+        if let Some(t) = t {
+            seq.instant_tmpl[cs.id() as usize] = t;
+        }
+    }
+
+    /// The template of `cs`'s events of type `ty` (as `fill_event` writes
+    /// them) if `slot` (which it makes room in) has none yet and `cs`'s
+    /// strings are interned.
+    fn template(
+        &self,
+        seq: &mut Seq,
+        cs: &Callsite,
+        ty: u64,
+        slot: impl FnOnce(&mut Seq) -> &mut Vec<Tmpl>,
+    ) -> Option<Tmpl> {
         let idx = cs.id() as usize;
-        if seq.begin_tmpl.get(idx).is_some_and(|t| t.len > 0) {
-            return; // kept already (flows or a lost end made it go this way)
+        let v = slot(seq);
+        if v.get(idx).is_some_and(|t| t.len > 0) {
+            return None; // kept already (flows or a lost end made it go this way)
+        }
+        if v.len() <= idx {
+            v.resize(idx + 1, Tmpl::default());
         }
         let flag = !self.opts.omit_needs_flag;
         let seq_id = seq.seq_id as u64;
@@ -283,22 +348,19 @@ impl PerfettoEncoder {
             iid(&seq.loc_iids),
         );
         if cat == 0 || name == 0 || (self.opts.source_locations && loc == 0) {
-            return;
+            return None;
         }
         // As `fill_event` writes them.
         let mut te = Vec::with_capacity(TMPL_MAX);
         uint(&mut te, TE_CATEGORY_IIDS, cat as u64);
-        uint(&mut te, TE_TYPE, TYPE_SLICE_BEGIN);
+        uint(&mut te, TE_TYPE, ty);
         uint(&mut te, TE_NAME_IID, name as u64);
         if self.opts.source_locations {
             uint(&mut te, TE_SOURCE_LOCATION_IID, loc as u64);
         }
-        if seq.begin_tmpl.len() <= idx {
-            seq.begin_tmpl.resize(idx + 1, Tmpl::default());
-        }
         let mut t = Tmpl::of(seq_id, flag, &te);
         t.plain = cs.arg_names.is_empty();
-        seq.begin_tmpl[idx] = t;
+        Some(t)
     }
 
     /// The template of plain ends on `seq` (nothing in it is interned: it
@@ -381,6 +443,18 @@ mod tests {
             depth: u64,
             vals: &[&dyn TraceValue],
         ) -> &mut Self {
+            self.with_args(KIND_BEGIN, cs, depth, vals)
+        }
+        fn instant_args(&mut self, cs: &'static Callsite, vals: &[&dyn TraceValue]) -> &mut Self {
+            self.with_args(KIND_INSTANT, cs, 0, vals)
+        }
+        fn with_args(
+            &mut self,
+            kind: u64,
+            cs: &'static Callsite,
+            depth: u64,
+            vals: &[&dyn TraceValue],
+        ) -> &mut Self {
             assert!(cs.is_enabled() || cs.id() != 0);
             let ts = self.tick(70);
             let mut args = Vec::new();
@@ -388,7 +462,7 @@ mod tests {
                 v.encode(&mut args);
             }
             self.w.push(make_header(
-                KIND_BEGIN,
+                kind,
                 2 + args.len(),
                 cs.id() as u64 | depth << 24,
             ));
@@ -582,6 +656,11 @@ mod tests {
             let s: &str = if k == 1 { &long } else { "GET /users/{id}" };
             w.begin_args(&D, 0, &[&s, &(-5i64 - k as i64), &(k == 2), &1.5f64, &k]);
             w.begin_arg(&C, 1, k).end(1).end(0);
+            // Instants, plain and with args, before and after their
+            // site's template (and a site used for both).
+            w.instant(&B)
+                .instant_args(&D, &[&s, &(k as i64), &true, &0.25f64, &7u64]);
+            w.instant_args(&C, &[&k]).instant(&A);
         }
         // A site with args whose record has none (read as absent values).
         w.begin(&C, 0).end(0);
