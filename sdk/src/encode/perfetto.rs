@@ -940,7 +940,7 @@ fn annotations(
 }
 
 /// A DebugAnnotation named by `iid` with varint `field` = `v`, sized first.
-#[inline]
+#[inline(always)]
 fn scalar_annotation(te: &mut Vec<u8>, iid: u32, field: u32, v: u64) {
     let len = uint_len(DA_NAME_IID, iid as u64) + uint_len(field, v);
     len_head(te, TE_DEBUG_ANNOTATIONS, len);

@@ -776,6 +776,8 @@ impl Ring {
             let mut index = self.freed.load(Ordering::Relaxed); // only we write it
             let mut seg = SegmentView::of(self.slot(index));
             let mut next_start = self.next_start(index, made);
+            // At most one record per two words: one allocation per drain.
+            starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
             // Records are found by their headers, then the words of each
             // segment's run of them are copied at once; `out[base..]` holds
             // the ring's words `tail..pos` in order.
