@@ -638,7 +638,11 @@ impl Ring {
         // The first step of the new segment is mapped in now; the rest as
         // the producer reaches it (`prefault_more`). Heap storage is already.
         let prefaulted = if mapped {
-            let until = head + PREFAULT_STEP_WORDS.max(len as u64 + LOST_MARKER_WORDS as u64);
+            // Never past the lap end: in overwrite mode the slots of
+            // `start..head` hold the records copied above, and the fallback
+            // of `prefault` writes a zero into one slot per page.
+            let until = (head + PREFAULT_STEP_WORDS.max(len as u64 + LOST_MARKER_WORDS as u64))
+                .min(start + want as u64);
             prefault_positions(base, want as u64 - 1, head, until);
             if until >= start + want as u64 {
                 u64::MAX
@@ -1129,6 +1133,25 @@ mod tests {
         assert_eq!(d.overwritten, 79);
         // The outgrown segments went back to the budget.
         assert_eq!(budget.used(), segment_bytes(64));
+    }
+
+    #[test]
+    fn overwrite_mode_grows_into_mapped_segments_keeping_the_copied_records() {
+        // 128 words on the heap, then mapped segments of 512 and 1024
+        // words: mapping in ahead of the producer must not touch the slots
+        // of the records copied into them (the fallback writes a zero per
+        // page; the scenario `overwrite_mode` hung on such a zeroed header).
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(128, 1024, true, budget);
+        for id in 0..2000 {
+            assert!(write(&ring, id, 4), "record {id}");
+        }
+        assert_eq!(ring.capacity_words(), 1024);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(ids, (1744..2000).collect::<Vec<_>>(), "the newest 256");
     }
 
     #[test]
