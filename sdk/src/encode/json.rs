@@ -20,8 +20,9 @@
 use super::{event, Batch, Context, EncodeStats, Encoder, IdMap, OpenScope, ScopeStack};
 use crate::record::args::{ArgReader, ArgValue, StrWords};
 use crate::record::callsite::Callsite;
-use crate::record::layout::{parse, Record};
+use crate::record::layout::{parse, Record, KIND_BEGIN, KIND_END, MAX_SITE_ID};
 use crate::record::registry::ThreadRing;
+use crate::record::ring::{header_kind, header_len, header_payload};
 use std::fmt::Write as _;
 
 /// JSON text being built, as bytes: recorded strings are escaped into it
@@ -132,6 +133,9 @@ pub(crate) struct JsonEncoder {
     /// Per call site id: `{"name":..,"cat":..,"ph":"` escaped once (empty:
     /// not made yet).
     heads: Vec<Vec<u8>>,
+    /// Per call site id: the head of its `X` events, up to the timestamp
+    /// (`{"name":..,"cat":..,"ph":"X","ts":`; empty: not made yet).
+    x_heads: Vec<Vec<u8>>,
     stats: EncodeStats,
     /// True once the first event is written (separators go before the rest).
     wrote_event: bool,
@@ -140,6 +144,9 @@ pub(crate) struct JsonEncoder {
     who: (i32, i64, Vec<u8>),
     /// Options and state of the phases of the typed API (`phases`).
     phases: phases::Phases,
+    /// Tests: every record takes the general path (see `plain_fast`).
+    #[cfg(test)]
+    general_only: bool,
 }
 
 impl JsonEncoder {
@@ -309,7 +316,43 @@ impl Encoder for JsonEncoder {
                 .unwrap_or(th.last_ns);
             self.lost(who, ts.max(th.last_ns), batch.overwritten, out);
         }
-        for rec in parse(batch.words) {
+        let (words, begin_end) = (batch.words, self.begin_end());
+        let mut pos = 0;
+        while pos < words.len() {
+            let hdr = words[pos];
+            let len = header_len(hdr) as usize;
+            if len < 2 || pos + len > words.len() {
+                break; // cut: as `parse`, nothing after it is read
+            }
+            let at = pos;
+            pos += len;
+            // Plain scope begins and ends (the commonest records): no
+            // record decoded, nothing kept for a begin without args.
+            if len == 2 && !begin_end && self.plain_fast() {
+                let ts = ctx.cal.to_ns(words[at + 1]).max(th.last_ns);
+                let payload = header_payload(hdr);
+                match header_kind(hdr) {
+                    KIND_BEGIN => {
+                        let site = (payload & MAX_SITE_ID as u64) as u32;
+                        if th.stack.try_begin_plain((payload >> 24) as u32, site, ts) {
+                            th.last_ns = ts;
+                            continue;
+                        }
+                    }
+                    KIND_END if th.flows.is_empty() => {
+                        if let Some(scope) = th.stack.try_end_top(payload as u32) {
+                            th.last_ns = ts;
+                            self.complete_with(ctx, who, &scope, ts, None, &[], out);
+                            th.stack.recycle(scope);
+                            continue;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let Some(rec) = parse(&words[at..at + len]).next() else {
+                continue; // unknown kinds are skipped whole
+            };
             let raw_ns = ctx.cal.to_ns(rec.ts());
             let ts = raw_ns.max(th.last_ns);
             th.last_ns = ts;
@@ -559,6 +602,12 @@ impl JsonEncoder {
             return;
         };
         self.stats.events += 1;
+        if flows.is_empty()
+            && cs.arg_names.is_empty()
+            && extra.is_none_or(|(end_cs, _)| end_cs.arg_names.is_empty())
+        {
+            return self.plain_x(cs, scope.ts_ns, end_ns, t, out);
+        }
         self.head_site(cs, "X", scope.ts_ns, t.0, t.1);
         self.line.push_str(",\"dur\":");
         micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
@@ -600,6 +649,66 @@ impl JsonEncoder {
         }
         self.line.push('}');
         self.push_event(out);
+    }
+}
+
+impl JsonEncoder {
+    /// Plain scope begins and ends may skip the general path (always, but
+    /// in tests that compare both).
+    #[inline(always)]
+    fn plain_fast(&self) -> bool {
+        #[cfg(test)]
+        return !self.general_only;
+        #[cfg(not(test))]
+        true
+    }
+
+    /// An `X` event without args or flows, written straight into `out`
+    /// (what `head_site`, `dur` and `push_event` write, without building
+    /// the line first): its head up to the timestamp is kept per call site.
+    #[inline]
+    fn plain_x(
+        &mut self,
+        cs: &Callsite,
+        ts_ns: u64,
+        end_ns: u64,
+        t: (i32, i64),
+        out: &mut Vec<u8>,
+    ) {
+        let idx = cs.id() as usize;
+        if self.x_heads.len() <= idx {
+            self.x_heads.resize_with(idx + 1, Vec::new);
+        }
+        if self.x_heads[idx].is_empty() {
+            let mut h = Line::default();
+            h.push_str("{\"name\":");
+            escape_into(&mut h, cs.name);
+            h.push_str(",\"cat\":");
+            escape_into(&mut h, cs.category);
+            h.push_str(",\"ph\":\"X\",\"ts\":");
+            self.x_heads[idx] = h.0;
+        }
+        if self.who.2.is_empty() || self.who.0 != t.0 || self.who.1 != t.1 {
+            let mut w = Line(std::mem::take(&mut self.who.2));
+            w.clear();
+            who_into(&mut w, t.0, t.1);
+            self.who = (t.0, t.1, w.0);
+        }
+        let head = &self.x_heads[idx];
+        let mut l = Line(std::mem::take(out));
+        // Separator, head, two numbers of at most 25 bytes, `,"dur":`, `}`.
+        l.0.reserve(2 + head.len() + self.who.2.len() + 2 * 25 + 8);
+        if self.wrote_event {
+            l.0.extend_from_slice(b",\n");
+        }
+        self.wrote_event = true;
+        l.0.extend_from_slice(head);
+        micros(&mut l, ts_ns);
+        l.0.extend_from_slice(&self.who.2);
+        l.0.extend_from_slice(b",\"dur\":");
+        micros(&mut l, end_ns.saturating_sub(ts_ns));
+        l.0.push(b'}');
+        *out = l.0;
     }
 }
 
@@ -784,6 +893,114 @@ fn value_into(l: &mut Line, r: &mut ArgReader<'_>, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_scope_records_skip_the_general_path_writing_the_same_bytes() {
+        use crate::encode::{ProcessInfo, Sites};
+        use crate::record::args::TraceValue;
+        use crate::record::budget::Budget;
+        use crate::record::callsite::CallsiteKind;
+        use crate::record::clock::Calibration;
+        use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
+        use crate::record::ring::{make_header, Ring};
+        static A: Callsite = Callsite::new("j", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
+        static B: Callsite = Callsite::new("j", "b", "f.rs", 2, "m", &["x"], CallsiteKind::Scope);
+        A.is_enabled();
+        B.is_enabled();
+        let (a, b) = (A.id() as u64, B.id() as u64);
+        let mut ts = crate::record::clock::ticks();
+        let mut w: Vec<u64> = Vec::new();
+        let mut rec = |w: &mut Vec<u64>, kind: u64, payload: u64, extra: &[u64]| {
+            ts += 1234;
+            w.push(make_header(kind, 2 + extra.len(), payload));
+            w.push(ts);
+            w.extend_from_slice(extra);
+        };
+        let mut arg = Vec::new();
+        7u64.encode(&mut arg);
+        for _ in 0..3 {
+            rec(&mut w, KIND_BEGIN, a, &[]); // depth 0
+            rec(&mut w, KIND_BEGIN, a | 1 << 24, &[]);
+            rec(&mut w, KIND_END, 1, &[]);
+            rec(&mut w, KIND_BEGIN, b | 1 << 24, &arg); // args: general
+            rec(&mut w, KIND_END, 1, &[]);
+            rec(&mut w, KIND_BEGIN, a | 1 << 24, &[]);
+            rec(&mut w, KIND_FLOW, 0, &[42]); // the end binds the flow
+            rec(&mut w, KIND_END, 1, &[]);
+            rec(&mut w, KIND_BEGIN, a | 1 << 24, &[]);
+            rec(&mut w, KIND_BEGIN, a | 1 << 24, &[]); // the first lost its end
+            rec(&mut w, KIND_END, 1, &[]);
+            rec(&mut w, KIND_INSTANT, a, &[]);
+            rec(&mut w, KIND_END_ARGS, b, &arg);
+            rec(&mut w, KIND_END, 0, &[]); // no begin
+            rec(&mut w, KIND_LOST, 0, &[2]);
+            rec(&mut w, KIND_BEGIN, a, &[]);
+            rec(&mut w, KIND_END, 0, &[]);
+        }
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(Some("j".into()));
+        let budget = Budget::leaked(u64::MAX);
+        assert!(budget.try_take(crate::record::registry::THREAD_BYTES));
+        let thread = ThreadRing::new(Ring::with_words(64, false), 0, 5, 1, 2, "t".into(), budget);
+        let mut outs = Vec::new();
+        for general_only in [false, true] {
+            let mut sites = Sites::default();
+            let mut ctx = Context {
+                cal: &cal,
+                process: &process,
+                sites: &mut sites,
+            };
+            let mut e = JsonEncoder::new();
+            e.general_only = general_only;
+            let mut out = Vec::new();
+            for half in [&w[..w.len() / 3], &w[w.len() / 3..]] {
+                let batch = Batch {
+                    thread: &thread,
+                    words: half,
+                    overwritten: 0,
+                };
+                e.batch(&mut ctx, &batch, &mut out);
+            }
+            outs.push((String::from_utf8(out).unwrap(), e.stats().events));
+        }
+        assert!(outs[0].0.contains("\"ph\":\"X\""));
+        assert_eq!(outs[0], outs[1]);
+    }
+
+    #[test]
+    fn plain_x_writes_what_the_general_path_writes() {
+        use crate::record::callsite::CallsiteKind;
+        static S: Callsite =
+            Callsite::new("c\"at", "na\\me", "f.rs", 1, "m", &[], CallsiteKind::Scope);
+        static T: Callsite =
+            Callsite::new("cat", "other", "f.rs", 2, "m", &[], CallsiteKind::Scope);
+        S.is_enabled();
+        T.is_enabled();
+        let (mut fast, mut general) = (JsonEncoder::new(), JsonEncoder::new());
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let cases = [
+            (&S, 0, 0, (1, 2)),
+            (&S, 1_234_567, 999, (1, 2)),
+            (&T, u64::MAX / 2, 123_456_789_012, (1, 3)),
+            (&S, 7, 1, (-1, -5)),
+            (&T, 1_000_000_000_000, 0, (1, 2)),
+        ];
+        for (i, &(cs, ts, dur, who)) in cases.iter().enumerate() {
+            fast.plain_x(cs, ts, ts + dur, who, &mut a);
+            // `complete_with`'s general path.
+            general.head_site(cs, "X", ts, who.0, who.1);
+            general.line.push_str(",\"dur\":");
+            micros(&mut general.line, dur);
+            general.args(cs, &[], None);
+            general.line.push('}');
+            general.push_event(&mut b);
+            assert_eq!(
+                String::from_utf8_lossy(&a),
+                String::from_utf8_lossy(&b),
+                "after case {i}"
+            );
+        }
+    }
 
     #[test]
     fn strings_are_escaped() {

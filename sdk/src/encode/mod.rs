@@ -8,7 +8,9 @@
 //! layer, no macro and no sink. It only appends bytes to the buffer it is
 //! given, so the file writer and any other output share it.
 
-#![forbid(unsafe_code)]
+// One `unsafe` in this layer, allowed where it is: the packet template's
+// copy (`perfetto/fast.rs`, `put`).
+#![deny(unsafe_code)]
 
 pub(crate) mod event;
 pub(crate) mod json;
@@ -242,6 +244,35 @@ impl ScopeStack {
         let orphaned = self.pop_deeper_than(scope.depth, true);
         self.open.push(scope);
         orphaned
+    }
+
+    /// A begin at `depth` that orphans nothing (deeper than the innermost
+    /// open scope), kept without args: true. Else nothing is done (the
+    /// caller takes [`Self::begin`]'s path).
+    #[inline]
+    pub(crate) fn try_begin_plain(&mut self, depth: u32, site: u32, ts_ns: u64) -> bool {
+        if self.open.last().is_none_or(|top| top.depth < depth) {
+            self.open.push(OpenScope {
+                depth,
+                site,
+                ts_ns,
+                args: Vec::new(),
+            });
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The end of the innermost scope, if it is at `depth` (what
+    /// [`Self::end`] matches without orphans); else nothing is done.
+    #[inline]
+    pub(crate) fn try_end_top(&mut self, depth: u32) -> Option<OpenScope> {
+        if self.open.last().is_some_and(|top| top.depth == depth) {
+            self.open.pop()
+        } else {
+            None
+        }
     }
 
     #[inline]

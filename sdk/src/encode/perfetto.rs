@@ -25,6 +25,7 @@ use crate::sys;
 use std::collections::HashMap;
 
 mod events;
+mod fast;
 
 // TracePacket
 const P_TIMESTAMP: u32 = 8;
@@ -154,6 +155,11 @@ struct Seq {
     flows: Vec<u64>,
     /// State of the typed event API's events (`events`).
     ext: events::SeqExt,
+    /// Packet templates of plain begins by call site id, and of plain ends
+    /// (`fast`); forgotten with the interning.
+    begin_tmpl: Vec<fast::Tmpl>,
+    instant_tmpl: Vec<fast::Tmpl>,
+    end_tmpl: fast::Tmpl,
 }
 
 impl Seq {
@@ -184,6 +190,9 @@ impl Seq {
             stack: ScopeStack::default(),
             flows: Vec::new(),
             ext: events::SeqExt::default(),
+            begin_tmpl: Vec::new(),
+            instant_tmpl: Vec::new(),
+            end_tmpl: fast::Tmpl::default(),
         }
     }
 
@@ -200,6 +209,8 @@ impl Seq {
         self.next_loc_iid = 1;
         self.described.clear();
         self.ext.clear_interning();
+        self.begin_tmpl.clear();
+        self.instant_tmpl.clear();
     }
 }
 
@@ -323,9 +334,7 @@ impl Encoder for PerfettoEncoder {
             seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
             seq.lost_unreported += batch.overwritten;
         }
-        for rec in parse(batch.words) {
-            self.record(ctx, &mut seq, rec, out);
-        }
+        self.records(ctx, &mut seq, batch.words, out);
         self.seqs.insert(t.seq_id, seq);
     }
 
@@ -436,6 +445,7 @@ impl PerfettoEncoder {
                     self.end_orphan(seq, ts, orphan, out);
                 }
                 self.event(seq, ts, TYPE_SLICE_BEGIN, None, Some(cs), args, out);
+                self.note_begin(seq, cs);
             }
             Record::End { depth, .. } => {
                 let m = seq.stack.end(depth);
@@ -459,6 +469,7 @@ impl PerfettoEncoder {
                 };
                 self.ensure_valid(ctx, seq, ts, out);
                 self.event(seq, ts, TYPE_INSTANT, None, Some(cs), args, out);
+                self.note_instant(seq, cs);
             }
             Record::CounterI64 { site, value, .. } => {
                 let Some(cs) = ctx.sites.get(site) else {
@@ -959,7 +970,7 @@ fn annotations(
 }
 
 /// A DebugAnnotation named by `iid` with varint `field` = `v`, sized first.
-#[inline]
+#[inline(always)]
 fn scalar_annotation(te: &mut Vec<u8>, iid: u32, field: u32, v: u64) {
     let len = uint_len(DA_NAME_IID, iid as u64) + uint_len(field, v);
     len_head(te, TE_DEBUG_ANNOTATIONS, len);

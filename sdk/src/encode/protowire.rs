@@ -89,7 +89,7 @@ pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &crate::record::arg
 }
 
 /// uint32/uint64/enum/bool field.
-#[inline]
+#[inline(always)]
 pub(crate) fn uint(buf: &mut Vec<u8>, field: u32, v: u64) {
     if field < 16 && v < 0x80 {
         // The common case in one write: a one-byte tag, a one-byte value.

@@ -787,7 +787,8 @@ impl Ring {
         seen_overwritten: &mut u64,
     ) -> Drained {
         let base = out.len();
-        let mut starts: Vec<(u64, usize)> = Vec::new();
+        // Where each record copied starts in the ring (ascending).
+        let mut starts: Vec<u64> = Vec::new();
         loop {
             out.truncate(base);
             starts.clear();
@@ -801,9 +802,17 @@ impl Ring {
             let mut index = self.freed.load(Ordering::Relaxed); // only we write it
             let mut seg = SegmentView::of(self.slot(index));
             let mut next_start = self.next_start(index, made);
+            // At most one record per two words: one allocation per drain.
+            starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
+            // Records are found by their headers, then the words of each
+            // segment's run of them are copied at once; `out[base..]` holds
+            // the ring's words `tail..pos` in order.
             let mut pos = tail;
+            let mut copied = tail;
             while pos < head && (pos - tail) < max_words as u64 {
                 if pos >= next_start {
+                    seg.copy(copied, pos, out);
+                    copied = pos;
                     index += 1;
                     seg = SegmentView::of(self.slot(index));
                     next_start = self.next_start(index, made);
@@ -813,12 +822,10 @@ impl Ring {
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
-                starts.push((pos, out.len()));
-                for p in pos..pos + len {
-                    out.push(seg.word(p));
-                }
+                starts.push(pos);
                 pos += len;
             }
+            seg.copy(copied, pos, out);
             let mut from = tail;
             loop {
                 if from == pos {
@@ -829,20 +836,17 @@ impl Ring {
                     .compare_exchange(from, pos, Ordering::AcqRel, Ordering::Acquire)
                 {
                     Ok(_) => break,
-                    Err(now) => match starts.iter().position(|&(p, _)| p == now) {
+                    Err(now) => match starts.binary_search(&now) {
                         // The producer freed the records before `now`: drop
-                        // their (possibly torn) copies, keep the rest.
-                        Some(i) => {
-                            let cut = starts[i].1;
-                            out.drain(base..cut);
-                            let shift = cut - base;
+                        // their (possibly torn) copies, keep the rest (whose
+                        // headers were read before they could be freed, so
+                        // they are whole and `now` is where one starts).
+                        Ok(i) => {
+                            out.drain(base..base + (now - from) as usize);
                             starts.drain(..i);
-                            for s in starts.iter_mut() {
-                                s.1 -= shift;
-                            }
                             from = now;
                         }
-                        None => {
+                        Err(_) => {
                             from = u64::MAX; // start over from the new tail
                             break;
                         }
@@ -913,6 +917,12 @@ impl SegmentView {
             base: slot.base.load(Ordering::Relaxed),
             mask: slot.len.load(Ordering::Relaxed) - 1,
         }
+    }
+
+    /// Appends the words at positions `from..to` to `out`.
+    #[inline(always)]
+    fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>) {
+        out.extend((from..to).map(|p| self.word(p)));
     }
 
     #[inline(always)]
@@ -1208,6 +1218,25 @@ mod tests {
         for (k, chunk) in out.chunks(4).enumerate() {
             assert_eq!(chunk[1], ids[k] * 100 + 1, "payload of record {}", ids[k]);
         }
+    }
+
+    #[test]
+    fn overwrite_mode_grows_into_mapped_segments_keeping_the_copied_records() {
+        // 128 words on the heap, then mapped segments of 512 and 1024
+        // words: mapping in ahead of the producer must not touch the slots
+        // of the records copied into them (the fallback writes a zero per
+        // page; the scenario `overwrite_mode` hung on such a zeroed header).
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(128, 1024, true, budget);
+        for id in 0..2000 {
+            assert!(write(&ring, id, 4), "record {id}");
+        }
+        assert_eq!(ring.capacity_words(), 1024);
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(ids, (1744..2000).collect::<Vec<_>>(), "the newest 256");
     }
 
     #[test]

@@ -224,6 +224,25 @@ fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
     let mut pos = offset;
     let (mut i, mut run) = (0, 0);
     while i < buf.len() {
+        // Packets with a one-byte length that end at least `m` bytes before
+        // the next boundary need no padding: step over them, looking at
+        // their length byte only.
+        let left = PAGE - pos % PAGE;
+        if left > m {
+            let (start, limit) = (i, i + (left - m) as usize);
+            while i + 1 < buf.len() {
+                let body = buf[i + 1];
+                let end = i + 2 + body as usize;
+                if body >= 0x80 || end > limit || end > buf.len() {
+                    break;
+                }
+                i = end;
+            }
+            pos += (i - start) as u64;
+            if i >= buf.len() {
+                break;
+            }
+        }
         let end = i + framed_len(&buf[i..]).max(1);
         let len = (end - i) as u64;
         let left = PAGE - pos % PAGE;

@@ -68,6 +68,12 @@ pub(super) struct SeqExt {
 }
 
 impl SeqExt {
+    /// No flow waits for the next slice to begin.
+    #[inline]
+    pub(super) fn no_flows_waiting(&self) -> bool {
+        self.next_flows.is_empty()
+    }
+
     pub(super) fn clear_interning(&mut self) {
         self.log_bodies.clear();
         self.next_body_iid = 1;

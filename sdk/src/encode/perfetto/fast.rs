@@ -1,0 +1,716 @@
+//! The fast path of the commonest records: a scope's BEGIN without args and
+//! its END, on a sequence whose incremental state is valid.
+//!
+//! Everything in such a packet but its timestamp is constant while the
+//! sequence's interning lasts: the sequence id and flags, and the track event
+//! (category, type, name and source location iids). So the first plain begin
+//! of a call site on a sequence takes the general path (which interns its
+//! strings) and then leaves a template of those bytes; later ones are the
+//! framing, the varint delta and a copy of the template. Templates are
+//! forgotten with the interning (`Seq::clear_interning`), so a reset always
+//! takes the general path again. Anything unusual (args, flows waiting, a
+//! lost record to close, a reset due, no template yet) takes the general
+//! path, which writes the same bytes (tests: `fast_path_writes_what_the_general_path_writes`).
+//!
+//! A packet is written into `out`'s spare capacity (at least
+//! [`PACKET_MAX`] bytes) and then counted in: one capacity check and a few
+//! fixed-size stores per packet, no capacity check per field.
+
+use super::*;
+use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
+use crate::record::ring::{header_kind, header_len, header_payload};
+use std::mem::MaybeUninit;
+
+/// Largest template: what a packet holds after its timestamp.
+const TMPL_MAX: usize = 32;
+/// Largest fast packet: tag, one-byte length, timestamp tag, a 10-byte
+/// varint, the template.
+const PACKET_MAX: usize = 3 + 10 + TMPL_MAX;
+
+/// The bytes of a packet after its timestamp: sequence id, flags, track
+/// event. `len == 0`: none (take the general path).
+#[derive(Clone, Copy)]
+pub(super) struct Tmpl {
+    len: u8,
+    /// Where the track event's head starts (the sequence's fields before).
+    te_at: u8,
+    /// The call site has no arguments: the template is the whole packet.
+    plain: bool,
+    /// The template, then zeros (a fixed-size copy writes it all).
+    bytes: [u8; TMPL_MAX],
+}
+
+impl Default for Tmpl {
+    fn default() -> Self {
+        Tmpl {
+            len: 0,
+            te_at: 0,
+            plain: true,
+            bytes: [0; TMPL_MAX],
+        }
+    }
+}
+
+impl Tmpl {
+    /// The template of packets on sequence `seq_id` whose track event is
+    /// `te` and which carry no interned data; none if it is too long.
+    fn of(seq_id: u64, flag: bool, te: &[u8]) -> Tmpl {
+        let mut v = Vec::with_capacity(TMPL_MAX + 16);
+        uint(&mut v, P_SEQUENCE_ID, seq_id);
+        if flag {
+            uint(&mut v, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+        }
+        let te_at = v.len();
+        len_head(&mut v, P_TRACK_EVENT, te.len());
+        v.extend_from_slice(te);
+        let mut t = Tmpl::default();
+        if v.len() <= TMPL_MAX && te.len() < 0x80 {
+            t.len = v.len() as u8;
+            t.te_at = te_at as u8;
+            t.bytes[..v.len()].copy_from_slice(&v);
+        }
+        t
+    }
+}
+
+/// Bytes `out` is grown by when it has no room for a packet.
+const GROW: usize = 64 * 1024;
+
+impl Tmpl {
+    /// The sequence's fields (id, flags).
+    fn seq_part(&self) -> &[u8] {
+        &self.bytes[..self.te_at as usize]
+    }
+
+    /// The track event's fields before any argument (category, type, name,
+    /// source location).
+    fn te_part(&self) -> &[u8] {
+        &self.bytes[self.te_at as usize + 2..self.len as usize]
+    }
+}
+
+/// Appends a packet to `out`: `delta` on the sequence clock, then `t`'s
+/// bytes. One capacity check, a few stores and a fixed-size copy.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
+    if out.capacity() - out.len() < PACKET_MAX {
+        out.reserve(GROW);
+    }
+    let len = out.len();
+    let b = &mut out.spare_capacity_mut()[..PACKET_MAX];
+    let mut n = 3;
+    let mut v = delta;
+    while v >= 0x80 {
+        b[n] = MaybeUninit::new(v as u8 | 0x80);
+        v >>= 7;
+        n += 1;
+    }
+    b[n] = MaybeUninit::new(v as u8);
+    n += 1;
+    for (d, &s) in b[n..n + TMPL_MAX].iter_mut().zip(&t.bytes) {
+        *d = MaybeUninit::new(s);
+    }
+    let total = n + t.len as usize;
+    b[0] = MaybeUninit::new(0x0a); // Trace.packet
+    b[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
+    b[2] = MaybeUninit::new((P_TIMESTAMP << 3) as u8);
+    // SAFETY: `total <= n + TMPL_MAX <= PACKET_MAX` bytes of the spare
+    // capacity were initialised above: 0..3 (framing and timestamp tag),
+    // 3..n (the varint) and n..n + TMPL_MAX (the template, of which the
+    // first `t.len` count); `len + total <= capacity` since the spare
+    // capacity is at least PACKET_MAX.
+    unsafe { out.set_len(len + total) };
+}
+
+impl PerfettoEncoder {
+    /// Encodes the records of one batch of `seq`: plain begins and ends
+    /// with templates, everything else through [`Self::record`].
+    pub(super) fn records(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        words: &[u64],
+        out: &mut Vec<u8>,
+    ) {
+        let mut pos = 0;
+        while pos < words.len() {
+            let hdr = words[pos];
+            let len = header_len(hdr) as usize;
+            if len < 2 || pos + len > words.len() {
+                break; // cut: as `parse`, nothing after it is read
+            }
+            if seq.valid {
+                let ts = words[pos + 1];
+                let done = match header_kind(hdr) {
+                    KIND_BEGIN => {
+                        self.fast_begin(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
+                    }
+                    KIND_END if len == 2 => self.fast_end(ctx, seq, hdr, ts, out),
+                    KIND_INSTANT => {
+                        self.fast_instant(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
+                    }
+                    _ => false,
+                };
+                if done {
+                    pos += len;
+                    continue;
+                }
+            }
+            if let Some(rec) = parse(&words[pos..pos + len]).next() {
+                self.record(ctx, seq, rec, out);
+            }
+            pos += len;
+        }
+    }
+
+    /// A BEGIN of a call site with a template, orphaning nothing, with no
+    /// flows waiting for it. Args are written as the general path writes
+    /// them, after the template's track event fields.
+    #[inline(always)]
+    fn fast_begin(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        hdr: u64,
+        ticks: u64,
+        args: &[u64],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let payload = header_payload(hdr);
+        let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
+        let depth = (payload >> 24) as u32;
+        let Some(t) = seq.begin_tmpl.get(site as usize) else {
+            return false;
+        };
+        if t.len == 0 || !seq.ext.no_flows_waiting() {
+            return false;
+        }
+        let t = *t;
+        let cs = if t.plain && args.is_empty() {
+            None
+        } else {
+            match ctx.sites.get(site) {
+                Some(cs) => Some(cs),
+                None => return false,
+            }
+        };
+        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
+        if !seq.stack.try_begin_plain(depth, site, ts) {
+            return false;
+        }
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        match cs {
+            None => put(out, delta, &t),
+            Some(cs) => self.begin_with_args(seq, cs, args, delta, &t, out),
+        }
+        true
+    }
+
+    /// An INSTANT on the thread's track of a call site with a template.
+    #[inline(always)]
+    fn fast_instant(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        hdr: u64,
+        ticks: u64,
+        args: &[u64],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let site = (header_payload(hdr) & crate::record::layout::MAX_SITE_ID as u64) as u32;
+        let Some(t) = seq.instant_tmpl.get(site as usize) else {
+            return false;
+        };
+        if t.len == 0 {
+            return false;
+        }
+        let t = *t;
+        let Some(cs) = ctx.sites.get(site) else {
+            return false;
+        };
+        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        if t.plain {
+            put(out, delta, &t);
+        } else {
+            self.begin_with_args(seq, cs, args, delta, &t, out);
+        }
+        true
+    }
+
+    /// A begin (or instant) whose call site has arguments (or whose record has words the
+    /// site does not name): the template's fields, then the annotations.
+    fn begin_with_args(
+        &mut self,
+        seq: &mut Seq,
+        cs: &'static Callsite,
+        args: &[u64],
+        delta: u64,
+        t: &Tmpl,
+        out: &mut Vec<u8>,
+    ) {
+        self.te.clear();
+        self.interned.clear();
+        self.te.extend_from_slice(t.te_part());
+        if !cs.arg_names.is_empty() {
+            annotations(seq, cs, args, &mut self.te, &mut self.interned);
+        }
+        if !self.interned.is_empty() {
+            // Not expected (the template was made when the names were
+            // interned); the general framing writes what was interned.
+            return self.emit(seq, delta, out);
+        }
+        let te_len = self.te.len();
+        let seq_part = t.seq_part();
+        let len =
+            uint_len(P_TIMESTAMP, delta) + seq_part.len() + len_field_len(P_TRACK_EVENT, te_len);
+        out.reserve(len + 10);
+        len_head(out, 1, len);
+        uint(out, P_TIMESTAMP, delta);
+        out.extend_from_slice(seq_part);
+        len_head(out, P_TRACK_EVENT, te_len);
+        out.extend_from_slice(&self.te);
+    }
+
+    /// An END of the innermost open scope with no flows waiting for it.
+    #[inline(always)]
+    fn fast_end(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        hdr: u64,
+        ticks: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if !seq.flows.is_empty() {
+            return false;
+        }
+        if seq.end_tmpl.len == 0 {
+            self.make_end_template(seq);
+        }
+        let depth = header_payload(hdr) as u32;
+        if seq.stack.try_end_top(depth).is_none() {
+            return false;
+        }
+        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        let t = seq.end_tmpl;
+        put(out, delta, &t);
+        true
+    }
+
+    /// After the general path wrote a begin of `cs` on the thread's track
+    /// (its strings, argument names included, now interned): keeps the
+    /// template of its later begins.
+    pub(super) fn note_begin(&self, seq: &mut Seq, cs: &Callsite) {
+        let t = self.template(seq, cs, TYPE_SLICE_BEGIN, |seq| &mut seq.begin_tmpl);
+        if let Some(t) = t {
+            seq.begin_tmpl[cs.id() as usize] = t;
+        }
+    }
+
+    /// After the general path wrote an instant of `cs` on the thread's
+    /// track: keeps the template of its later instants.
+    pub(super) fn note_instant(&self, seq: &mut Seq, cs: &Callsite) {
+        let t = self.template(seq, cs, TYPE_INSTANT, |seq| &mut seq.instant_tmpl);
+        if let Some(t) = t {
+            seq.instant_tmpl[cs.id() as usize] = t;
+        }
+    }
+
+    /// The template of `cs`'s events of type `ty` (as `fill_event` writes
+    /// them) if `slot` (which it makes room in) has none yet and `cs`'s
+    /// strings are interned.
+    fn template(
+        &self,
+        seq: &mut Seq,
+        cs: &Callsite,
+        ty: u64,
+        slot: impl FnOnce(&mut Seq) -> &mut Vec<Tmpl>,
+    ) -> Option<Tmpl> {
+        let idx = cs.id() as usize;
+        let v = slot(seq);
+        if v.get(idx).is_some_and(|t| t.len > 0) {
+            return None; // kept already (flows or a lost end made it go this way)
+        }
+        if v.len() <= idx {
+            v.resize(idx + 1, Tmpl::default());
+        }
+        let flag = !self.opts.omit_needs_flag;
+        let seq_id = seq.seq_id as u64;
+        let iid = |v: &Vec<u32>| v.get(idx).copied().unwrap_or(0);
+        let (cat, name, loc) = (
+            iid(&seq.site_cat_iids),
+            iid(&seq.name_iids),
+            iid(&seq.loc_iids),
+        );
+        if cat == 0 || name == 0 || (self.opts.source_locations && loc == 0) {
+            return None;
+        }
+        // As `fill_event` writes them.
+        let mut te = Vec::with_capacity(TMPL_MAX);
+        uint(&mut te, TE_CATEGORY_IIDS, cat as u64);
+        uint(&mut te, TE_TYPE, ty);
+        uint(&mut te, TE_NAME_IID, name as u64);
+        if self.opts.source_locations {
+            uint(&mut te, TE_SOURCE_LOCATION_IID, loc as u64);
+        }
+        let mut t = Tmpl::of(seq_id, flag, &te);
+        t.plain = cs.arg_names.is_empty();
+        Some(t)
+    }
+
+    /// The template of plain ends on `seq` (nothing in it is interned: it
+    /// is kept for the sequence's life).
+    #[cold]
+    fn make_end_template(&self, seq: &mut Seq) {
+        // As `end_event` writes it without track, args or flows.
+        let mut te = Vec::with_capacity(2);
+        uint(&mut te, TE_TYPE, TYPE_SLICE_END);
+        seq.end_tmpl = Tmpl::of(seq.seq_id as u64, !self.opts.omit_needs_flag, &te);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{ProcessInfo, Sites};
+    use crate::record::args::TraceValue;
+    use crate::record::budget::Budget;
+    use crate::record::callsite::CallsiteKind;
+    use crate::record::clock::Calibration;
+    use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
+    use crate::record::ring::{make_header, Ring};
+
+    static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
+    static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);
+    static C: Callsite = Callsite::new("fast", "c", "f.rs", 3, "m", &["x"], CallsiteKind::Scope);
+    static D: Callsite = Callsite::new(
+        "fast",
+        "d",
+        "f.rs",
+        4,
+        "m",
+        &["s", "i", "b", "f", "x"],
+        CallsiteKind::Scope,
+    );
+
+    /// A stream of records: `push_*` append them with rising timestamps.
+    struct Words {
+        w: Vec<u64>,
+        ts: u64,
+    }
+
+    impl Words {
+        fn new() -> Words {
+            Words {
+                w: Vec::new(),
+                ts: crate::record::clock::ticks(),
+            }
+        }
+        fn tick(&mut self, step: u64) -> u64 {
+            self.ts += step;
+            self.ts
+        }
+        fn begin(&mut self, cs: &'static Callsite, depth: u64) -> &mut Self {
+            assert!(cs.is_enabled() || cs.id() != 0);
+            let ts = self.tick(37);
+            self.w
+                .push(make_header(KIND_BEGIN, 2, cs.id() as u64 | depth << 24));
+            self.w.push(ts);
+            self
+        }
+        fn begin_arg(&mut self, cs: &'static Callsite, depth: u64, v: u64) -> &mut Self {
+            assert!(cs.is_enabled() || cs.id() != 0);
+            let ts = self.tick(5000);
+            let mut args = Vec::new();
+            v.encode(&mut args);
+            self.w.push(make_header(
+                KIND_BEGIN,
+                2 + args.len(),
+                cs.id() as u64 | depth << 24,
+            ));
+            self.w.push(ts);
+            self.w.extend(args);
+            self
+        }
+        fn begin_args(
+            &mut self,
+            cs: &'static Callsite,
+            depth: u64,
+            vals: &[&dyn TraceValue],
+        ) -> &mut Self {
+            self.with_args(KIND_BEGIN, cs, depth, vals)
+        }
+        fn instant_args(&mut self, cs: &'static Callsite, vals: &[&dyn TraceValue]) -> &mut Self {
+            self.with_args(KIND_INSTANT, cs, 0, vals)
+        }
+        fn with_args(
+            &mut self,
+            kind: u64,
+            cs: &'static Callsite,
+            depth: u64,
+            vals: &[&dyn TraceValue],
+        ) -> &mut Self {
+            assert!(cs.is_enabled() || cs.id() != 0);
+            let ts = self.tick(70);
+            let mut args = Vec::new();
+            for v in vals {
+                v.encode(&mut args);
+            }
+            self.w.push(make_header(
+                kind,
+                2 + args.len(),
+                cs.id() as u64 | depth << 24,
+            ));
+            self.w.push(ts);
+            self.w.extend(args);
+            self
+        }
+        fn end(&mut self, depth: u64) -> &mut Self {
+            let ts = self.tick(1_000_000);
+            self.w.push(make_header(KIND_END, 2, depth));
+            self.w.push(ts);
+            self
+        }
+        fn end_args(&mut self, cs: &'static Callsite, depth: u64, v: u64) -> &mut Self {
+            let ts = self.tick(3);
+            let mut args = Vec::new();
+            v.encode(&mut args);
+            self.w.push(make_header(
+                KIND_END_ARGS,
+                2 + args.len(),
+                cs.id() as u64 | depth << 24,
+            ));
+            self.w.push(ts);
+            self.w.extend(args);
+            self
+        }
+        fn instant(&mut self, cs: &'static Callsite) -> &mut Self {
+            assert!(cs.is_enabled() || cs.id() != 0);
+            let ts = self.tick(11);
+            self.w.push(make_header(KIND_INSTANT, 2, cs.id() as u64));
+            self.w.push(ts);
+            self
+        }
+        fn flow(&mut self, id: u64) -> &mut Self {
+            let ts = self.tick(0);
+            self.w.push(make_header(KIND_FLOW, 3, 0));
+            self.w.extend([ts, id]);
+            self
+        }
+        fn lost(&mut self, n: u64) -> &mut Self {
+            let ts = self.tick(1);
+            self.w.push(make_header(KIND_LOST, 3, 0));
+            self.w.extend([ts, n]);
+            self
+        }
+        fn take(&mut self) -> Vec<u64> {
+            std::mem::take(&mut self.w)
+        }
+    }
+
+    /// What the general path alone writes for a batch (as `batch` did
+    /// before the fast path).
+    fn batch_general(
+        e: &mut PerfettoEncoder,
+        ctx: &mut Context<'_>,
+        b: &Batch<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        let t = b.thread;
+        let track_uuid = ctx.process.thread_uuid(t.tid);
+        let mut seq = e
+            .seqs
+            .remove(&t.seq_id)
+            .unwrap_or_else(|| Seq::new(t, track_uuid));
+        if b.overwritten > 0 {
+            seq.valid = false;
+            seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
+            seq.lost_unreported += b.overwritten;
+        }
+        for rec in parse(b.words) {
+            e.record(ctx, &mut seq, rec, out);
+        }
+        e.seqs.insert(t.seq_id, seq);
+    }
+
+    enum Step {
+        Words(Vec<u64>),
+        Clear,
+    }
+
+    /// Encodes `steps` with the fast path and with the general path alone;
+    /// the bytes must be the same. Returns them.
+    fn both(opts: PerfettoOptions, seq_id: u32, steps: &[Step]) -> Vec<u8> {
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(Some("fast".into()));
+        let budget = Budget::leaked(u64::MAX);
+        assert!(budget.try_take(crate::record::registry::THREAD_BYTES));
+        let thread = ThreadRing::new(
+            Ring::with_words(64, false),
+            0,
+            seq_id,
+            1,
+            2,
+            "t".into(),
+            budget,
+        );
+        let mut outs = Vec::new();
+        for general in [false, true] {
+            let mut sites = Sites::default();
+            let mut ctx = Context {
+                cal: &cal,
+                process: &process,
+                sites: &mut sites,
+            };
+            let mut e = PerfettoEncoder::new(opts);
+            let mut out = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Words(w) => {
+                        let b = Batch {
+                            thread: &thread,
+                            words: w,
+                            overwritten: 0,
+                        };
+                        if general {
+                            batch_general(&mut e, &mut ctx, &b, &mut out);
+                        } else {
+                            e.batch(&mut ctx, &b, &mut out);
+                        }
+                    }
+                    Step::Clear => e.clear_incremental_state(),
+                }
+            }
+            outs.push((out, e.stats().events));
+        }
+        assert_eq!(outs[0].1, outs[1].1, "events counted");
+        assert!(
+            outs[0].0 == outs[1].0,
+            "fast path bytes differ from the general path's ({} vs {} bytes)",
+            outs[0].0.len(),
+            outs[1].0.len()
+        );
+        outs.swap_remove(0).0
+    }
+
+    fn all_opts() -> Vec<(PerfettoOptions, u32)> {
+        let mut v = Vec::new();
+        for source_locations in [true, false] {
+            for omit_needs_flag in [false, true] {
+                for seq_id in [3, 300, 1 << 30] {
+                    let o = PerfettoOptions {
+                        source_locations,
+                        omit_needs_flag,
+                    };
+                    v.push((o, seq_id));
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn fast_path_writes_what_the_general_path_writes() {
+        let mut w = Words::new();
+        let mut steps = Vec::new();
+        // First uses (interning), then repeats (templates), nested.
+        for _ in 0..3 {
+            w.begin(&A, 0)
+                .begin(&B, 1)
+                .end(1)
+                .begin(&A, 1)
+                .end(1)
+                .end(0);
+        }
+        steps.push(Step::Words(w.take()));
+        // Args, instants, flows waiting for an end, a lost end (orphan),
+        // an end without a begin, an end with args, a loss marker.
+        w.begin(&A, 0)
+            .begin_arg(&C, 1, 7)
+            .begin(&B, 2)
+            .end(2)
+            .end(1);
+        w.instant(&A).begin(&B, 1).flow(42).end(1).end(0);
+        w.begin(&A, 0)
+            .begin(&B, 1)
+            .begin(&B, 1)
+            .end(1)
+            .end(0)
+            .end(0);
+        w.begin(&B, 0)
+            .end_args(&B, 0, 9)
+            .begin(&A, 0)
+            .lost(3)
+            .end(0);
+        w.begin(&A, 0).begin(&B, 1).end(1).end(0);
+        steps.push(Step::Words(w.take()));
+        // Begins with args of every kind, first and later uses; a string
+        // long enough for two-byte lengths.
+        let long = "y".repeat(300);
+        for k in 0..3u64 {
+            let s: &str = if k == 1 { &long } else { "GET /users/{id}" };
+            w.begin_args(&D, 0, &[&s, &(-5i64 - k as i64), &(k == 2), &1.5f64, &k]);
+            w.begin_arg(&C, 1, k).end(1).end(0);
+            // Instants, plain and with args, before and after their
+            // site's template (and a site used for both).
+            w.instant(&B)
+                .instant_args(&D, &[&s, &(k as i64), &true, &0.25f64, &7u64]);
+            w.instant_args(&C, &[&k]).instant(&A);
+        }
+        // A site with args whose record has none (read as absent values).
+        w.begin(&C, 0).end(0);
+        steps.push(Step::Words(w.take()));
+        // A long delta (a multi-byte varint), then the template again.
+        w.begin(&A, 0);
+        w.tick(1 << 40);
+        w.end(0).begin(&A, 0).end(0);
+        steps.push(Step::Words(w.take()));
+        for (opts, seq_id) in all_opts() {
+            let out = both(opts, seq_id, &steps);
+            assert!(!out.is_empty());
+        }
+    }
+
+    #[test]
+    fn templates_are_rebuilt_after_incremental_state_is_cleared() {
+        // A's name gets iid 1 and B's iid 2; after the clear, B is interned
+        // first (iid 1), then A (iid 2): a template kept from before the
+        // clear would name A's later begins with B's iid.
+        let mut w = Words::new();
+        let mut steps = Vec::new();
+        w.begin(&A, 0)
+            .end(0)
+            .begin(&B, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0);
+        steps.push(Step::Words(w.take()));
+        steps.push(Step::Clear);
+        w.begin(&B, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0);
+        w.begin(&B, 0).end(0);
+        steps.push(Step::Words(w.take()));
+        // A loss resets the sequence too.
+        w.lost(1)
+            .begin(&A, 0)
+            .end(0)
+            .begin(&B, 0)
+            .end(0)
+            .begin(&A, 0)
+            .end(0);
+        steps.push(Step::Words(w.take()));
+        for (opts, seq_id) in all_opts() {
+            both(opts, seq_id, &steps);
+        }
+    }
+}
