@@ -438,15 +438,13 @@ impl Encoder for JsonEncoder {
                     let Some(cs) = ctx.sites.get(site) else {
                         continue;
                     };
-                    self.counter(cs, ts, who, &value.to_string(), out);
+                    self.counter(cs, ts, who, |l| l.int(value), out);
                 }
                 Record::CounterF64 { site, value, .. } => {
                     let Some(cs) = ctx.sites.get(site) else {
                         continue;
                     };
-                    let mut v = String::new();
-                    double_into(&mut v, value);
-                    self.counter(cs, ts, who, &v, out);
+                    self.counter(cs, ts, who, |l| double_into(l, value), out);
                 }
                 Record::AsyncBegin { site, id, args, .. } => {
                     let Some(cs) = ctx.sites.get(site) else {
@@ -559,10 +557,20 @@ impl Encoder for JsonEncoder {
 }
 
 impl JsonEncoder {
-    fn counter(&mut self, cs: &Callsite, ts: u64, who: (i32, i64), value: &str, out: &mut Vec<u8>) {
+    /// A counter sample: `value` writes the number (no allocation, no `fmt`).
+    fn counter(
+        &mut self,
+        cs: &Callsite,
+        ts: u64,
+        who: (i32, i64),
+        value: impl FnOnce(&mut Line),
+        out: &mut Vec<u8>,
+    ) {
         self.stats.events += 1;
-        self.head(cs.name, cs.category, "C", ts, who.0, who.1);
-        let _ = write!(self.line, ",\"args\":{{\"value\":{value}}}}}");
+        self.head_site(cs, "C", ts, who.0, who.1);
+        self.line.push_str(",\"args\":{\"value\":");
+        value(&mut self.line);
+        self.line.push_str("}}");
         self.push_event(out);
     }
 
