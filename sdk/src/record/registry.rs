@@ -279,9 +279,18 @@ impl Registry {
         self.state.lock().graveyard.push(ring);
     }
 
-    /// Unlists a ring the flusher has fully drained after its thread exited.
-    pub(crate) fn remove(&self, seq_id: u32) {
-        self.state.lock().rings.retain(|r| r.seq_id != seq_id);
+    /// Unlists the rings the flusher has fully drained after their threads
+    /// exited (`seq_ids`, sorted): one pass over the list for a whole flusher
+    /// pass, however many threads ended in it.
+    pub(crate) fn remove(&self, seq_ids: &[u32]) {
+        if seq_ids.is_empty() {
+            return;
+        }
+        debug_assert!(seq_ids.is_sorted());
+        self.state
+            .lock()
+            .rings
+            .retain(|r| seq_ids.binary_search(&r.seq_id).is_err());
     }
 }
 

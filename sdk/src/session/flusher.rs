@@ -143,17 +143,24 @@ impl Flusher {
         let mut file_filter = system.as_ref().map(|_| (RecordFilter::default(), u64::MAX));
         let mut file_words = Vec::new();
         let mut sites = Sites::default();
+        // The encoders' view of the session, made afresh where needed (`cal`
+        // is refreshed in between, so one cannot be kept).
+        macro_rules! ctx {
+            () => {
+                Context {
+                    cal: &cal,
+                    process: &process,
+                    sites: &mut sites,
+                }
+            };
+        }
         let mut out = Vec::with_capacity(WRITE_AT * 2);
         let mut words = Vec::with_capacity(DRAIN_CHUNK_WORDS * 2);
         let mut rings: Vec<Arc<ThreadRing>> = Vec::new();
         let mut state: HashMap<u32, RingState> = HashMap::new();
         let mut stats = Stats::default();
         {
-            let mut ctx = Context {
-                cal: &cal,
-                process: &process,
-                sites: &mut sites,
-            };
+            let mut ctx = ctx!();
             if let Some(e) = encoder.as_deref_mut() {
                 e.header(&mut ctx, &mut out);
             }
@@ -177,19 +184,11 @@ impl Flusher {
             let stopping = shared.stop.load(Ordering::Acquire);
             let flush_req = shared.flush_requested.load(Ordering::Acquire);
             let system_full = match system.as_mut() {
-                Some(sys) => sys.begin_cycle(&mut Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                }),
+                Some(sys) => sys.begin_cycle(&mut ctx!()),
                 None => false,
             };
             let window = {
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 let lost = stats.events_lost + stats.events_oversized;
                 windows.before_pass(&shared, &mut encoder, &mut sink, &mut ctx, lost, &mut out)
             };
@@ -207,15 +206,12 @@ impl Flusher {
                 // What the recorder holds is older than what the rings hold:
                 // it goes first, then this pass drains the rings straight
                 // into the file.
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 let spill = |out: &mut Vec<u8>| write_if_full(&mut sink, out);
                 rec.write_out(e, &mut ctx, &mut out, spill, &mut finished);
             }
             REGISTRY.snapshot(&mut rings);
+            let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();
                 let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
@@ -226,11 +222,7 @@ impl Flusher {
                     seen_overwritten: 0,
                     reported_oversized: 0,
                 });
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 // Bounded: a producer still writing cannot keep us here.
                 let mut budget = tr.ring.capacity_words() * 2;
                 loop {
@@ -324,15 +316,13 @@ impl Flusher {
                         f.0.forget_thread(tr.seq_id);
                     }
                     state.remove(&tr.seq_id);
-                    REGISTRY.remove(tr.seq_id);
+                    gone.push(tr.seq_id);
                 }
             }
+            gone.sort_unstable();
+            REGISTRY.remove(&gone);
             if !finished.is_empty() {
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 for (tr, unmarked) in finished.drain(..) {
                     thread_finished(
                         &mut encoder,
@@ -354,11 +344,7 @@ impl Flusher {
                 let count = std::mem::take(&mut no_ring_pending);
                 stats.events_no_memory += count;
                 let now = cal.now_ns();
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 if let Some(e) = encoder.as_deref_mut() {
                     e.note_lost_no_ring(&mut ctx, now, count, &mut out);
                 }
@@ -368,11 +354,7 @@ impl Flusher {
             }
             if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
                 last_snapshot = Instant::now();
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 if let Some(e) = encoder.as_deref_mut() {
                     e.tick(&mut ctx, &mut out);
                 }
@@ -381,21 +363,13 @@ impl Flusher {
                 }
             }
             {
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 let lost = stats.events_lost + stats.events_oversized;
                 windows.after_pass(&mut encoder, &mut sink, &mut ctx, lost, stopping, &mut out);
             }
             if stopping {
                 // Threads still running: their drops so far, then close the file.
-                let mut ctx = Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                };
+                let mut ctx = ctx!();
                 for tr in &rings {
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
                         thread_finished(
@@ -424,14 +398,7 @@ impl Flusher {
             }
             if let Some(sys) = system.as_mut() {
                 let now = cal.now_ns();
-                sys.end_cycle(
-                    &mut Context {
-                        cal: &cal,
-                        process: &process,
-                        sites: &mut sites,
-                    },
-                    now,
-                );
+                sys.end_cycle(&mut ctx!(), now);
             }
             write_out(&mut sink, &mut out);
             if let Some(s) = sink.as_mut() {
