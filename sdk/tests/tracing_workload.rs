@@ -306,3 +306,50 @@ fn subscriber_composes_with_filters_and_tracks_the_current_span() {
     );
     assert_well_nested(&slices);
 }
+
+/// The subscriber reuses a closed span's slot state in place: nothing of a
+/// closed span (values, recorded fields, thread) may show in the next span
+/// created there.
+#[test]
+fn subscriber_spans_in_reused_slots_start_clean() {
+    let _s = serial();
+    let trace = scratch("sub-reuse").join("reuse.pftrace");
+    let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        for i in 0..50u64 {
+            let a = info_span!("with_fields", i, note = tracing::field::Empty);
+            a.record("note", "recorded");
+            a.in_scope(|| {});
+            drop(a);
+            info_span!("bare").in_scope(|| {});
+            let late = info_span!(
+                "late",
+                i = tracing::field::Empty,
+                other = tracing::field::Empty
+            );
+            late.record("other", 7u64);
+            late.in_scope(|| {});
+        }
+    });
+    guard.stop().unwrap();
+    let (slices, _) = perfetto_slices(&common::perfetto_model(&trace));
+    let bare: Vec<&Slice> = slices.iter().filter(|s| s.name == "bare").collect();
+    let with: Vec<&Slice> = slices.iter().filter(|s| s.name == "with_fields").collect();
+    assert_eq!((bare.len(), with.len()), (50, 50));
+    for s in &bare {
+        assert!(
+            s.args.as_object().is_none_or(|a| a.is_empty()),
+            "a bare span carries nothing of the span before it: {:?}",
+            s.args
+        );
+    }
+    let late: Vec<&Slice> = slices.iter().filter(|s| s.name == "late").collect();
+    assert_eq!(late.len(), 50);
+    for s in &late {
+        assert_eq!(s.args, json!({"other": 7}), "only what this span recorded");
+    }
+    for (i, s) in with.iter().enumerate() {
+        assert_eq!(s.args["i"], json!(i), "{:?}", s.args);
+        assert_eq!(s.args["note"], json!("recorded"), "{:?}", s.args);
+    }
+}

@@ -205,10 +205,13 @@ impl<T> SpanTable<T> {
     /// Drops a handle of span `id`. The last one frees its slot, unless
     /// `must_close` says its state has something to write when it closes:
     /// then the slot stays, for the caller to close and [`remove`](Self::remove).
+    /// A freed slot keeps a state `keep` accepts, for the next span `insert`
+    /// puts there to reuse in place (`Freed(None)`); else it hands it out.
     pub(crate) fn release(
         &'static self,
         id: u64,
         must_close: impl FnOnce(&T) -> bool,
+        keep: impl FnOnce(&T) -> bool,
     ) -> Release<T> {
         let released = self.with(id, |e| {
             if e.refs > 1 {
@@ -220,7 +223,10 @@ impl<T> SpanTable<T> {
             }
             e.refs = 0;
             e.meta = None;
-            Release::Freed(e.state.take())
+            match e.state.as_ref().is_some_and(keep) {
+                true => Release::Freed(None),
+                false => Release::Freed(e.state.take()),
+            }
         });
         match released {
             None => Release::Alive,

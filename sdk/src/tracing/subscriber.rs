@@ -128,7 +128,7 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn try_close(&self, id: Id) -> bool {
-        match SPANS.release(id.into_u64(), SpanData::must_close) {
+        match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
             Release::Alive => false,
             Release::Freed(state) => {
                 drop(state); // outside the slot's lock

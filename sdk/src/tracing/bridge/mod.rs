@@ -48,7 +48,13 @@ pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>
         return;
     }
     let created = ticks();
-    let data = state.insert(SpanData::new(info, created));
+    let data = match state {
+        Some(data) => {
+            data.reset(info, created); // a freed slot's state, kept (see `reusable`)
+            data
+        }
+        None => state.insert(SpanData::new(info, created)),
+    };
     if attrs.values().is_empty() {
         data.site = info.site(0); // fields declared `Empty`: no arg names
     } else {

@@ -103,6 +103,36 @@ impl SpanData {
 
     /// Whether closing the span writes anything: the end of its async range,
     /// or flows no slice end carried.
+    /// Whether a freed slot may keep this state to be [`reset`](Self::reset)
+    /// for its next span: it owns no heap memory and dropping it would do
+    /// nothing. Spans are hundreds of bytes with their inline buffers;
+    /// moving one out of its slot and back in cost more than the rest of a
+    /// span's life.
+    pub(crate) fn reusable(&self) -> bool {
+        !self.end_pending()
+            && self.async_id == 0
+            && self.flows.capacity() == 0
+            && !self.words.spilled()
+            && !self.ranges.spilled()
+    }
+
+    /// Makes a [`reusable`](Self::reusable) state that of a new span, in
+    /// place: as `new` without building (and moving) a whole one.
+    #[inline]
+    pub(super) fn reset(&mut self, info: &'static SiteInfo, created: u64) {
+        debug_assert!(self.reusable());
+        self.info = info;
+        self.site = info.full;
+        self.words.clear();
+        self.ranges.clear();
+        self.mask = 0;
+        self.created = created;
+        self.thread = 0;
+        self.async_id = 0;
+        self.dirty = 0;
+        self.dirty_async = 0;
+    }
+
     pub(crate) fn must_close(&self) -> bool {
         self.async_id != 0 || !self.flows.is_empty()
     }
@@ -290,6 +320,12 @@ impl<T: Copy + Default, const N: usize> Inline<T, N> {
     #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the elements ever moved to the heap (its memory is kept).
+    #[inline]
+    pub(crate) fn spilled(&self) -> bool {
+        self.heap.capacity() > 0
     }
 
     #[inline]
