@@ -426,11 +426,23 @@ mod tests {
         }
         fn begin_arg(&mut self, cs: &'static Callsite, depth: u64, v: u64) -> &mut Self {
             assert!(cs.is_enabled() || cs.id() != 0);
-            let ts = self.tick(5000);
+            self.with_arg(KIND_BEGIN, 5000, cs, depth, v)
+        }
+
+        /// A record of `kind` with one argument `v`, `step` ticks on.
+        fn with_arg(
+            &mut self,
+            kind: u64,
+            step: u64,
+            cs: &'static Callsite,
+            depth: u64,
+            v: u64,
+        ) -> &mut Self {
+            let ts = self.tick(step);
             let mut args = Vec::new();
             v.encode(&mut args);
             self.w.push(make_header(
-                KIND_BEGIN,
+                kind,
                 2 + args.len(),
                 cs.id() as u64 | depth << 24,
             ));
@@ -478,17 +490,7 @@ mod tests {
             self
         }
         fn end_args(&mut self, cs: &'static Callsite, depth: u64, v: u64) -> &mut Self {
-            let ts = self.tick(3);
-            let mut args = Vec::new();
-            v.encode(&mut args);
-            self.w.push(make_header(
-                KIND_END_ARGS,
-                2 + args.len(),
-                cs.id() as u64 | depth << 24,
-            ));
-            self.w.push(ts);
-            self.w.extend(args);
-            self
+            self.with_arg(KIND_END_ARGS, 3, cs, depth, v)
         }
         fn instant(&mut self, cs: &'static Callsite) -> &mut Self {
             assert!(cs.is_enabled() || cs.id() != 0);
