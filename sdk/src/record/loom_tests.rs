@@ -199,7 +199,7 @@ fn loom_tests_exiting_thread_hands_over_everything() {
                 tr.ring.drain(&mut out, usize::MAX, &mut seen);
                 got.extend(decode(&out).0);
                 if retired && tr.ring.used_words() == 0 {
-                    registry.remove(tr.seq_id);
+                    registry.remove(&[tr.seq_id]);
                     done = true;
                 }
             }
