@@ -243,13 +243,18 @@ thread_local! {
 /// Entries of a thread's cache of target answers (a power of two).
 const TARGETS_LEN: usize = 32;
 
+/// A thread's target answers (see [`TARGETS`]).
+type Answers = [(String, u64, bool); TARGETS_LEN];
+
 thread_local! {
     /// `enabled()` answers by target, direct-mapped by the target's address,
     /// each stamped with the filter generation it was computed under and
     /// used only for an equal target: `log_enabled!` and chained loggers ask
-    /// often, and the filter itself is behind the registry's lock.
-    static TARGETS: std::cell::RefCell<[(String, u64, bool); TARGETS_LEN]> =
-        std::cell::RefCell::new(std::array::from_fn(|_| (String::new(), u64::MAX, false)));
+    /// often, and the filter itself is behind the registry's lock. On the
+    /// heap, made at a thread's first `enabled()`: static TLS is taken in
+    /// every thread of the process, logging or not.
+    static TARGETS: std::cell::RefCell<Option<Box<Answers>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Whether the category filter records `target` (see [`TARGETS`]).
@@ -263,6 +268,9 @@ fn target_enabled(target: &str) -> bool {
             let Ok(mut t) = t.try_borrow_mut() else {
                 return ask();
             };
+            let t = t.get_or_insert_with(|| {
+                Box::new(std::array::from_fn(|_| (String::new(), u64::MAX, false)))
+            });
             let e = &mut t[i];
             if e.1 != generation || e.0 != target {
                 // The generation is read before asking: a change meanwhile
