@@ -390,16 +390,11 @@ impl Windows {
         }
         write_out(sink, out);
     }
-
-    /// The flusher is done: no more requests; those still queued fail.
-    pub(crate) fn close(&mut self, shared: &Shared) {
-        close_requests(shared);
-    }
 }
 
-/// No more requests; those still queued fail. Also run if the flusher
-/// panics (`flusher::Finally`), so no caller of `rotate_output`/`dump_to`
-/// waits for an answer that will not come.
+/// The flusher is done, however it ended (`flusher::Finally`, a panic
+/// included): no more requests; those still queued fail, so no caller of
+/// `rotate_output`/`dump_to` waits for an answer that will not come.
 pub(crate) fn close_requests(shared: &Shared) {
     let queued = {
         let mut requests = shared.requests.lock();

@@ -410,7 +410,6 @@ impl Flusher {
                 shared.flush_cv.notify_all();
             }
         }
-        windows.close(&shared);
         // Totals of the whole session: every file it wrote.
         if let Some(e) = encoder.as_deref() {
             let enc = e.stats();
@@ -434,15 +433,14 @@ impl Flusher {
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
         drop(recorder);
         REGISTRY.budget.give_back(recorder_bytes);
-        *shared.flush_done.lock() = u64::MAX;
-        shared.flush_cv.notify_all();
         (stats, sink.as_mut().and_then(Sink::take_error))
     }
 }
 
-/// Whatever way the flusher ends, a panic included: every flush waiting is
+/// However the flusher ends, a panic included: every flush waiting is
 /// answered and every capture request queued is refused (a panic's own
-/// message reaches `stop()` through the thread's join).
+/// message reaches `stop()` through the thread's join). The one place this
+/// is done.
 struct Finally(StdArc<Shared>);
 
 impl Drop for Finally {
