@@ -101,8 +101,6 @@ impl SpanData {
         self.ranges = ranges;
     }
 
-    /// Whether closing the span writes anything: the end of its async range,
-    /// or flows no slice end carried.
     /// Whether a freed slot may keep this state to be [`reset`](Self::reset)
     /// for its next span: it owns no heap memory and dropping it would do
     /// nothing. Spans are hundreds of bytes with their inline buffers;
@@ -133,6 +131,8 @@ impl SpanData {
         self.dirty_async = 0;
     }
 
+    /// Whether closing the span writes anything: the end of its async range,
+    /// or flows no slice end carried.
     pub(crate) fn must_close(&self) -> bool {
         self.async_id != 0 || !self.flows.is_empty()
     }
