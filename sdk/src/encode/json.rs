@@ -906,11 +906,10 @@ mod tests {
     fn plain_scope_records_skip_the_general_path_writing_the_same_bytes() {
         use crate::encode::{ProcessInfo, Sites};
         use crate::record::args::TraceValue;
-        use crate::record::budget::Budget;
         use crate::record::callsite::CallsiteKind;
         use crate::record::clock::Calibration;
         use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
-        use crate::record::ring::{make_header, Ring};
+        use crate::record::ring::make_header;
         static A: Callsite = Callsite::new("j", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
         static B: Callsite = Callsite::new("j", "b", "f.rs", 2, "m", &["x"], CallsiteKind::Scope);
         A.is_enabled();
@@ -947,9 +946,7 @@ mod tests {
         }
         let cal = Calibration::start(false);
         let process = ProcessInfo::current(Some("j".into()));
-        let budget = Budget::leaked(u64::MAX);
-        assert!(budget.try_take(crate::record::registry::THREAD_BYTES));
-        let thread = ThreadRing::new(Ring::with_words(64, false), 0, 5, 1, 2, "t".into(), budget);
+        let thread = ThreadRing::for_test(5, false);
         let mut outs = Vec::new();
         for general_only in [false, true] {
             let mut sites = Sites::default();

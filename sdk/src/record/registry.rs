@@ -73,6 +73,16 @@ impl Drop for ThreadRing {
 }
 
 impl ThreadRing {
+    /// A thread of sequence `seq_id` (tid 2 of pid 1, named "t") with a
+    /// 64-word ring, for unit tests of what reads threads' records.
+    #[cfg(test)]
+    pub(crate) fn for_test(seq_id: u32, overwrite: bool) -> ThreadRing {
+        let budget = Budget::leaked(u64::MAX);
+        assert!(budget.try_take(THREAD_BYTES));
+        let ring = Ring::with_words(64, overwrite);
+        ThreadRing::new(ring, 1, seq_id, 1, 2, "t".into(), budget)
+    }
+
     /// `ring`'s owner, whose `THREAD_BYTES` the caller took from `budget`.
     pub(crate) fn new(
         ring: Ring,

@@ -237,23 +237,10 @@ fn count_records(words: &[u64]) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::budget::Budget;
-    use crate::record::registry::THREAD_BYTES;
-    use crate::record::ring::{make_header, Ring};
+    use crate::record::ring::make_header;
 
     fn thread(seq: u32) -> Arc<ThreadRing> {
-        let budget = Budget::leaked(u64::MAX);
-        assert!(budget.try_take(THREAD_BYTES));
-        let ring = Ring::with_words(64, true);
-        Arc::new(ThreadRing::new(
-            ring,
-            1,
-            seq,
-            1,
-            seq as i64,
-            String::new(),
-            budget,
-        ))
+        Arc::new(ThreadRing::for_test(seq, true))
     }
 
     /// `n` records of 4 words, of a kind that is not a loss marker.

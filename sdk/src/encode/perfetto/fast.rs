@@ -380,11 +380,10 @@ mod tests {
     use super::*;
     use crate::encode::{ProcessInfo, Sites};
     use crate::record::args::TraceValue;
-    use crate::record::budget::Budget;
     use crate::record::callsite::CallsiteKind;
     use crate::record::clock::Calibration;
     use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
-    use crate::record::ring::{make_header, Ring};
+    use crate::record::ring::make_header;
 
     static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
     static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);
@@ -438,14 +437,22 @@ mod tests {
             depth: u64,
             v: u64,
         ) -> &mut Self {
+            self.record(kind, step, cs.id() as u64 | depth << 24, &[&v])
+        }
+        /// A record of `kind` carrying `payload` and the values `vals`.
+        fn record(
+            &mut self,
+            kind: u64,
+            step: u64,
+            payload: u64,
+            vals: &[&dyn TraceValue],
+        ) -> &mut Self {
             let ts = self.tick(step);
             let mut args = Vec::new();
-            v.encode(&mut args);
-            self.w.push(make_header(
-                kind,
-                2 + args.len(),
-                cs.id() as u64 | depth << 24,
-            ));
+            for v in vals {
+                v.encode(&mut args);
+            }
+            self.w.push(make_header(kind, 2 + args.len(), payload));
             self.w.push(ts);
             self.w.extend(args);
             self
@@ -469,19 +476,7 @@ mod tests {
             vals: &[&dyn TraceValue],
         ) -> &mut Self {
             assert!(cs.is_enabled() || cs.id() != 0);
-            let ts = self.tick(70);
-            let mut args = Vec::new();
-            for v in vals {
-                v.encode(&mut args);
-            }
-            self.w.push(make_header(
-                kind,
-                2 + args.len(),
-                cs.id() as u64 | depth << 24,
-            ));
-            self.w.push(ts);
-            self.w.extend(args);
-            self
+            self.record(kind, 70, cs.id() as u64 | depth << 24, vals)
         }
         fn end(&mut self, depth: u64) -> &mut Self {
             let ts = self.tick(1_000_000);
@@ -551,17 +546,7 @@ mod tests {
     fn both(opts: PerfettoOptions, seq_id: u32, steps: &[Step]) -> Vec<u8> {
         let cal = Calibration::start(false);
         let process = ProcessInfo::current(Some("fast".into()));
-        let budget = Budget::leaked(u64::MAX);
-        assert!(budget.try_take(crate::record::registry::THREAD_BYTES));
-        let thread = ThreadRing::new(
-            Ring::with_words(64, false),
-            0,
-            seq_id,
-            1,
-            2,
-            "t".into(),
-            budget,
-        );
+        let thread = ThreadRing::for_test(seq_id, false);
         let mut outs = Vec::new();
         for general in [false, true] {
             let mut sites = Sites::default();
