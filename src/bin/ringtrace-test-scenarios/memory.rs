@@ -86,9 +86,19 @@ pub fn threads_alive(trace: &str) -> Value {
             barrier.wait(); // the main thread has flushed
         }
     };
-    // Heap bytes live with every thread alive and having recorded, before
-    // the flush (the counting allocator's: sizes asked for, no malloc
-    // overhead): what the threads' state takes on the heap.
+    // With every thread alive and having recorded: the heap bytes live
+    // before the flush (the counting allocator's: sizes asked for, no malloc
+    // overhead), what the threads' state takes on the heap; then the flush,
+    // and the threads go on.
+    let all_alive = || {
+        barrier.wait();
+        let heap = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+        if on {
+            ringtrace::flush();
+        }
+        barrier.wait();
+        heap
+    };
     let heap_alive;
     if api == "tokio" {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -103,12 +113,7 @@ pub fn threads_alive(trace: &str) -> Value {
                 rt.spawn_blocking(move || work(i))
             })
             .collect();
-        barrier.wait();
-        heap_alive = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
-        if on {
-            ringtrace::flush();
-        }
-        barrier.wait();
+        heap_alive = all_alive();
         rt.block_on(async {
             for t in tasks {
                 t.await.unwrap();
@@ -125,12 +130,7 @@ pub fn threads_alive(trace: &str) -> Value {
                     .expect("spawn")
             })
             .collect();
-        barrier.wait();
-        heap_alive = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
-        if on {
-            ringtrace::flush();
-        }
-        barrier.wait();
+        heap_alive = all_alive();
         for h in hs {
             h.join().unwrap();
         }
