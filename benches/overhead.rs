@@ -220,6 +220,14 @@ fn main() {
     let (reps, iters) = if quick { (3, 20_000) } else { (15, 200_000) };
     let started = Instant::now();
     let dir = out_dir();
+    // `RINGTRACE_BENCH_ONLY=encode`: the encoding rows alone, for
+    // interleaving runs of two builds (and profiling the flusher).
+    if std::env::var("RINGTRACE_BENCH_ONLY").as_deref() == Ok("encode") {
+        let rows = encode_rows(&dir, quick);
+        print_encode_rows(&rows);
+        println!("Total bench time: {:.1} s", started.elapsed().as_secs_f64());
+        return;
+    }
     let mut rows: Vec<Row> = Vec::new();
 
     // Floors: no session. FLAG is stored at run time so that the compiler
@@ -330,24 +338,7 @@ fn main() {
         note: String::new(),
     });
 
-    // Encoding: flight-recorder mode so nothing drains before `flush()`.
-    let n_iter: u64 = if quick { 50_000 } else { 250_000 }; // 2 scopes each
-    let formats: [(&str, &str, bool); 3] = [
-        ("Perfetto", "pftrace", true),
-        ("Perfetto, source_locations(false)", "pftrace", false),
-        ("Chrome JSON (X events)", "json", true),
-    ];
-    let mut enc_rows = Vec::new();
-    for (name, ext, src) in formats {
-        enc_rows.push(encode_phase(
-            &dir,
-            name,
-            ext,
-            src,
-            n_iter,
-            if quick { 2 } else { 9 },
-        ));
-    }
+    let enc_rows = encode_rows(&dir, quick);
 
     // Drop mode under pressure: one thread, back to back for 1 s, 8 MiB ring.
     let loss = drop_mode_loss(&dir, if quick { 0.2 } else { 1.0 });
@@ -389,25 +380,7 @@ fn main() {
         mib(rss_before)
     );
     println!();
-    println!(
-        "| format | events/s encoded (flush) | bytes/scope on disk | finish: stop() after flush | finish: stop() with {} scopes pending | peak RSS (at start; ring) | events lost |",
-        2 * n_iter
-    );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for e in &enc_rows {
-        println!(
-            "| {} | {:.1} M | {:.1} | {:.2} ms | {:.1} ms | {} ({}; {} MiB) | {} |",
-            e.name,
-            e.events_per_s / 1e6,
-            e.bytes_per_scope,
-            e.finish_empty_ms,
-            e.finish_pending_ms,
-            mib(e.peak_kib),
-            mib(e.rss_start_kib),
-            e.ring_mib,
-            e.lost
-        );
-    }
+    print_encode_rows(&enc_rows);
     println!();
     println!(
         "Drop mode, one thread recording scopes back to back for {:.1} s into an 8 MiB ring \
@@ -488,7 +461,62 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample)
     (summarize(first), summarize(lap))
 }
 
+/// Scope pairs per encoding round.
+fn encode_iters(quick: bool) -> u64 {
+    if quick {
+        50_000
+    } else {
+        250_000
+    }
+}
+
+/// Encoding: flight-recorder mode so nothing drains before `flush()`.
+fn encode_rows(dir: &std::path::Path, quick: bool) -> Vec<EncodeRow> {
+    let n_iter = encode_iters(quick); // 2 scopes each
+    let formats: [(&str, &str, bool); 3] = [
+        ("Perfetto", "pftrace", true),
+        ("Perfetto, source_locations(false)", "pftrace", false),
+        ("Chrome JSON (X events)", "json", true),
+    ];
+    let mut enc_rows = Vec::new();
+    for (name, ext, src) in formats {
+        enc_rows.push(encode_phase(
+            dir,
+            name,
+            ext,
+            src,
+            n_iter,
+            if quick { 2 } else { 9 },
+        ));
+    }
+    enc_rows
+}
+
+fn print_encode_rows(enc_rows: &[EncodeRow]) {
+    let n_iter = enc_rows.first().map_or(0, |e| e.n_iter);
+    println!(
+        "| format | events/s encoded (flush) | bytes/scope on disk | finish: stop() after flush | finish: stop() with {} scopes pending | peak RSS (at start; ring) | events lost |",
+        2 * n_iter
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for e in enc_rows {
+        println!(
+            "| {} | {:.1} M | {:.1} | {:.2} ms | {:.1} ms | {} ({}; {} MiB) | {} |",
+            e.name,
+            e.events_per_s / 1e6,
+            e.bytes_per_scope,
+            e.finish_empty_ms,
+            e.finish_pending_ms,
+            mib(e.peak_kib),
+            mib(e.rss_start_kib),
+            e.ring_mib,
+            e.lost
+        );
+    }
+}
+
 struct EncodeRow {
+    n_iter: u64,
     name: &'static str,
     events_per_s: f64,
     bytes_per_scope: f64,
@@ -563,6 +591,7 @@ fn encode_phase(
     let peak = proc_status_kib("VmHWM:");
     let _ = std::fs::remove_file(&path);
     EncodeRow {
+        n_iter,
         name,
         events_per_s: median(&mut rates),
         bytes_per_scope,
