@@ -140,18 +140,34 @@ pub(crate) fn nested<R>(buf: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u
     buf.push(0);
     let start = buf.len();
     let r = f(buf);
+    patch_len(buf, start);
+    r
+}
+
+/// Sets the length of the length-delimited field whose body runs from
+/// `start` to the end of `buf`, and whose length was written as one byte
+/// (any value) at `start - 1`. A body of 128 bytes or more is moved forward
+/// in place to make room for a longer varint: the bytes are what sizing
+/// first would have written.
+#[inline]
+pub(crate) fn patch_len(buf: &mut Vec<u8>, start: usize) {
     let len = buf.len() - start;
     if len < 0x80 {
         buf[start - 1] = len as u8;
     } else {
-        let mut head = [0u8; 10];
-        let n = varint_into(&mut head, len as u64);
-        let end = buf.len();
-        buf.resize(end + n - 1, 0);
-        buf.copy_within(start..end, start + n - 1);
-        buf[start - 1..start - 1 + n].copy_from_slice(&head[..n]);
+        patch_long_len(buf, start);
     }
-    r
+}
+
+#[cold]
+fn patch_long_len(buf: &mut Vec<u8>, start: usize) {
+    let len = buf.len() - start;
+    let mut head = [0u8; 10];
+    let n = varint_into(&mut head, len as u64);
+    let end = buf.len();
+    buf.resize(end + n - 1, 0);
+    buf.copy_within(start..end, start + n - 1);
+    buf[start - 1..start - 1 + n].copy_from_slice(&head[..n]);
 }
 
 #[cfg(test)]

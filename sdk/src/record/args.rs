@@ -388,6 +388,13 @@ impl<'a> StrWords<'a> {
         self.len
     }
 
+    /// The words holding the bytes, in order (the last one's bytes past
+    /// [`Self::len`] are not the string's).
+    #[inline]
+    pub(crate) fn words(&self) -> &'a [u64] {
+        self.words
+    }
+
     /// The bytes, word by word: `f` gets each word's bytes (the last one cut
     /// to the string's end). Stops early at the end of `words`.
     #[inline]

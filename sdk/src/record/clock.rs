@@ -59,7 +59,23 @@ pub(crate) struct Calibration {
     first: (u64, u64),
     /// Latest point; conversions are anchored here.
     last: (u64, u64),
-    ns_per_tick: f64,
+    /// The rate, ns per tick, in fixed point: `int + frac / 2^64`. Integer
+    /// arithmetic in `to_ns`, which runs once per event in the flusher: the
+    /// high half of one 64x64 multiply (and one more while the rate is 1 ns
+    /// per tick or more) against int/float conversions.
+    int: u64,
+    frac: u64,
+}
+
+/// `ns_per_tick` as `(int, frac)`, `int + frac / 2^64`: the f64's value
+/// exactly (its 53 bits of mantissa), for a rate below 2^64 ns per tick.
+fn fixed_point(ns_per_tick: f64) -> (u64, u64) {
+    let int = ns_per_tick.max(0.0).floor();
+    // Casts saturate: a rate past u64 (never met) is clamped.
+    (
+        int as u64,
+        ((ns_per_tick.max(0.0) - int) * 2f64.powi(64)) as u64,
+    )
 }
 
 /// How long the initial calibration spins when the TSC is used.
@@ -80,7 +96,8 @@ impl Calibration {
                 tsc: false,
                 first: (now, now),
                 last: (now, now),
-                ns_per_tick: 1.0,
+                int: 1,
+                frac: 0,
             };
         }
         let first = Self::point();
@@ -91,11 +108,13 @@ impl Calibration {
         }
         let ns_per_tick = (last.1 - first.1) as f64 / (last.0 - first.0).max(1) as f64;
         USE_TSC.store(true, Ordering::Relaxed);
+        let (int, frac) = fixed_point(ns_per_tick);
         Calibration {
             tsc: true,
             first,
             last,
-            ns_per_tick,
+            int,
+            frac,
         }
     }
 
@@ -128,7 +147,8 @@ impl Calibration {
         }
         let p = Self::point();
         if p.0 > self.first.0 && p.1 > self.first.1 {
-            self.ns_per_tick = (p.1 - self.first.1) as f64 / (p.0 - self.first.0) as f64;
+            let ns_per_tick = (p.1 - self.first.1) as f64 / (p.0 - self.first.0) as f64;
+            (self.int, self.frac) = fixed_point(ns_per_tick);
             self.last = p;
         }
     }
@@ -139,18 +159,26 @@ impl Calibration {
         if !self.tsc {
             return ticks;
         }
-        // i64, not i128: a tick count and a BOOTTIME reading are both far
-        // below 2^63, so the difference is exact, and i64 <-> f64 are single
-        // instructions where i128 <-> f64 are library calls (this runs once
-        // per event in the flusher).
-        let delta = ticks.wrapping_sub(self.last.0) as i64;
-        // Rounded half away from zero, as `f64::round`, without its library
-        // call (x86-64 has no rounding instruction before SSE4.1): the cast
-        // truncates toward zero.
-        let x = delta as f64 * self.ns_per_tick;
-        let rounded = if x >= 0.0 { x + 0.5 } else { x - 0.5 } as i64;
-        let ns = (self.last.1 as i64).saturating_add(rounded);
-        ns.max(0) as u64
+        // |ticks - anchor| * rate, rounded half away from zero, then
+        // added to or taken from the anchor's ns (clamped at 0 and u64::MAX).
+        let (anchor, anchor_ns) = self.last;
+        let (d, before) = match ticks.checked_sub(anchor) {
+            Some(d) => (d, false),
+            None => (anchor - ticks, true),
+        };
+        // The fraction's product rounded half up: its high half after
+        // adding 2^63 (below 2^64 * 2^64: no overflow).
+        let part = ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64;
+        let scaled = if self.int == 0 {
+            part
+        } else {
+            d.saturating_mul(self.int).saturating_add(part)
+        };
+        if before {
+            anchor_ns.saturating_sub(scaled)
+        } else {
+            anchor_ns.saturating_add(scaled)
+        }
     }
 
     /// Reads the clock now, in BOOTTIME ns, the way events are stamped.
@@ -178,5 +206,58 @@ mod tests {
                 "{before} {t} {after}"
             );
         }
+    }
+
+    /// The fixed-point conversion against the exact product of the f64
+    /// rate (its mantissa and exponent, in i128, truncated), on both sides
+    /// of the anchor and far from it.
+    #[test]
+    fn fixed_point_conversion_is_within_a_nanosecond() {
+        for rate in [0.25, 0.3333333333, 0.4166, 1.0, 1.7, 3.9, 1e-3] {
+            let (int, frac) = fixed_point(rate);
+            let anchor = (1u64 << 40, 5_000_000_000_000u64);
+            let cal = Calibration {
+                tsc: true,
+                first: anchor,
+                last: anchor,
+                int,
+                frac,
+            };
+            // rate = m * 2^e exactly.
+            let bits = rate.to_bits();
+            let e = ((bits >> 52) & 0x7ff) as i32 - 1075;
+            let m = ((bits & ((1 << 52) - 1)) | (1 << 52)) as i128;
+            for d in [0u64, 1, 2, 3, 1000, 123_456_789, 3 << 30, 1 << 39] {
+                let exact = if e < 0 {
+                    (d as i128 * m) >> -e
+                } else {
+                    (d as i128 * m) << e
+                };
+                for (ticks, want) in [
+                    (anchor.0 + d, anchor.1 as i128 + exact),
+                    (anchor.0 - d, anchor.1 as i128 - exact),
+                ] {
+                    let got = cal.to_ns(ticks) as i128;
+                    assert!(
+                        (got - want).abs() <= 1,
+                        "rate {rate} d {d}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        // Clamped at 0 and u64::MAX.
+        let (int, frac) = fixed_point(1.0);
+        assert_eq!((int, frac), (1, 0));
+        let at = |ns| Calibration {
+            tsc: true,
+            first: (1 << 40, ns),
+            last: (1 << 40, ns),
+            int,
+            frac,
+        };
+        assert_eq!(at(10).to_ns(0), 0);
+        assert_eq!(at(10).to_ns((1 << 40) + 5), 15);
+        assert_eq!(at(u64::MAX - 5).to_ns((1 << 40) + 9), u64::MAX);
+        assert_eq!(at(u64::MAX - 5).to_ns(1 << 39), u64::MAX - 5 - (1 << 39));
     }
 }

@@ -17,6 +17,8 @@
 //! fixed-size stores per packet, no capacity check per field.
 
 use super::*;
+use crate::encode::protowire::patch_len;
+use crate::record::args::{ArgReader, ArgValue};
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
 use crate::record::ring::{header_kind, header_len, header_payload};
 use std::mem::MaybeUninit;
@@ -121,6 +123,134 @@ fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
     // first `t.len` count); `len + total <= capacity` since the spare
     // capacity is at least PACKET_MAX.
     unsafe { out.set_len(len + total) };
+}
+
+/// Bytes written in order into a `Vec`'s spare capacity (bounds-checked);
+/// the caller counts the first `n` in with `set_len`.
+struct Spare<'a> {
+    buf: &'a mut [MaybeUninit<u8>],
+    n: usize,
+}
+
+impl Spare<'_> {
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        self.buf[self.n] = MaybeUninit::new(b);
+        self.n += 1;
+    }
+
+    #[inline(always)]
+    fn bytes(&mut self, s: &[u8]) {
+        for (d, &b) in self.buf[self.n..self.n + s.len()].iter_mut().zip(s) {
+            *d = MaybeUninit::new(b);
+        }
+        self.n += s.len();
+    }
+
+    #[inline(always)]
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    /// Eight bytes, of which the first `keep` count (the rest is written
+    /// over next): a string's words copied whole.
+    #[inline(always)]
+    fn word(&mut self, w: u64, keep: usize) {
+        for (d, b) in self.buf[self.n..self.n + 8].iter_mut().zip(w.to_le_bytes()) {
+            *d = MaybeUninit::new(b);
+        }
+        self.n += keep;
+    }
+}
+
+/// Most bytes of one annotation besides its value's words: tag, length
+/// (5), name iid (tag and 5), the value's tag. A value takes at most 8
+/// bytes per word it was recorded in: a scalar (two words) at most 10, a
+/// bool (one) 1, a string (one word, then its bytes) 5 and its bytes; a
+/// null (no word when the record ends early) none.
+const ANN_MAX_HEAD: usize = 13;
+
+/// The annotations of `cs`'s arguments written into `w`, as `annotation`
+/// writes them, if every name is interned and every value is a scalar, a
+/// string or absent; false (and `w` to be discarded) otherwise.
+#[inline]
+fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>) -> bool {
+    let names = cs.arg_names.len();
+    if names == 0 {
+        return true;
+    }
+    if names * 64 < args.len() {
+        return false; // more words than the bound counts (`begin_with_args`)
+    }
+    let start = match seq.site_ann_start.get(cs.id() as usize) {
+        Some(&s) if s > 0 => s as usize - 1,
+        _ => return false,
+    };
+    let Some(iids) = seq.site_ann_iids.get(start..start + names) else {
+        return false;
+    };
+    let mut r = ArgReader::new(args);
+    for &iid in iids {
+        if iid == 0 {
+            return false;
+        }
+        let iid = iid as u64;
+        let name_len = uint_len(DA_NAME_IID, iid);
+        w.byte(((TE_DEBUG_ANNOTATIONS << 3) | 2) as u8);
+        // Length, name, value: each as `annotation` sizes and writes it.
+        macro_rules! head {
+            ($body:expr) => {{
+                w.varint(($body) as u64);
+                w.byte((DA_NAME_IID << 3) as u8);
+                w.varint(iid);
+            }};
+        }
+        match r.next() {
+            ArgValue::Int(v) => {
+                head!(name_len + uint_len(DA_INT, v as u64));
+                w.byte((DA_INT << 3) as u8);
+                w.varint(v as u64);
+            }
+            ArgValue::Uint(v) => {
+                head!(name_len + uint_len(DA_UINT, v));
+                w.byte((DA_UINT << 3) as u8);
+                w.varint(v);
+            }
+            ArgValue::Bool(v) => {
+                head!(name_len + 2);
+                w.bytes(&[(DA_BOOL << 3) as u8, v as u8]);
+            }
+            ArgValue::Double(v) => {
+                head!(name_len + 9);
+                w.byte(((DA_DOUBLE << 3) | 1) as u8);
+                w.word(v.to_bits(), 8);
+            }
+            ArgValue::Str(sw) => {
+                let n = sw.len();
+                head!(name_len + len_field_len(DA_STRING, n));
+                w.byte(((DA_STRING << 3) | 2) as u8);
+                w.varint(n as u64);
+                let mut left = n;
+                for &word in sw.words() {
+                    let keep = left.min(8);
+                    w.word(word, keep);
+                    left -= keep;
+                }
+            }
+            ArgValue::Pointer(v) => {
+                head!(name_len + uint_len(DA_POINTER, v));
+                w.byte((DA_POINTER << 3) as u8);
+                w.varint(v);
+            }
+            ArgValue::Null => head!(name_len),
+            ArgValue::Dict(_) | ArgValue::Array(_) => return false,
+        }
+    }
+    true
 }
 
 impl PerfettoEncoder {
@@ -241,9 +371,58 @@ impl PerfettoEncoder {
         true
     }
 
-    /// A begin (or instant) whose call site has arguments (or whose record has words the
-    /// site does not name): the template's fields, then the annotations.
+    /// A begin (or instant) whose call site has arguments (or whose record
+    /// has words the site does not name): the template's fields, then the
+    /// annotations. Scalars and strings are written straight into `out`'s
+    /// spare capacity ([`Spare`]) with one-byte lengths patched afterwards
+    /// (a body of 128 bytes or more is moved forward to make room: the
+    /// bytes sizing first would have written); anything else (a container,
+    /// a name not interned) by [`Self::begin_with_args_general`].
+    #[allow(unsafe_code)]
     fn begin_with_args(
+        &mut self,
+        seq: &mut Seq,
+        cs: &'static Callsite,
+        args: &[u64],
+        delta: u64,
+        t: &Tmpl,
+        out: &mut Vec<u8>,
+    ) {
+        let names = cs.arg_names.len();
+        // What `direct_annotations` can write: see there.
+        let bound = PACKET_MAX + 4 + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
+        out.reserve(bound);
+        let len = out.len();
+        let mut w = Spare {
+            buf: &mut out.spare_capacity_mut()[..bound],
+            n: 0,
+        };
+        w.bytes(&[0x0a, 0]); // Trace.packet, length patched
+        w.byte((P_TIMESTAMP << 3) as u8);
+        w.varint(delta);
+        w.bytes(t.seq_part());
+        w.bytes(&[((P_TRACK_EVENT << 3) | 2) as u8, 0]);
+        let te_start = w.n;
+        w.bytes(t.te_part());
+        let done = direct_annotations(seq, cs, args, &mut w);
+        let n = w.n;
+        // SAFETY: `Spare` writes its bytes in order from the start of the
+        // spare capacity, each one through a bounds-checked index into the
+        // `bound` bytes reserved above, so bytes `len..len + n` are
+        // initialised and `len + n <= capacity`.
+        unsafe { out.set_len(len + n) };
+        if !done {
+            out.truncate(len);
+            return self.begin_with_args_general(seq, cs, args, delta, t, out);
+        }
+        patch_len(out, len + te_start);
+        patch_len(out, len + 2);
+    }
+
+    /// [`Self::begin_with_args`] through the scratch buffers: interns what
+    /// is not interned yet, writes containers.
+    #[cold]
+    fn begin_with_args_general(
         &mut self,
         seq: &mut Seq,
         cs: &'static Callsite,
@@ -652,6 +831,26 @@ mod tests {
         }
         // A site with args whose record has none (read as absent values).
         w.begin(&C, 0).end(0);
+        steps.push(Step::Words(w.take()));
+        // Strings around the one-byte lengths of the annotation, the track
+        // event and the packet (each patched after the body is written);
+        // pointers, absent values (None), and containers (written by the
+        // general path after the direct writer gives up).
+        let p = 0x7f00_dead_beef_usize as *const u8;
+        for n in [
+            0usize, 1, 7, 8, 9, 90, 101, 102, 103, 110, 111, 112, 125, 126, 127, 128, 200,
+        ] {
+            let s = "z".repeat(n);
+            let none: Option<u64> = None;
+            w.begin_args(&D, 0, &[&s.as_str(), &p, &none, &-1i64, &u64::MAX]);
+            w.instant_args(&C, &[&s.as_str()]);
+            w.end(0);
+        }
+        let dict = std::collections::BTreeMap::from([("k", 1u64), ("l", 2)]);
+        w.begin_args(&D, 0, &[&"s", &[1u64, 2, 3], &dict, &true, &f64::NAN]);
+        w.end(0);
+        w.instant_args(&C, &[&vec!["a", "b"]])
+            .instant_args(&C, &[&7i64]);
         steps.push(Step::Words(w.take()));
         // A long delta (a multi-byte varint), then the template again.
         w.begin(&A, 0);
