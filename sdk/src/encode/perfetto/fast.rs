@@ -147,13 +147,40 @@ impl Spare<'_> {
         self.n += s.len();
     }
 
+    /// A varint: up to 8 bytes built in a register and stored at once.
     #[inline(always)]
     fn varint(&mut self, mut v: u64) {
+        let (mut x, mut k) = (0u64, 0);
+        while v >= 0x80 && k < 7 {
+            x |= ((v & 0x7f) | 0x80) << (8 * k);
+            v >>= 7;
+            k += 1;
+        }
+        if v < 0x80 {
+            self.word(x | v << (8 * k), k + 1);
+        } else {
+            self.word(x, 7);
+            self.varint_rest(v);
+        }
+    }
+
+    #[cold]
+    fn varint_rest(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.byte(v as u8 | 0x80);
             v >>= 7;
         }
         self.byte(v as u8);
+    }
+
+    /// A template's bytes: a fixed-size copy of all [`TMPL_MAX`], of which
+    /// its length counts.
+    #[inline(always)]
+    fn tmpl(&mut self, t: &Tmpl) {
+        for (d, &b) in self.buf[self.n..self.n + TMPL_MAX].iter_mut().zip(&t.bytes) {
+            *d = MaybeUninit::new(b);
+        }
+        self.n += t.len as usize;
     }
 
     /// Eight bytes, of which the first `keep` count (the rest is written
@@ -198,6 +225,10 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
         if iid == 0 {
             return false;
         }
+        let value = r.next();
+        if iid < 0x80 && short_annotation(w, iid as u64, &value) {
+            continue;
+        }
         let iid = iid as u64;
         let name_len = uint_len(DA_NAME_IID, iid);
         w.byte(((TE_DEBUG_ANNOTATIONS << 3) | 2) as u8);
@@ -209,7 +240,7 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
                 w.varint(iid);
             }};
         }
-        match r.next() {
+        match value {
             ArgValue::Int(v) => {
                 head!(name_len + uint_len(DA_INT, v as u64));
                 w.byte((DA_INT << 3) as u8);
@@ -234,12 +265,7 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
                 head!(name_len + len_field_len(DA_STRING, n));
                 w.byte(((DA_STRING << 3) | 2) as u8);
                 w.varint(n as u64);
-                let mut left = n;
-                for &word in sw.words() {
-                    let keep = left.min(8);
-                    w.word(word, keep);
-                    left -= keep;
-                }
+                string_words(w, &sw);
             }
             ArgValue::Pointer(v) => {
                 head!(name_len + uint_len(DA_POINTER, v));
@@ -249,6 +275,58 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
             ArgValue::Null => head!(name_len),
             ArgValue::Dict(_) | ArgValue::Array(_) => return false,
         }
+    }
+    true
+}
+
+/// A string's bytes, whole words at a time.
+#[inline(always)]
+fn string_words(w: &mut Spare<'_>, sw: &crate::record::args::StrWords<'_>) {
+    let mut left = sw.len();
+    for &word in sw.words() {
+        let keep = left.min(8);
+        w.word(word, keep);
+        left -= keep;
+    }
+}
+
+/// The commonest annotations, whose name iid (`iid < 0x80`) and length take
+/// one byte each: the head (tag, length, name) and a short value's tag and
+/// byte built in one word. False if `value` is not one of them.
+#[inline(always)]
+fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
+    // tag, length, DA_NAME_IID tag, iid: the length goes in byte 1.
+    let head =
+        ((TE_DEBUG_ANNOTATIONS << 3) | 2) as u64 | ((DA_NAME_IID << 3) as u64) << 16 | iid << 24;
+    let scalar = |w: &mut Spare<'_>, field: u32, v: u64| {
+        if v < 0x80 {
+            w.word(head | 4 << 8 | ((field << 3) as u64) << 32 | v << 40, 6);
+        } else {
+            let body = 2 + uint_len(field, v) as u64;
+            w.word(head | body << 8 | ((field << 3) as u64) << 32, 5);
+            w.varint(v);
+        }
+    };
+    match *value {
+        ArgValue::Int(v) => scalar(w, DA_INT, v as u64),
+        ArgValue::Uint(v) => scalar(w, DA_UINT, v),
+        ArgValue::Pointer(v) => scalar(w, DA_POINTER, v),
+        ArgValue::Bool(v) => scalar(w, DA_BOOL, v as u64),
+        ArgValue::Null => w.word(head | 2 << 8, 4),
+        ArgValue::Double(v) => {
+            w.word(head | 11 << 8 | (((DA_DOUBLE << 3) | 1) as u64) << 32, 5);
+            w.word(v.to_bits(), 8);
+        }
+        // Body: name (2), tag, one-byte length, the bytes.
+        ArgValue::Str(ref sw) if sw.len() < 0x80 - 4 => {
+            let n = sw.len() as u64;
+            w.word(
+                head | (4 + n) << 8 | (((DA_STRING << 3) | 2) as u64) << 32 | n << 40,
+                6,
+            );
+            string_words(w, sw);
+        }
+        _ => return false,
     }
     true
 }
@@ -389,21 +467,22 @@ impl PerfettoEncoder {
         out: &mut Vec<u8>,
     ) {
         let names = cs.arg_names.len();
-        // What `direct_annotations` can write: see there.
-        let bound = PACKET_MAX + 4 + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
+        // What `direct_annotations` can write (see there), and the 8 bytes
+        // a word store may write past the last byte kept.
+        let bound = PACKET_MAX + 8 + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
         out.reserve(bound);
         let len = out.len();
         let mut w = Spare {
             buf: &mut out.spare_capacity_mut()[..bound],
             n: 0,
         };
-        w.bytes(&[0x0a, 0]); // Trace.packet, length patched
-        w.byte((P_TIMESTAMP << 3) as u8);
+        // Trace.packet (its length patched), the timestamp's tag and delta.
+        w.word(0x0a | ((P_TIMESTAMP << 3) as u64) << 16, 3);
         w.varint(delta);
-        w.bytes(t.seq_part());
-        w.bytes(&[((P_TRACK_EVENT << 3) | 2) as u8, 0]);
-        let te_start = w.n;
-        w.bytes(t.te_part());
+        // The template: the sequence's fields, the track event's tag, its
+        // length (patched), its fields.
+        let te_start = w.n + t.te_at as usize + 2;
+        w.tmpl(t);
         let done = direct_annotations(seq, cs, args, &mut w);
         let n = w.n;
         // SAFETY: `Spare` writes its bytes in order from the start of the
@@ -851,6 +930,37 @@ mod tests {
         w.end(0);
         w.instant_args(&C, &[&vec!["a", "b"]])
             .instant_args(&C, &[&7i64]);
+        // Annotation names past iid 127 (two-byte iids): a site with 140
+        // names, its values of every kind.
+        let names: Vec<&'static str> = (0..140)
+            .map(|i| &*Box::leak(format!("arg{i}").into_boxed_str()))
+            .collect();
+        let many: &'static Callsite = Box::leak(Box::new(Callsite::new(
+            "fast",
+            "many",
+            "f.rs",
+            5,
+            "m",
+            Box::leak(names.into_boxed_slice()),
+            CallsiteKind::Scope,
+        )));
+        assert!(many.is_enabled() || many.id() != 0);
+        for k in 0..3u64 {
+            let vals: Vec<Box<dyn TraceValue>> = (0..140u64)
+                .map(|i| -> Box<dyn TraceValue> {
+                    match (i + k) % 6 {
+                        0 => Box::new(i),
+                        1 => Box::new(-(i as i64)),
+                        2 => Box::new(format!("s{i}")),
+                        3 => Box::new(i % 2 == 0),
+                        4 => Box::new(i as f64 / 3.0),
+                        _ => Box::new(None::<u64>),
+                    }
+                })
+                .collect();
+            let refs: Vec<&dyn TraceValue> = vals.iter().map(|v| &**v).collect();
+            w.begin_args(many, 0, &refs).end(0);
+        }
         steps.push(Step::Words(w.take()));
         // A long delta (a multi-byte varint), then the template again.
         w.begin(&A, 0);
