@@ -79,16 +79,23 @@ impl Recorder {
         while i < records.len() {
             // One entry: whole records, up to ENTRY_WORDS words (or one
             // record, if larger).
-            let (start, mut n) = (i, 0usize);
+            // Counted in the same pass: the records other than loss
+            // markers, and the records those markers stand for.
+            let (start, mut n, mut events, mut marked) = (i, 0usize, 0u64, 0u64);
             while i < records.len() {
-                let len = header_len(records[i]) as usize;
+                let h = records[i];
+                let len = (header_len(h) as usize).max(1);
                 if n > 0 && n + len > ENTRY_WORDS {
                     break;
+                }
+                if header_kind(h) == KIND_LOST && len >= 3 {
+                    marked += records[i + 2];
+                } else {
+                    events += 1;
                 }
                 n += len;
                 i += len;
             }
-            let (events, marked) = count_records(&records[start..i]);
             let need = n + ENTRY_HEADER;
             if need > self.cap_words {
                 forgotten += events;
@@ -216,22 +223,6 @@ impl Recorder {
             }
         }
     }
-}
-
-/// Records in `words` (whole records) other than loss markers, and the
-/// records the loss markers among them stand for.
-fn count_records(words: &[u64]) -> (u64, u64) {
-    let (mut n, mut marked, mut i) = (0, 0, 0);
-    while i < words.len() {
-        let len = (header_len(words[i]) as usize).max(1);
-        if header_kind(words[i]) == KIND_LOST && len >= 3 {
-            marked += words[i + 2];
-        } else {
-            n += 1;
-        }
-        i += len;
-    }
-    (n, marked)
 }
 
 #[cfg(test)]
