@@ -110,9 +110,7 @@ fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
     }
     b[n] = MaybeUninit::new(v as u8);
     n += 1;
-    for (d, &s) in b[n..n + TMPL_MAX].iter_mut().zip(&t.bytes) {
-        *d = MaybeUninit::new(s);
-    }
+    b[n..n + TMPL_MAX].write_copy_of_slice(&t.bytes);
     let total = n + t.len as usize;
     b[0] = MaybeUninit::new(0x0a); // Trace.packet
     b[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
@@ -141,9 +139,7 @@ impl Spare<'_> {
 
     #[inline(always)]
     fn bytes(&mut self, s: &[u8]) {
-        for (d, &b) in self.buf[self.n..self.n + s.len()].iter_mut().zip(s) {
-            *d = MaybeUninit::new(b);
-        }
+        self.buf[self.n..self.n + s.len()].write_copy_of_slice(s);
         self.n += s.len();
     }
 
@@ -177,9 +173,7 @@ impl Spare<'_> {
     /// its length counts.
     #[inline(always)]
     fn tmpl(&mut self, t: &Tmpl) {
-        for (d, &b) in self.buf[self.n..self.n + TMPL_MAX].iter_mut().zip(&t.bytes) {
-            *d = MaybeUninit::new(b);
-        }
+        self.buf[self.n..self.n + TMPL_MAX].write_copy_of_slice(&t.bytes);
         self.n += t.len as usize;
     }
 
@@ -187,9 +181,7 @@ impl Spare<'_> {
     /// over next): a string's words copied whole.
     #[inline(always)]
     fn word(&mut self, w: u64, keep: usize) {
-        for (d, b) in self.buf[self.n..self.n + 8].iter_mut().zip(w.to_le_bytes()) {
-            *d = MaybeUninit::new(b);
-        }
+        self.buf[self.n..self.n + 8].write_copy_of_slice(&w.to_le_bytes());
         self.n += keep;
     }
 }
@@ -298,7 +290,8 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
     // tag, length, DA_NAME_IID tag, iid: the length goes in byte 1.
     let head =
         ((TE_DEBUG_ANNOTATIONS << 3) | 2) as u64 | ((DA_NAME_IID << 3) as u64) << 16 | iid << 24;
-    let scalar = |w: &mut Spare<'_>, field: u32, v: u64| {
+    #[inline(always)]
+    fn scalar(w: &mut Spare<'_>, head: u64, field: u32, v: u64) {
         if v < 0x80 {
             w.word(head | 4 << 8 | ((field << 3) as u64) << 32 | v << 40, 6);
         } else {
@@ -306,12 +299,12 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
             w.word(head | body << 8 | ((field << 3) as u64) << 32, 5);
             w.varint(v);
         }
-    };
+    }
     match *value {
-        ArgValue::Int(v) => scalar(w, DA_INT, v as u64),
-        ArgValue::Uint(v) => scalar(w, DA_UINT, v),
-        ArgValue::Pointer(v) => scalar(w, DA_POINTER, v),
-        ArgValue::Bool(v) => scalar(w, DA_BOOL, v as u64),
+        ArgValue::Int(v) => scalar(w, head, DA_INT, v as u64),
+        ArgValue::Uint(v) => scalar(w, head, DA_UINT, v),
+        ArgValue::Pointer(v) => scalar(w, head, DA_POINTER, v),
+        ArgValue::Bool(v) => scalar(w, head, DA_BOOL, v as u64),
         ArgValue::Null => w.word(head | 2 << 8, 4),
         ArgValue::Double(v) => {
             w.word(head | 11 << 8 | (((DA_DOUBLE << 3) | 1) as u64) << 32, 5);
