@@ -70,7 +70,9 @@ impl Line {
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 
-    /// Appends `v` in decimal, two digits per step.
+    /// Appends `v` in decimal, two digits per step, written in place in a
+    /// fixed-size buffer appended whole and cut to its digits (a copy of a
+    /// known size, not a call to `memcpy`).
     #[inline]
     pub(crate) fn uint(&mut self, mut v: u64) {
         const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
@@ -78,8 +80,9 @@ impl Line {
             4041424344454647484950515253545556575859\
             6061626364656667686970717273747576777879\
             8081828384858687888990919293949596979899";
+        let digits = v.checked_ilog10().map_or(1, |d| d as usize + 1);
         let mut buf = [0u8; 20];
-        let mut i = buf.len();
+        let mut i = digits;
         while v >= 100 {
             let r = (v % 100) as usize * 2;
             v /= 100;
@@ -88,13 +91,13 @@ impl Line {
         }
         if v >= 10 {
             let r = v as usize * 2;
-            i -= 2;
-            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+            buf[0..2].copy_from_slice(&PAIRS[r..r + 2]);
         } else {
-            i -= 1;
-            buf[i] = b'0' + v as u8;
+            buf[0] = b'0' + v as u8;
         }
-        self.0.extend_from_slice(&buf[i..]);
+        let len = self.0.len();
+        self.0.extend_from_slice(&buf);
+        self.0.truncate(len + digits);
     }
 
     /// Appends `v` in decimal.
@@ -1063,6 +1066,30 @@ mod tests {
             i64::MIN,
             u64::MAX
         );
+        assert_eq!(l.into_string(), want);
+    }
+
+    #[test]
+    fn uint_writes_every_digit_count() {
+        let mut l = Line::default();
+        let mut want = String::new();
+        let mut p = 1u64;
+        for _ in 0..20 {
+            for v in [
+                p - 1,
+                p,
+                p + 1,
+                p.saturating_mul(5),
+                p.saturating_mul(9).saturating_add(7),
+            ] {
+                l.uint(v);
+                l.push(' ');
+                want.push_str(&format!("{v} "));
+            }
+            p = p.saturating_mul(10);
+        }
+        l.uint(u64::MAX);
+        want.push_str(&u64::MAX.to_string());
         assert_eq!(l.into_string(), want);
     }
 
