@@ -139,6 +139,10 @@ pub(crate) struct JsonEncoder {
     /// Per call site id: the head of its `X` events, up to the timestamp
     /// (`{"name":..,"cat":..,"ph":"X","ts":`; empty: not made yet).
     x_heads: Vec<Vec<u8>>,
+    /// Per call site id: the keys of its arguments escaped once, each with
+    /// what goes before it (`,"args":{"a":`, then `,"b":`...; empty: not
+    /// made yet).
+    arg_keys: Vec<Vec<Box<[u8]>>>,
     stats: EncodeStats,
     /// True once the first event is written (separators go before the rest).
     wrote_event: bool,
@@ -234,15 +238,31 @@ impl JsonEncoder {
         if cs.arg_names.is_empty() && extra.is_none() {
             return;
         }
+        let idx = cs.id() as usize;
+        if self.arg_keys.len() <= idx {
+            self.arg_keys.resize_with(idx + 1, Vec::new);
+        }
+        if self.arg_keys[idx].len() != cs.arg_names.len() {
+            self.arg_keys[idx] = cs
+                .arg_names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let mut k = Line::default();
+                    k.push_str(if i == 0 { ",\"args\":{" } else { "," });
+                    escape_into(&mut k, name);
+                    k.push(':');
+                    k.0.into_boxed_slice()
+                })
+                .collect();
+        }
         let l = &mut self.line;
-        l.push_str(",\"args\":{");
+        if cs.arg_names.is_empty() {
+            l.push_str(",\"args\":{");
+        }
         let mut r = ArgReader::new(words);
-        for (i, name) in cs.arg_names.iter().enumerate() {
-            if i > 0 {
-                l.push(',');
-            }
-            escape_into(l, name);
-            l.push(':');
+        for key in &self.arg_keys[idx] {
+            l.0.extend_from_slice(key);
             value_into(l, &mut r, 0);
         }
         if let Some(flag) = extra {
