@@ -995,6 +995,60 @@ mod tests {
         assert_eq!(outs[0], outs[1]);
     }
 
+    /// The argument keys kept per call site write what escaping every key
+    /// on every event wrote, for sites used in turns, with and without a
+    /// flag argument.
+    #[test]
+    fn argument_keys_kept_per_site_are_what_escaping_each_time_writes() {
+        use crate::record::args::TraceValue;
+        use crate::record::callsite::CallsiteKind;
+        static P: Callsite = Callsite::new(
+            "j",
+            "p",
+            "f.rs",
+            1,
+            "m",
+            &["q\"uote", "back\\slash", "plain"],
+            CallsiteKind::Scope,
+        );
+        static Q: Callsite =
+            Callsite::new("j", "q", "f.rs", 2, "m", &["tab\tkey"], CallsiteKind::Scope);
+        static R: Callsite = Callsite::new("j", "r", "f.rs", 3, "m", &[], CallsiteKind::Scope);
+        let mut e = JsonEncoder::new();
+        for (i, cs) in [&P, &Q, &P, &R, &Q, &P, &R].into_iter().enumerate() {
+            cs.is_enabled();
+            let mut words = Vec::new();
+            for k in 0..cs.arg_names.len() {
+                (i * 10 + k).encode(&mut words);
+            }
+            let flag = (i % 2 == 1).then_some("fl\"ag");
+            e.line.clear();
+            e.args(cs, &words, flag);
+            let mut want = Line::default();
+            if !cs.arg_names.is_empty() || flag.is_some() {
+                want.push_str(",\"args\":{");
+                let mut r = ArgReader::new(&words);
+                for (k, name) in cs.arg_names.iter().enumerate() {
+                    if k > 0 {
+                        want.push(',');
+                    }
+                    escape_into(&mut want, name);
+                    want.push(':');
+                    value_into(&mut want, &mut r, 0);
+                }
+                if let Some(flag) = flag {
+                    if !cs.arg_names.is_empty() {
+                        want.push(',');
+                    }
+                    escape_into(&mut want, flag);
+                    want.push_str(":true");
+                }
+                want.push('}');
+            }
+            assert_eq!(e.line.0, want.0, "event {i} of {}", cs.name);
+        }
+    }
+
     #[test]
     fn plain_x_writes_what_the_general_path_writes() {
         use crate::record::callsite::CallsiteKind;

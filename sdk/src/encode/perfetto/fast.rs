@@ -114,10 +114,10 @@ fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
     w.tmpl(t);
     let total = w.n;
     w.buf[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
-    // SAFETY: `Spare` writes its bytes in order from the start of the
-    // spare capacity, each through a bounds-checked index into the `ROOM`
-    // bytes reserved above, so bytes `len..len + total` are initialised
-    // and `len + total <= capacity`.
+                                                    // SAFETY: `Spare` writes its bytes in order from the start of the
+                                                    // spare capacity, each through a bounds-checked index into the `ROOM`
+                                                    // bytes reserved above, so bytes `len..len + total` are initialised
+                                                    // and `len + total <= capacity`.
     unsafe { out.set_len(len + total) };
 }
 
