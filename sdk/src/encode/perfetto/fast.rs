@@ -96,28 +96,32 @@ impl Tmpl {
 #[inline(always)]
 #[allow(unsafe_code)]
 fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
-    // PACKET_MAX, and the 8 bytes a word store may write past the last
-    // byte kept (`Spare::word`).
-    const ROOM: usize = PACKET_MAX + 8;
-    if out.capacity() - out.len() < ROOM {
+    if out.capacity() - out.len() < PACKET_MAX {
         out.reserve(GROW);
     }
     let len = out.len();
-    let mut w = Spare {
-        buf: &mut out.spare_capacity_mut()[..ROOM],
-        n: 0,
-    };
-    // Trace.packet (its length set below), the timestamp's tag and delta,
-    // the template.
-    w.word(0x0a | ((P_TIMESTAMP << 3) as u64) << 16, 3);
-    w.varint(delta);
-    w.tmpl(t);
-    let total = w.n;
-    w.buf[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
-                                                    // SAFETY: `Spare` writes its bytes in order from the start of the
-                                                    // spare capacity, each through a bounds-checked index into the `ROOM`
-                                                    // bytes reserved above, so bytes `len..len + total` are initialised
-                                                    // and `len + total <= capacity`.
+    let b = &mut out.spare_capacity_mut()[..PACKET_MAX];
+    // A byte at a time: the deltas of busy threads are short (a byte or
+    // two), and building a word costs more than it saves there.
+    let mut n = 3;
+    let mut v = delta;
+    while v >= 0x80 {
+        b[n] = MaybeUninit::new(v as u8 | 0x80);
+        v >>= 7;
+        n += 1;
+    }
+    b[n] = MaybeUninit::new(v as u8);
+    n += 1;
+    b[n..n + TMPL_MAX].write_copy_of_slice(&t.bytes);
+    let total = n + t.len as usize;
+    b[0] = MaybeUninit::new(0x0a); // Trace.packet
+    b[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
+    b[2] = MaybeUninit::new((P_TIMESTAMP << 3) as u8);
+    // SAFETY: `total <= n + TMPL_MAX <= PACKET_MAX` bytes of the spare
+    // capacity were initialised above: 0..3 (framing and timestamp tag),
+    // 3..n (the varint) and n..n + TMPL_MAX (the template, of which the
+    // first `t.len` count); `len + total <= capacity` since the spare
+    // capacity is at least PACKET_MAX.
     unsafe { out.set_len(len + total) };
 }
 
