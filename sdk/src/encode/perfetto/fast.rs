@@ -912,7 +912,8 @@ mod tests {
         // general path after the direct writer gives up).
         let p = 0x7f00_dead_beef_usize as *const u8;
         for n in [
-            0usize, 1, 7, 8, 9, 90, 101, 102, 103, 110, 111, 112, 125, 126, 127, 128, 200,
+            0usize, 1, 7, 8, 9, 90, 101, 102, 103, 110, 111, 112, 122, 123, 124, 125, 126, 127,
+            128, 200,
         ] {
             let s = "z".repeat(n);
             let none: Option<u64> = None;
