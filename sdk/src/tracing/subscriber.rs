@@ -42,7 +42,9 @@ static NOT_STORED_COUNT: AtomicU64 = AtomicU64::new(0);
 /// by [`SubscriberBuilder::build`](crate::SubscriberBuilder). Set it as the
 /// default (`tracing::subscriber::set_global_default`), alone or with
 /// filters added by `.with(..)`. Without a recording session it records
-/// nothing, but still tracks spans, so `Span::current()` works.
+/// nothing. Spans and events of categories that are off are disabled for
+/// `tracing` as a level filter would disable them: their macros skip them
+/// after one load, and `Span::current()` inside such a span is its parent.
 pub struct RingtraceSubscriber {
     _private: (),
 }
@@ -58,6 +60,7 @@ impl RingtraceSubscriber {
 
 impl super::sealed::FromSession for RingtraceSubscriber {
     fn from_session() -> Self {
+        crate::record::callsite::on_filter_change(tracing_core::callsite::rebuild_interest_cache);
         RingtraceSubscriber { _private: () }
     }
 }
@@ -80,10 +83,17 @@ impl SpanStore for RingtraceSubscriber {
 
 impl Subscriber for RingtraceSubscriber {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        // Categories can be switched on and off while the program runs, so
-        // the answer is asked again at each span and event (`enabled`).
-        let _ = bridge::enabled(meta); // makes the call site's ringtrace sites now
-        Interest::sometimes()
+        // `tracing` caches this answer in the call site: a span or event of
+        // a category that is off then costs its macro one load, and one that
+        // is on skips `enabled`. Categories switched on or off later have
+        // `tracing` ask again (`rebuild_interest_cache`, the hook set in
+        // `from_session`); the callbacks still check the category, for the
+        // moment between the switch and the rebuild.
+        if bridge::enabled(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
     }
 
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
