@@ -10,12 +10,11 @@ mod fields;
 mod sites;
 mod spans;
 
-use crate::record::args::TraceValue;
 use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
 use crate::record::registry::with_current;
-use fields::{with_scratch, Visitor};
-use sites::{cached_site, site_info, SITES};
+use fields::{push_str, with_scratch, Visitor};
+use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, Inline, SpanData};
 use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
 use std::sync::atomic::Ordering;
@@ -75,8 +74,7 @@ pub(crate) fn enabled(meta: &'static Metadata<'static>) -> bool {
 /// is checked again).
 pub(crate) fn enabled_any(meta: &Metadata<'_>) -> bool {
     let key = meta as *const Metadata<'_> as usize;
-    let info = cached_site(key).or_else(|| SITES.read().get(&key).copied());
-    info.is_none_or(|info| info.full.is_enabled())
+    known_site(key).is_none_or(|info| info.full.is_enabled())
 }
 
 /// `Span::record`: the values join the span's state.
@@ -114,7 +112,7 @@ pub(crate) fn event(event: &Event<'_>) {
         event.record(&mut Visitor(f));
         let site = info.site(f.mask());
         let words = f.ordered();
-        meta.level().as_str().encode(words);
+        push_str(words, meta.level().as_str());
         with_current(|tr| layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &()));
     });
 }
@@ -285,6 +283,7 @@ mod tests {
     use super::fields::Fields;
     use super::spans::merge_values;
     use super::*;
+    use crate::record::args::TraceValue;
 
     fn fields(values: &[(u32, i64)]) -> Fields {
         let mut f = Fields::default();

@@ -7,6 +7,7 @@ use parking_lot::{Mutex, RwLock};
 use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
 use tracing::Metadata;
 
 /// What ringtrace knows of one `tracing` callsite.
@@ -20,9 +21,15 @@ pub(super) struct SiteInfo {
     all: u64,
     /// The ringtrace call site when every field has a value.
     pub(super) full: &'static Callsite,
-    /// Call sites for other sets of present fields, made on first use.
-    subsets: Mutex<Vec<(u64, &'static Callsite)>>,
+    /// Call sites for other sets of present fields, made on first use,
+    /// filled in order and never changed: found without a lock.
+    subsets: [OnceLock<(u64, &'static Callsite)>; SUBSETS],
+    /// Call sites for field sets past the first `SUBSETS`.
+    more: Mutex<Vec<(u64, &'static Callsite)>>,
 }
+
+/// Field sets of a call site whose sites are found without a lock.
+const SUBSETS: usize = 4;
 
 impl SiteInfo {
     pub(super) fn new(meta: &'static Metadata<'static>) -> SiteInfo {
@@ -40,7 +47,8 @@ impl SiteInfo {
             event,
             all,
             full,
-            subsets: Mutex::new(Vec::new()),
+            subsets: [const { OnceLock::new() }; SUBSETS],
+            more: Mutex::new(Vec::new()),
         }
     }
 
@@ -49,12 +57,35 @@ impl SiteInfo {
         if mask == self.all {
             return self.full;
         }
-        let mut subsets = self.subsets.lock();
-        if let Some(&(_, cs)) = subsets.iter().find(|(m, _)| *m == mask) {
+        for slot in &self.subsets {
+            match slot.get() {
+                Some(&(m, cs)) if m == mask => return cs,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        self.site_slow(mask)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn site_slow(&self, mask: u64) -> &'static Callsite {
+        let mut more = self.more.lock(); // also orders the makers of `subsets`
+        let mut known = self
+            .subsets
+            .iter()
+            .filter_map(|s| s.get())
+            .chain(more.iter());
+        if let Some(&(_, cs)) = known.find(|(m, _)| *m == mask) {
             return cs;
         }
         let cs = make_site(self.meta, &self.names, mask, self.event);
-        subsets.push((mask, cs));
+        match self.subsets.iter().find(|s| s.get().is_none()) {
+            Some(slot) => {
+                let _ = slot.set((mask, cs));
+            }
+            None => more.push((mask, cs)),
+        }
         cs
     }
 }
@@ -169,6 +200,26 @@ pub(super) fn site_info(meta: &'static Metadata<'static>) -> &'static SiteInfo {
         return info;
     }
     let info = site_info_slow(key, meta);
+    cache_put(key, info);
+    info
+}
+
+/// The site of metadata `key` if it was made (its call site registered),
+/// through the thread's cache, which it fills.
+#[inline]
+pub(super) fn known_site(key: usize) -> Option<&'static SiteInfo> {
+    if let Some(info) = cached_site(key) {
+        return Some(info);
+    }
+    let info = SITES.read().get(&key).copied()?;
+    cache_put(key, info);
+    Some(info)
+}
+
+/// Puts `info` in this thread's cache (making the cache if the budget has room).
+#[cold]
+#[inline(never)]
+fn cache_put(key: usize, info: &'static SiteInfo) {
     let _ = SITE_CACHE.try_with(|c| {
         // Made here, on the slow path, if the budget has room (else the
         // next miss tries again).
@@ -180,7 +231,6 @@ pub(super) fn site_info(meta: &'static Metadata<'static>) -> &'static SiteInfo {
             entries[cache_slot(key)].set((key, Some(info)));
         }
     });
-    info
 }
 
 #[cold]
