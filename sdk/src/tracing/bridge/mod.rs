@@ -33,6 +33,9 @@ pub(crate) trait SpanStore {
 /// A new span: its state, or `None` when its category is off (then it is
 /// not recorded at all).
 pub(crate) fn new_span(attrs: &Attributes<'_>) -> Option<SpanData> {
+    if !site_info(attrs.metadata()).full.is_enabled() {
+        return None; // before a state is built: `SpanData` is hundreds of bytes
+    }
     let mut state = None;
     new_span_into(attrs, &mut state);
     state
@@ -122,7 +125,6 @@ pub(crate) fn event(event: &Event<'_>) {
 /// entered spans only if `track_unrecorded` (the subscriber answers
 /// `Span::current()` from that stack; the layer leaves it to the registry).
 pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
-    let ts = ticks();
     let mut entered = Entered {
         id: id.into_u64(),
         depth: 0,
@@ -133,6 +135,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
         if !data.site.is_enabled() {
             return;
         }
+        let ts = ticks(); // once the span is known to be recorded
         let key = thread_key();
         with_current(|tr| {
             if data.thread == 0 {
@@ -154,7 +157,6 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
 
 /// Span `id` exits on this thread: its slice ends.
 pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
-    let ts = ticks();
     let id64 = id.into_u64();
     // Take this span's entry, and the entries above it if any.
     let taken = STACK.try_with(|s| {
@@ -168,8 +170,9 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
         Some((s.pop().unwrap(), above))
     });
     let Ok(Some((entry, above))) = taken else {
-        return;
+        return; // not entered here as far as ringtrace knows (its category was off)
     };
+    let ts = ticks();
     if above.is_empty() {
         if entry.recorded {
             with_current(|tr| {
