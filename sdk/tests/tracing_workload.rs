@@ -307,15 +307,25 @@ fn subscriber_composes_with_filters_and_tracks_the_current_span() {
     assert_well_nested(&slices);
 }
 
-/// The subscriber reuses a closed span's slot state in place: nothing of a
+/// The span table reuses a closed span's slot state in place: nothing of a
 /// closed span (values, recorded fields, thread) may show in the next span
 /// created there.
 #[test]
 fn subscriber_spans_in_reused_slots_start_clean() {
+    spans_in_reused_slots_start_clean(Via::Subscriber);
+}
+
+/// The layer keeps span state in the same table, reused the same way.
+#[test]
+fn layer_spans_in_reused_slots_start_clean() {
+    spans_in_reused_slots_start_clean(Via::Layer);
+}
+
+fn spans_in_reused_slots_start_clean(via: Via) {
     let _s = serial();
-    let trace = scratch("sub-reuse").join("reuse.pftrace");
-    let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
-    tracing::subscriber::with_default(subscriber, || {
+    let trace = scratch(&format!("reuse-{via:?}")).join("reuse.pftrace");
+    let (dispatch, guard) = start(&trace, via);
+    tracing::dispatcher::with_default(&dispatch, || {
         for i in 0..50u64 {
             let a = info_span!("with_fields", i, note = tracing::field::Empty);
             a.record("note", "recorded");

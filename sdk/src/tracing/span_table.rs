@@ -1,5 +1,8 @@
-//! The [subscriber](crate::subscriber())'s table of live spans: span ids to
-//! slots, in safe code, with no shared write on the common path.
+//! The table of live spans' state, shared by the
+//! [subscriber](crate::subscriber()) (its span ids are the table's ids) and
+//! the [layer](crate::layer()) (which maps the registry's ids to them): span
+//! ids to slots, in safe code, with no shared write on the common path. A
+//! span's state is built, changed and reused in its slot, never moved.
 //!
 //! * Slots live in pages that are never freed or moved: page `k` holds
 //!   `FIRST_PAGE << k` slots, made on first use (`OnceLock`), so a slot's
@@ -26,6 +29,11 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use tracing::Metadata;
+
+/// The state of every span ringtrace records through `tracing`, one table
+/// for the subscriber and the layer (a thread's free slots belong to one
+/// table: see `LOCAL_FREE`).
+pub(crate) static SPAN_STATES: SpanTable<super::bridge::SpanData> = SpanTable::new();
 
 /// Slots in page 0; page `k` has `FIRST_PAGE << k`.
 const FIRST_PAGE: usize = 256;

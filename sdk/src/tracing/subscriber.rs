@@ -19,7 +19,7 @@
 #![forbid(unsafe_code)]
 
 use super::bridge::{self, SpanData, SpanStore};
-use super::span_table::{Release, SpanTable};
+use super::span_table::{Release, SpanTable, SPAN_STATES};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
@@ -28,7 +28,7 @@ use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
 
 /// Live spans of every `RingtraceSubscriber` (ids are process-unique).
-static SPANS: SpanTable<SpanData> = SpanTable::new();
+static SPANS: &SpanTable<SpanData> = &SPAN_STATES;
 
 /// The id given to a span when the table is full (over 10^9 spans alive at
 /// once): such a span is not recorded, and counted in

@@ -1,7 +1,7 @@
 //! What `tracing` spans and events become in ringtrace, shared by the
-//! [`layer`](crate::layer()) (span state in the registry's extensions) and the
-//! registry-free [`subscriber`](crate::subscriber()) (span state in its own
-//! slab): call sites, field values, span state, and the records each
+//! [`layer`](crate::layer()) and the registry-free
+//! [`subscriber`](crate::subscriber()) (both keep span state in the span
+//! table): call sites, field values, span state, and the records each
 //! callback writes. See `layer.rs` for what is recorded.
 
 #![forbid(unsafe_code)]
@@ -21,7 +21,8 @@ use std::sync::atomic::Ordering;
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Metadata};
 
-/// Where the span state lives: the registry's extensions or the subscriber's slab.
+/// How a span id finds its state: the subscriber's ids are span table ids,
+/// the layer maps the registry's ids to them.
 pub(crate) trait SpanStore {
     /// Runs `f` on the state of span `id`, if it has any.
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R>;
@@ -30,18 +31,8 @@ pub(crate) trait SpanStore {
 // ---------------------------------------------------------------------------
 // Callbacks
 
-/// A new span: its state, or `None` when its category is off (then it is
-/// not recorded at all).
-pub(crate) fn new_span(attrs: &Attributes<'_>) -> Option<SpanData> {
-    if !site_info(attrs.metadata()).full.is_enabled() {
-        return None; // before a state is built: `SpanData` is hundreds of bytes
-    }
-    let mut state = None;
-    new_span_into(attrs, &mut state);
-    state
-}
-
-/// As [`new_span`], into `state` (the subscriber's slot: no move).
+/// A new span: its state, made in `state` (its slot of the span table: no
+/// move), or `None` when its category is off (then it is not recorded at all).
 #[inline]
 pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>) {
     let info = site_info(attrs.metadata());
