@@ -19,16 +19,15 @@
 #![forbid(unsafe_code)]
 
 use super::bridge::{self, SpanData, SpanStore};
-use super::span_table::{Release, SpanTable, SPAN_STATES};
+// Live spans of every `RingtraceSubscriber` (ids are process-unique): its span
+// ids are ids of the span table.
+use super::span_table::{Release, SPAN_STATES as SPANS};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
-
-/// Live spans of every `RingtraceSubscriber` (ids are process-unique).
-static SPANS: &SpanTable<SpanData> = &SPAN_STATES;
 
 /// The id given to a span when the table is full (over 10^9 spans alive at
 /// once): such a span is not recorded, and counted in
