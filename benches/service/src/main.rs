@@ -690,7 +690,10 @@ fn main() {
                 format!("{:+.1}%", median(&mut cpu_ratios[i].clone()) * 100.0),
             )
         };
-        let traced = !matches!(m, Mode::Untraced | Mode::Registry);
+        let traced = !matches!(
+            m,
+            Mode::Untraced | Mode::Registry | Mode::NoopSubscriber | Mode::NoopLayer
+        );
         let bytes = med(&|r| r.bytes as f64 / 1000.0);
         let events = med(&|r| r.events as f64 / 1000.0);
         let lost: u64 = rs.iter().map(|r| r.lost).sum();
