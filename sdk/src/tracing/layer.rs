@@ -8,7 +8,7 @@
 
 use super::bridge::{self, SpanData, SpanStore};
 use super::sealed;
-use super::span_table::{Release, SPAN_STATES};
+use super::span_table::SPAN_STATES;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -152,9 +152,7 @@ impl SpanMap {
 /// Frees a span's slot; its state stays there for the next span if it
 /// owns no heap memory (`SpanData::reusable`), else it is dropped.
 fn free(slot: u64) {
-    if let Release::Freed(Some(state)) = SPAN_STATES.release(slot, |_| false, SpanData::reusable) {
-        drop(state); // outside the slot's lock
-    }
+    SPAN_STATES.release(slot, |_| false, SpanData::reusable);
 }
 
 impl SpanStore for SpanMap {

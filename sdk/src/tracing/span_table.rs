@@ -55,12 +55,15 @@ pub(crate) struct Entry<T> {
 /// locking neighbouring slots do not contend).
 type Page<T> = Box<[CachePadded<Mutex<Entry<T>>>]>;
 
-/// What dropping a handle did.
-pub(crate) enum Release<T> {
+/// What dropping a handle did. It holds no state: an enum carrying a
+/// span's state (hundreds of bytes) was copied whole at each return, twice
+/// per span (callgrind), whichever variant it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
     /// Other handles remain (or the id was not live).
     Alive,
-    /// That was the last handle: the slot is free; here is its state.
-    Freed(Option<T>),
+    /// That was the last handle: the slot is free.
+    Freed,
     /// The last handle, and the state has something to write on close.
     MustClose,
 }
@@ -214,13 +217,15 @@ impl<T> SpanTable<T> {
     /// `must_close` says its state has something to write when it closes:
     /// then the slot stays, for the caller to close and [`remove`](Self::remove).
     /// A freed slot keeps a state `keep` accepts, for the next span `insert`
-    /// puts there to reuse in place (`Freed(None)`); else it hands it out.
+    /// puts there to reuse in place; else the state is moved out and
+    /// dropped, after the slot's lock is released.
     pub(crate) fn release(
         &'static self,
         id: u64,
         must_close: impl FnOnce(&T) -> bool,
         keep: impl FnOnce(&T) -> bool,
-    ) -> Release<T> {
+    ) -> Release {
+        let mut dropped = None;
         let released = self.with(id, |e| {
             if e.refs > 1 {
                 e.refs -= 1;
@@ -231,16 +236,17 @@ impl<T> SpanTable<T> {
             }
             e.refs = 0;
             e.meta = None;
-            match e.state.as_ref().is_some_and(keep) {
-                true => Release::Freed(None),
-                false => Release::Freed(e.state.take()),
+            if !e.state.as_ref().is_some_and(keep) {
+                dropped = e.state.take();
             }
+            Release::Freed
         });
         match released {
             None => Release::Alive,
-            Some(Release::Freed(state)) => {
+            Some(Release::Freed) => {
                 self.give_back(id as u32 - 1);
-                Release::Freed(state)
+                drop(dropped); // outside the slot's lock
+                Release::Freed
             }
             Some(r) => r,
         }

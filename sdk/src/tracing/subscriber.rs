@@ -139,10 +139,7 @@ impl Subscriber for RingtraceSubscriber {
     fn try_close(&self, id: Id) -> bool {
         match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
             Release::Alive => false,
-            Release::Freed(state) => {
-                drop(state); // outside the slot's lock
-                true
-            }
+            Release::Freed => true,
             Release::MustClose => {
                 // The last handle: no other can appear, so the span stays as
                 // it is while its close is written.
