@@ -20,6 +20,10 @@
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
+/// A ring that holds every loop's records (up to 100,000 iterations), so
+/// none is dropped: a dropped record costs less than a written one.
+const RING: usize = 64 << 20;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: tracing_loops MODE N [span|int|event|debug]";
@@ -33,7 +37,10 @@ fn main() {
             tracing::Dispatch::new(tracing_subscriber::registry().with(LevelFilter::INFO))
         }
         "subscriber" | "subscriber-off" => {
-            let mut b = ringtrace::subscriber().output(&path);
+            let mut b = ringtrace::subscriber()
+                .output(&path)
+                .buffer_bytes_per_thread(RING)
+                .buffer_bytes(2 * RING as u64);
             if mode.ends_with("off") {
                 b = b.disable_categories(["*"]);
             }
@@ -42,7 +49,10 @@ fn main() {
             tracing::Dispatch::new(s.with(LevelFilter::INFO))
         }
         "layer" | "layer-off" => {
-            let mut b = ringtrace::layer().output(&path);
+            let mut b = ringtrace::layer()
+                .output(&path)
+                .buffer_bytes_per_thread(RING)
+                .buffer_bytes(2 * RING as u64);
             if mode.ends_with("off") {
                 b = b.disable_categories(["*"]);
             }
