@@ -236,7 +236,12 @@ pub(crate) fn set_active(active: bool) {
     let mut reg = registry();
     reg.active = active;
     reg.recompute();
-    changed(reg);
+    // A stop needs no hook: every site then answers `is_enabled` false,
+    // which the `tracing` callbacks check, and a session finished at
+    // `exit()` must not wait on `tracing`'s locks.
+    if active {
+        changed(reg);
+    }
 }
 
 pub(crate) fn replace_filter(filter: CategoryFilter) {
