@@ -307,15 +307,25 @@ fn subscriber_composes_with_filters_and_tracks_the_current_span() {
     assert_well_nested(&slices);
 }
 
-/// The subscriber reuses a closed span's slot state in place: nothing of a
+/// The span table reuses a closed span's slot state in place: nothing of a
 /// closed span (values, recorded fields, thread) may show in the next span
 /// created there.
 #[test]
 fn subscriber_spans_in_reused_slots_start_clean() {
+    spans_in_reused_slots_start_clean(Via::Subscriber);
+}
+
+/// The layer keeps span state in the same table, reused the same way.
+#[test]
+fn layer_spans_in_reused_slots_start_clean() {
+    spans_in_reused_slots_start_clean(Via::Layer);
+}
+
+fn spans_in_reused_slots_start_clean(via: Via) {
     let _s = serial();
-    let trace = scratch("sub-reuse").join("reuse.pftrace");
-    let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
-    tracing::subscriber::with_default(subscriber, || {
+    let trace = scratch(&format!("reuse-{via:?}")).join("reuse.pftrace");
+    let (dispatch, guard) = start(&trace, via);
+    tracing::dispatcher::with_default(&dispatch, || {
         for i in 0..50u64 {
             let a = info_span!("with_fields", i, note = tracing::field::Empty);
             a.record("note", "recorded");
@@ -351,5 +361,101 @@ fn subscriber_spans_in_reused_slots_start_clean() {
     for (i, s) in with.iter().enumerate() {
         assert_eq!(s.args["i"], json!(i), "{:?}", s.args);
         assert_eq!(s.args["note"], json!("recorded"), "{:?}", s.args);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Categories switched while spans and events run
+
+/// The same call sites, run three times: `app::late` off, then on, then off
+/// again. The subscriber lets `tracing` cache its answer per call site, so
+/// this checks that a switch reaches call sites that ran before it. The
+/// `Debug` and `Display` values are formatted in pieces across word
+/// boundaries (straight into the record's words).
+fn switching_workload() {
+    for round in 0..3u64 {
+        match round {
+            1 => ringtrace::enable_categories(["app::late"]),
+            2 => ringtrace::disable_categories(["app::late"]),
+            _ => {}
+        }
+        let _s = info_span!(target: "app::late", "late_span", round).entered();
+        info!(target: "app::late", round, "late event");
+        info!(
+            target: "app",
+            round,
+            list = ?[1u8, 22, 3],
+            text = %"nine byte",
+            "always {}",
+            "formatted"
+        );
+    }
+}
+
+fn check_switching(trace: &Path) {
+    let (slices, _) = decode(trace);
+    let rounds = |name: &str| -> Vec<Value> {
+        slices
+            .iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.args["round"].clone())
+            .collect()
+    };
+    assert_eq!(rounds("late_span"), [json!(1)]);
+    let events: Vec<&Slice> = slices.iter().filter(|s| s.instant).collect();
+    let late: Vec<_> = events.iter().filter(|s| s.cat == "app::late").collect();
+    assert_eq!(late.len(), 1);
+    assert_eq!(late[0].args["round"], json!(1));
+    assert_eq!(late[0].args["message"], json!("late event"));
+    let always: Vec<_> = events.iter().filter(|s| s.cat == "app").collect();
+    assert_eq!(always.len(), 3);
+    for (i, s) in always.iter().enumerate() {
+        assert_eq!(
+            s.args,
+            json!({
+                "round": i,
+                "list": "[1, 22, 3]",
+                "text": "nine byte",
+                "message": "always formatted",
+                "level": "INFO"
+            })
+        );
+    }
+}
+
+#[test]
+fn categories_switched_while_running_reach_every_call_site() {
+    let _s = serial();
+    let dir = scratch("switching");
+    for (via, file) in [
+        (Via::Subscriber, "sub.pftrace"),
+        (Via::Subscriber, "sub.json"),
+        (Via::Layer, "layer.pftrace"),
+    ] {
+        let trace = dir.join(file);
+        let (dispatch, guard) = match via {
+            Via::Layer => {
+                let (layer, guard) = ringtrace::layer()
+                    .output(&trace)
+                    .disable_categories(["app::late"])
+                    .build()
+                    .unwrap();
+                (
+                    Dispatch::new(tracing_subscriber::registry().with(layer)),
+                    guard,
+                )
+            }
+            Via::Subscriber => {
+                let (subscriber, guard) = ringtrace::subscriber()
+                    .output(&trace)
+                    .disable_categories(["app::late"])
+                    .build()
+                    .unwrap();
+                (Dispatch::new(subscriber), guard)
+            }
+        };
+        on_thread("switching", &dispatch, switching_workload);
+        guard.stop().unwrap();
+        check_switching(&trace);
     }
 }

@@ -311,9 +311,11 @@ enum Mode {
     Chrome,
     SubscriberOff,
     LayerOff,
+    NoopSubscriber,
+    NoopLayer,
 }
 
-const MODES: [Mode; 8] = [
+const MODES: [Mode; 10] = [
     Mode::Untraced,
     Mode::Registry,
     Mode::Subscriber,
@@ -322,6 +324,8 @@ const MODES: [Mode; 8] = [
     Mode::Chrome,
     Mode::SubscriberOff,
     Mode::LayerOff,
+    Mode::NoopSubscriber,
+    Mode::NoopLayer,
 ];
 
 impl Mode {
@@ -335,6 +339,8 @@ impl Mode {
             Mode::Chrome => "chrome",
             Mode::SubscriberOff => "subscriber-off",
             Mode::LayerOff => "layer-off",
+            Mode::NoopSubscriber => "noop-subscriber",
+            Mode::NoopLayer => "noop-layer",
         }
     }
 
@@ -348,6 +354,8 @@ impl Mode {
             Mode::Chrome => "tracing-chrome",
             Mode::SubscriberOff => "ringtrace `subscriber()`, every category off",
             Mode::LayerOff => "ringtrace `layer()`, every category off",
+            Mode::NoopSubscriber => "(floor) a subscriber that does nothing",
+            Mode::NoopLayer => "(floor) registry + a layer that does nothing",
         }
     }
 
@@ -355,6 +363,41 @@ impl Mode {
         MODES.into_iter().find(|m| m.key() == k)
     }
 }
+
+/// The floor of any `tracing` subscriber on this service: every call site
+/// enabled, span ids handed out, nothing stored or recorded. What remains is
+/// `tracing`'s own work in the instrumented code (building field sets and
+/// events, the dispatch of each callback).
+#[derive(Default)]
+struct NoopSubscriber {
+    next: AtomicU64,
+}
+
+impl tracing::Subscriber for NoopSubscriber {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The floor of any layer on the registry: a layer with no callbacks of its
+/// own (the registry's span slab, its per-layer dispatch and close guard).
+struct NoopLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
 
 /// What keeps the tracer alive until the end of the run.
 enum Tracer {
@@ -392,6 +435,14 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             let (layer, guard) = b.build().expect("ringtrace session");
             tracing_subscriber::registry().with(layer).init();
             Tracer::Ringtrace(guard)
+        }
+        Mode::NoopSubscriber => {
+            tracing::subscriber::set_global_default(NoopSubscriber::default()).unwrap();
+            Tracer::None
+        }
+        Mode::NoopLayer => {
+            tracing_subscriber::registry().with(NoopLayer).init();
+            Tracer::None
         }
         Mode::Chrome => {
             let (layer, flush) = tracing_chrome::ChromeLayerBuilder::new()
@@ -639,7 +690,10 @@ fn main() {
                 format!("{:+.1}%", median(&mut cpu_ratios[i].clone()) * 100.0),
             )
         };
-        let traced = !matches!(m, Mode::Untraced | Mode::Registry);
+        let traced = !matches!(
+            m,
+            Mode::Untraced | Mode::Registry | Mode::NoopSubscriber | Mode::NoopLayer
+        );
         let bytes = med(&|r| r.bytes as f64 / 1000.0);
         let events = med(&|r| r.events as f64 / 1000.0);
         let lost: u64 = rs.iter().map(|r| r.lost).sum();

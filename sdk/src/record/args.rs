@@ -73,7 +73,7 @@ pub trait TraceValue {
 }
 
 #[inline]
-fn tag(ty: u64, len: u64) -> u64 {
+pub(crate) fn tag(ty: u64, len: u64) -> u64 {
     ty | (len << 8)
 }
 

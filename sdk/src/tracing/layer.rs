@@ -1,10 +1,14 @@
 //! `RingtraceLayer`: ringtrace as a `tracing_subscriber::Layer`. Its span
-//! state lives in a table of its own keyed by the registry's span id (not in
-//! the registry's per-span extension maps, which box every value and look it
-//! up by type).
+//! state lives in ringtrace's span table (`span_table`, shared with the
+//! subscriber), found through a map of the registry's span ids to table ids
+//! (not in the registry's per-span extension maps, which box every value and
+//! look it up by type). The state stays in its slot from the span's creation
+//! to its close, and the slot's state is reused by a later span: a span's
+//! hundreds of bytes are never moved.
 
 use super::bridge::{self, SpanData, SpanStore};
 use super::sealed;
+use super::span_table::SPAN_STATES;
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -34,16 +38,17 @@ impl fmt::Debug for RingtraceLayer {
 /// Shards of the span map: spans of different threads rarely meet on a lock.
 const SHARDS: usize = 32;
 
-/// The layer's live spans by registry span id: a map per shard, each behind
-/// its own lock on cache lines of its own. Ids are the registry's (unique
-/// among its live spans, reused after a close: the entry is removed at the
-/// close), so the table belongs to one layer, hence one registry. A map
-/// grows to the peak of live spans and is then reused: no allocation per span.
+/// The layer's live spans: registry span id to id in `SPAN_STATES`, a map
+/// per shard, each behind its own lock on cache lines of its own. Ids are
+/// the registry's (unique among its live spans, reused after a close: the
+/// entry is removed at the close), so the map belongs to one layer, hence
+/// one registry. A map grows to the peak of live spans and is then reused:
+/// no allocation per span.
 struct SpanMap {
     shards: Box<[CachePadded<Shard>]>,
 }
 
-type IdMap = HashMap<u64, SpanData, BuildHasherDefault<IdHash>>;
+type IdMap = HashMap<u64, u64, BuildHasherDefault<IdHash>>;
 
 struct Shard {
     /// Entries in `map`, written under its lock, read without it: an empty
@@ -93,18 +98,30 @@ impl SpanMap {
         &self.shards[(h.finish() >> 59) as usize % SHARDS]
     }
 
-    fn insert(&self, id: u64, data: SpanData) {
+    /// Records span `id` (its category is on): its state is made in a slot
+    /// of `SPAN_STATES`. The fields are visited there, before the map is
+    /// locked (a `Debug` impl may make spans).
+    fn insert(&self, id: u64, attrs: &Attributes<'_>) {
+        let Some(slot) = SPAN_STATES.insert(attrs.metadata(), |state| {
+            bridge::new_span_into(attrs, state)
+        }) else {
+            return; // over 10^9 spans alive: not recorded
+        };
         let shard = self.shard(id);
         let old = {
             let mut map = shard.map.lock();
-            let old = map.insert(id, data);
+            let old = map.insert(id, slot);
             shard.len.store(map.len(), Ordering::Relaxed);
             old
         };
-        drop(old); // a stale entry (a close this layer did not see), outside the lock
+        if let Some(old) = old {
+            free(old); // a stale entry (a close this layer did not see)
+        }
     }
 
-    fn remove(&self, id: u64) -> Option<SpanData> {
+    /// The table id of span `id`, if it is recorded.
+    #[inline]
+    fn slot(&self, id: u64) -> Option<u64> {
         let shard = self.shard(id);
         // Relaxed: a span's entry is inserted and removed by callbacks on
         // that span, which `tracing` orders (the span's handle is shared
@@ -112,22 +129,39 @@ impl SpanMap {
         if shard.len.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let mut map = shard.map.lock();
-        let old = map.remove(&id);
-        shard.len.store(map.len(), Ordering::Relaxed);
-        old
+        shard.map.lock().get(&id).copied()
     }
+
+    fn remove(&self, id: u64) {
+        let shard = self.shard(id);
+        if shard.len.load(Ordering::Relaxed) == 0 {
+            return; // as in `slot`
+        }
+        let slot = {
+            let mut map = shard.map.lock();
+            let slot = map.remove(&id);
+            shard.len.store(map.len(), Ordering::Relaxed);
+            slot
+        };
+        if let Some(slot) = slot {
+            free(slot);
+        }
+    }
+}
+
+/// Frees a span's slot; its state stays there for the next span if it
+/// owns no heap memory (`SpanData::reusable`), else it is dropped.
+fn free(slot: u64) {
+    SPAN_STATES.release(slot, |_| false, SpanData::reusable);
 }
 
 impl SpanStore for SpanMap {
     #[inline]
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R> {
-        let id = id.into_u64();
-        let shard = self.shard(id);
-        if shard.len.load(Ordering::Relaxed) == 0 {
-            return None; // as in `remove`
-        }
-        shard.map.lock().get_mut(&id).map(f)
+        let slot = self.slot(id.into_u64())?;
+        SPAN_STATES
+            .with(slot, |e| e.state.as_mut().map(f))
+            .flatten()
     }
 }
 
@@ -136,8 +170,8 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
-        if let Some(data) = bridge::new_span(attrs) {
-            self.spans.insert(id.into_u64(), data);
+        if bridge::enabled(attrs.metadata()) {
+            self.spans.insert(id.into_u64(), attrs);
         }
     }
 
@@ -163,7 +197,7 @@ where
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         bridge::close(&self.spans, &id);
-        drop(self.spans.remove(id.into_u64()));
+        self.spans.remove(id.into_u64());
     }
 }
 

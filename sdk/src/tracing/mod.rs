@@ -31,6 +31,9 @@
 //!   filtered before ringtrace sees them by `tracing-subscriber`'s per-layer
 //!   filters (`EnvFilter`, `Targets`, `LevelFilter`) with `.with_filter(..)`.
 //!   A span whose category is off when it is created is not recorded at all.
+//!   Through the subscriber, `tracing` caches per call site whether its
+//!   category is on (switching categories has it ask again), so spans and
+//!   events of categories that are off cost their macro one load.
 //! * **Async spans.** A span is *async* once it is entered on a second
 //!   thread, or exited while a span entered after it is still entered on the
 //!   thread (out of stack order), or is the source or destination of a flow
@@ -56,11 +59,13 @@
 //! Per tracing callsite, one ringtrace `Callsite` is made (a leaked box,
 //! registered like a macro's `static`), plus one per distinct set of fields
 //! present (spans with `Empty` fields). A span's fields are encoded once, when
-//! the span is created, into the span's entry in ringtrace's own table keyed
-//! by span id (out of the registry's extensions; up to 8 primitive fields
-//! inline); entering it copies those words into the ring: no allocation, no
-//! formatting, no lock but the table shard's. Formatting (`Debug` fields, messages) happens
-//! into a reusable thread-local buffer. An exit or a close looks the span up
+//! the span is created, into the span's slot in ringtrace's own span table
+//! (out of the registry's extensions; up to 8 primitive fields inline; the
+//! layer finds the slot through a map of the registry's span ids); entering
+//! it copies those words into the ring: no allocation, no formatting, no lock
+//! but the slot's (and the map shard's). Primitive values are recorded as
+//! they are; `Debug` and `Display` values (messages too) are formatted
+//! straight into the record's words. An exit or a close looks the span up
 //! only while some span has something for its end (fields recorded, flows)
 //! or is async; otherwise it writes a bare END (or nothing) at once.
 //!
@@ -79,9 +84,9 @@
 //! # The modules
 //!
 //! [`bridge`] turns `tracing` call sites, fields and span callbacks into
-//! ringtrace records; [`layer`] keeps span state in `tracing-subscriber`'s
-//! registry, [`subscriber`] in its own [`span_table`]; [`builder`] starts a
-//! session and hands out either.
+//! ringtrace records; [`layer`] (on `tracing-subscriber`'s registry) and
+//! [`subscriber`] (without it) keep span state in the [`span_table`];
+//! [`builder`] starts a session and hands out either.
 //!
 //! Rules of this layer: it reaches the rings only through the recording API
 //! (`record::registry::with_current`, `record::layout::write`); it knows no

@@ -1,5 +1,8 @@
-//! The [subscriber](crate::subscriber())'s table of live spans: span ids to
-//! slots, in safe code, with no shared write on the common path.
+//! The table of live spans' state, shared by the
+//! [subscriber](crate::subscriber()) (its span ids are the table's ids) and
+//! the [layer](crate::layer()) (which maps the registry's ids to them): span
+//! ids to slots, in safe code, with no shared write on the common path. A
+//! span's state is built, changed and reused in its slot, never moved.
 //!
 //! * Slots live in pages that are never freed or moved: page `k` holds
 //!   `FIRST_PAGE << k` slots, made on first use (`OnceLock`), so a slot's
@@ -27,6 +30,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use tracing::Metadata;
 
+/// The state of every span ringtrace records through `tracing`, one table
+/// for the subscriber and the layer (a thread's free slots belong to one
+/// table: see `LOCAL_FREE`).
+pub(crate) static SPAN_STATES: SpanTable<super::bridge::SpanData> = SpanTable::new();
+
 /// Slots in page 0; page `k` has `FIRST_PAGE << k`.
 const FIRST_PAGE: usize = 256;
 /// Pages: room for `FIRST_PAGE * (2^PAGES - 1)` live spans (over 10^9).
@@ -47,12 +55,15 @@ pub(crate) struct Entry<T> {
 /// locking neighbouring slots do not contend).
 type Page<T> = Box<[CachePadded<Mutex<Entry<T>>>]>;
 
-/// What dropping a handle did.
-pub(crate) enum Release<T> {
+/// What dropping a handle did. It holds no state: an enum carrying a
+/// span's state (hundreds of bytes) was copied whole at each return, twice
+/// per span (callgrind), whichever variant it was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
     /// Other handles remain (or the id was not live).
     Alive,
-    /// That was the last handle: the slot is free; here is its state.
-    Freed(Option<T>),
+    /// That was the last handle: the slot is free.
+    Freed,
     /// The last handle, and the state has something to write on close.
     MustClose,
 }
@@ -206,13 +217,15 @@ impl<T> SpanTable<T> {
     /// `must_close` says its state has something to write when it closes:
     /// then the slot stays, for the caller to close and [`remove`](Self::remove).
     /// A freed slot keeps a state `keep` accepts, for the next span `insert`
-    /// puts there to reuse in place (`Freed(None)`); else it hands it out.
+    /// puts there to reuse in place; else the state is moved out and
+    /// dropped, after the slot's lock is released.
     pub(crate) fn release(
         &'static self,
         id: u64,
         must_close: impl FnOnce(&T) -> bool,
         keep: impl FnOnce(&T) -> bool,
-    ) -> Release<T> {
+    ) -> Release {
+        let mut dropped = None;
         let released = self.with(id, |e| {
             if e.refs > 1 {
                 e.refs -= 1;
@@ -223,16 +236,17 @@ impl<T> SpanTable<T> {
             }
             e.refs = 0;
             e.meta = None;
-            match e.state.as_ref().is_some_and(keep) {
-                true => Release::Freed(None),
-                false => Release::Freed(e.state.take()),
+            if !e.state.as_ref().is_some_and(keep) {
+                dropped = e.state.take();
             }
+            Release::Freed
         });
         match released {
             None => Release::Alive,
-            Some(Release::Freed(state)) => {
+            Some(Release::Freed) => {
                 self.give_back(id as u32 - 1);
-                Release::Freed(state)
+                drop(dropped); // outside the slot's lock
+                Release::Freed
             }
             Some(r) => r,
         }

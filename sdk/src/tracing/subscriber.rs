@@ -19,16 +19,15 @@
 #![forbid(unsafe_code)]
 
 use super::bridge::{self, SpanData, SpanStore};
-use super::span_table::{Release, SpanTable};
+// Live spans of every `RingtraceSubscriber` (ids are process-unique): its span
+// ids are ids of the span table.
+use super::span_table::{Release, SPAN_STATES as SPANS};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
-
-/// Live spans of every `RingtraceSubscriber` (ids are process-unique).
-static SPANS: SpanTable<SpanData> = SpanTable::new();
 
 /// The id given to a span when the table is full (over 10^9 spans alive at
 /// once): such a span is not recorded, and counted in
@@ -42,7 +41,9 @@ static NOT_STORED_COUNT: AtomicU64 = AtomicU64::new(0);
 /// by [`SubscriberBuilder::build`](crate::SubscriberBuilder). Set it as the
 /// default (`tracing::subscriber::set_global_default`), alone or with
 /// filters added by `.with(..)`. Without a recording session it records
-/// nothing, but still tracks spans, so `Span::current()` works.
+/// nothing. Spans and events of categories that are off are disabled for
+/// `tracing` as a level filter would disable them: their macros skip them
+/// after one load, and `Span::current()` inside such a span is its parent.
 pub struct RingtraceSubscriber {
     _private: (),
 }
@@ -58,6 +59,7 @@ impl RingtraceSubscriber {
 
 impl super::sealed::FromSession for RingtraceSubscriber {
     fn from_session() -> Self {
+        crate::record::callsite::on_filter_change(tracing_core::callsite::rebuild_interest_cache);
         RingtraceSubscriber { _private: () }
     }
 }
@@ -80,10 +82,17 @@ impl SpanStore for RingtraceSubscriber {
 
 impl Subscriber for RingtraceSubscriber {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        // Categories can be switched on and off while the program runs, so
-        // the answer is asked again at each span and event (`enabled`).
-        let _ = bridge::enabled(meta); // makes the call site's ringtrace sites now
-        Interest::sometimes()
+        // `tracing` caches this answer in the call site: a span or event of
+        // a category that is off then costs its macro one load, and one that
+        // is on skips `enabled`. Categories switched on or off later have
+        // `tracing` ask again (`rebuild_interest_cache`, the hook set in
+        // `from_session`); the callbacks still check the category, for the
+        // moment between the switch and the rebuild.
+        if bridge::enabled(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
     }
 
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
@@ -130,10 +139,7 @@ impl Subscriber for RingtraceSubscriber {
     fn try_close(&self, id: Id) -> bool {
         match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
             Release::Alive => false,
-            Release::Freed(state) => {
-                drop(state); // outside the slot's lock
-                true
-            }
+            Release::Freed => true,
             Release::MustClose => {
                 // The last handle: no other can appear, so the span stays as
                 // it is while its close is written.

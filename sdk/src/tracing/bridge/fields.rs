@@ -1,6 +1,6 @@
 //! `tracing` field values as ringtrace arg words.
 
-use crate::record::args::{ArgList, TraceValue, WordSink};
+use crate::record::args::{tag, ArgList, WordSink, T_BOOL, T_DOUBLE, T_INT, T_STR, T_UINT};
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 use tracing::field::{Field, Visit};
@@ -12,8 +12,6 @@ pub(super) struct Fields {
     pub(super) words: Vec<u64>,
     /// (field index, start, end) into `words`, in visit order.
     pub(super) ranges: Vec<(u32, u32, u32)>,
-    /// Formatting buffer for `Debug` values and messages.
-    text: String,
     /// Words in field order, when visit order was not field order.
     sorted: Vec<u64>,
 }
@@ -57,71 +55,128 @@ impl Fields {
     }
 }
 
-/// Encodes visited field values into a [`Fields`].
+/// Appends `s` as a STR value (tag, then the bytes packed little-endian).
+#[inline]
+pub(super) fn push_str(words: &mut Vec<u64>, s: &str) {
+    words.push(tag(T_STR, s.len() as u64));
+    TextWords { words, len: 0 }.append(s.as_bytes());
+}
+
+/// Packs text into arg words as it is formatted: a `Debug` or `Display`
+/// value goes straight into the record's words, with no buffer between.
+/// `len` bytes are written so far; the last word holds `len % 8` of them
+/// (the rest of it zero).
+struct TextWords<'a> {
+    words: &'a mut Vec<u64>,
+    len: usize,
+}
+
+impl TextWords<'_> {
+    #[inline]
+    fn append(&mut self, mut b: &[u8]) {
+        let used = self.len % 8;
+        self.len += b.len();
+        if used != 0 {
+            let take = (8 - used).min(b.len());
+            if let Some(last) = self.words.last_mut() {
+                let mut bytes = last.to_le_bytes();
+                bytes[used..used + take].copy_from_slice(&b[..take]);
+                *last = u64::from_le_bytes(bytes);
+            }
+            b = &b[take..];
+        }
+        let mut chunks = b.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.words.push(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.words.push(u64::from_le_bytes(w));
+        }
+    }
+}
+
+impl fmt::Write for TextWords<'_> {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.append(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Encodes visited field values into a [`Fields`]: primitives as their tag
+/// and payload words, text packed in place.
 pub(super) struct Visitor<'a>(pub(super) &'a mut Fields);
 
 impl Visitor<'_> {
-    fn put(&mut self, field: &Field, value: &dyn TraceValue) {
+    /// Writes one field's value with `encode`, and its range.
+    #[inline]
+    fn put(&mut self, field: &Field, encode: impl FnOnce(&mut Vec<u64>)) {
         let idx = field.index();
         if idx >= 64 {
             return;
         }
         let f = &mut *self.0;
         let start = f.words.len() as u32;
-        value.encode(&mut f.words);
+        encode(&mut f.words);
         f.ranges.push((idx as u32, start, f.words.len() as u32));
     }
 
-    fn put_text(&mut self, field: &Field, fill: impl FnOnce(&mut String)) {
-        let mut text = std::mem::take(&mut self.0.text);
-        text.clear();
-        fill(&mut text);
-        self.put(field, &text.as_str());
-        self.0.text = text;
+    #[inline]
+    fn put2(&mut self, field: &Field, ty: u64, payload: u64) {
+        self.put(field, |w| w.extend_from_slice(&[ty, payload]));
+    }
+
+    /// A value as its `Display` (or `Debug`) text, formatted into the words.
+    fn put_fmt(&mut self, field: &Field, args: fmt::Arguments<'_>) {
+        self.put(field, |words| {
+            let at = words.len();
+            words.push(0);
+            let mut text = TextWords { words, len: 0 };
+            let _ = text.write_fmt(args); // a failing impl leaves what it wrote
+            let len = text.len as u64;
+            words[at] = tag(T_STR, len);
+        })
     }
 }
 
 impl Visit for Visitor<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.put(field, &value)
+        self.put2(field, T_DOUBLE, value.to_bits())
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.put(field, &value)
+        self.put2(field, T_INT, value as u64)
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.put(field, &value)
+        self.put2(field, T_UINT, value)
     }
     fn record_i128(&mut self, field: &Field, value: i128) {
         match i64::try_from(value) {
-            Ok(v) => self.put(field, &v),
-            Err(_) => self.put_text(field, |t| {
-                let _ = write!(t, "{value}");
-            }),
+            Ok(v) => self.record_i64(field, v),
+            Err(_) => self.put_fmt(field, format_args!("{value}")),
         }
     }
     fn record_u128(&mut self, field: &Field, value: u128) {
         match u64::try_from(value) {
-            Ok(v) => self.put(field, &v),
-            Err(_) => self.put_text(field, |t| {
-                let _ = write!(t, "{value}");
-            }),
+            Ok(v) => self.record_u64(field, v),
+            Err(_) => self.put_fmt(field, format_args!("{value}")),
         }
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.put(field, &value)
+        self.put(field, |w| w.push(tag(T_BOOL, value as u64)))
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.put(field, &value)
+        self.put(field, |w| push_str(w, value))
     }
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.put_text(field, |t| {
-            let _ = write!(t, "{value}");
-        })
+        self.put_fmt(field, format_args!("{value}"))
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.put_text(field, |t| {
-            let _ = write!(t, "{value:?}");
-        })
+        self.put_fmt(field, format_args!("{value:?}"))
     }
 }
 
@@ -159,6 +214,66 @@ impl ArgList for Words<'_> {
     fn encode(&self, out: &mut dyn WordSink) {
         for &w in self.0 {
             out.push(w);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::args::encode_bytes;
+
+    /// Text formatted in pieces into the words is the text written at once.
+    #[test]
+    fn text_formatted_in_pieces_packs_as_one_string() {
+        let pieces = [
+            "",
+            "a",
+            "bcdefgh",
+            "",
+            "ijklmnopqrs",
+            "tu",
+            "vwxyz0123456789",
+            "é€",
+        ];
+        for n in 0..=pieces.len() {
+            let whole: String = pieces[..n].concat();
+            let mut expect = vec![7u64];
+            encode_bytes(whole.as_bytes(), &mut expect);
+            let mut words = vec![7u64];
+            let mut fields = Fields {
+                words: std::mem::take(&mut words),
+                ..Fields::default()
+            };
+            let field = TEST_META.fields().field("v").unwrap();
+            Visitor(&mut fields).put_fmt(&field, format_args!("{}", Pieces(&pieces[..n])));
+            assert_eq!(fields.words, expect, "{whole:?}");
+            assert_eq!(fields.ranges, [(0, 1, expect.len() as u32)]);
+        }
+    }
+
+    struct Pieces<'a>(&'a [&'a str]);
+
+    impl fmt::Display for Pieces<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            self.0.iter().try_for_each(|p| f.write_str(p))
+        }
+    }
+
+    struct TestCallsite;
+    static TEST_CALLSITE: TestCallsite = TestCallsite;
+    static TEST_META: tracing_core::Metadata<'static> = tracing_core::metadata! {
+        name: "text",
+        target: module_path!(),
+        level: tracing_core::Level::INFO,
+        fields: &["v"],
+        callsite: &TEST_CALLSITE,
+        kind: tracing_core::metadata::Kind::EVENT,
+    };
+    impl tracing_core::Callsite for TestCallsite {
+        fn set_interest(&self, _: tracing_core::Interest) {}
+        fn metadata(&self) -> &tracing_core::Metadata<'_> {
+            &TEST_META
         }
     }
 }

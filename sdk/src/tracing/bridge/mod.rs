@@ -1,7 +1,7 @@
 //! What `tracing` spans and events become in ringtrace, shared by the
-//! [`layer`](crate::layer()) (span state in the registry's extensions) and the
-//! registry-free [`subscriber`](crate::subscriber()) (span state in its own
-//! slab): call sites, field values, span state, and the records each
+//! [`layer`](crate::layer()) and the registry-free
+//! [`subscriber`](crate::subscriber()) (both keep span state in the span
+//! table): call sites, field values, span state, and the records each
 //! callback writes. See `layer.rs` for what is recorded.
 
 #![forbid(unsafe_code)]
@@ -10,19 +10,19 @@ mod fields;
 mod sites;
 mod spans;
 
-use crate::record::args::TraceValue;
 use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
 use crate::record::registry::with_current;
-use fields::{with_scratch, Visitor};
-use sites::{cached_site, site_info, SITES};
+use fields::{push_str, with_scratch, Visitor};
+use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, Inline, SpanData};
 use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
 use std::sync::atomic::Ordering;
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Metadata};
 
-/// Where the span state lives: the registry's extensions or the subscriber's slab.
+/// How a span id finds its state: the subscriber's ids are span table ids,
+/// the layer maps the registry's ids to them.
 pub(crate) trait SpanStore {
     /// Runs `f` on the state of span `id`, if it has any.
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R>;
@@ -31,15 +31,8 @@ pub(crate) trait SpanStore {
 // ---------------------------------------------------------------------------
 // Callbacks
 
-/// A new span: its state, or `None` when its category is off (then it is
-/// not recorded at all).
-pub(crate) fn new_span(attrs: &Attributes<'_>) -> Option<SpanData> {
-    let mut state = None;
-    new_span_into(attrs, &mut state);
-    state
-}
-
-/// As [`new_span`], into `state` (the subscriber's slot: no move).
+/// A new span: its state, made in `state` (its slot of the span table: no
+/// move), or `None` when its category is off (then it is not recorded at all).
 #[inline]
 pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>) {
     let info = site_info(attrs.metadata());
@@ -75,8 +68,7 @@ pub(crate) fn enabled(meta: &'static Metadata<'static>) -> bool {
 /// is checked again).
 pub(crate) fn enabled_any(meta: &Metadata<'_>) -> bool {
     let key = meta as *const Metadata<'_> as usize;
-    let info = cached_site(key).or_else(|| SITES.read().get(&key).copied());
-    info.is_none_or(|info| info.full.is_enabled())
+    known_site(key).is_none_or(|info| info.full.is_enabled())
 }
 
 /// `Span::record`: the values join the span's state.
@@ -114,7 +106,7 @@ pub(crate) fn event(event: &Event<'_>) {
         event.record(&mut Visitor(f));
         let site = info.site(f.mask());
         let words = f.ordered();
-        meta.level().as_str().encode(words);
+        push_str(words, meta.level().as_str());
         with_current(|tr| layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &()));
     });
 }
@@ -124,7 +116,6 @@ pub(crate) fn event(event: &Event<'_>) {
 /// entered spans only if `track_unrecorded` (the subscriber answers
 /// `Span::current()` from that stack; the layer leaves it to the registry).
 pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
-    let ts = ticks();
     let mut entered = Entered {
         id: id.into_u64(),
         depth: 0,
@@ -135,6 +126,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
         if !data.site.is_enabled() {
             return;
         }
+        let ts = ticks(); // once the span is known to be recorded
         let key = thread_key();
         with_current(|tr| {
             if data.thread == 0 {
@@ -156,7 +148,6 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
 
 /// Span `id` exits on this thread: its slice ends.
 pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
-    let ts = ticks();
     let id64 = id.into_u64();
     // Take this span's entry, and the entries above it if any.
     let taken = STACK.try_with(|s| {
@@ -170,8 +161,9 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
         Some((s.pop().unwrap(), above))
     });
     let Ok(Some((entry, above))) = taken else {
-        return;
+        return; // not entered here as far as ringtrace knows (its category was off)
     };
+    let ts = ticks();
     if above.is_empty() {
         if entry.recorded {
             with_current(|tr| {
@@ -285,6 +277,7 @@ mod tests {
     use super::fields::Fields;
     use super::spans::merge_values;
     use super::*;
+    use crate::record::args::TraceValue;
 
     fn fields(values: &[(u32, i64)]) -> Fields {
         let mut f = Fields::default();

@@ -27,8 +27,8 @@ pub(super) static END_PENDING: AtomicU64 = AtomicU64::new(0);
 /// a close has nothing to write and does not look the span up.
 pub(super) static ASYNC_LIVE: AtomicU64 = AtomicU64::new(0);
 
-/// What ringtrace keeps of a span: in its registry extensions (layer) or its
-/// span table slot (subscriber).
+/// What ringtrace keeps of a span: in its slot of the span table (layer and
+/// subscriber), where it stays until the span closes.
 pub(crate) struct SpanData {
     pub(super) info: &'static SiteInfo,
     /// The call site for the fields present now.
