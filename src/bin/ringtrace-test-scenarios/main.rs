@@ -497,7 +497,11 @@ fn size_limit(trace: &str) -> Value {
     for i in 0..40_000u64 {
         ringtrace::trace_scope!("cut", label = "some text to make events longer", i = i);
         if i % 200 == 0 {
-            thread::sleep(Duration::from_millis(1)); // many writes, each small
+            // Many writes, each small (~30 KB), however slowly the flusher is
+            // scheduled: a starved flusher's first write could otherwise be
+            // over the limit on its own, and nothing but whole writes would
+            // be cut.
+            guard.flush();
         }
     }
     let err = guard.stop().err().map(|e| e.to_string());
