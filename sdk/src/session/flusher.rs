@@ -117,10 +117,35 @@ pub(crate) struct Flusher {
 struct RingState {
     seen_overwritten: u64,
     reported_oversized: u64,
+}
+
+/// What the flusher knows of a grown ring's spare segment.
+#[derive(Default)]
+struct SpareState {
     /// The ring's segment count when its spare was last prepared.
-    spare_for: u64,
+    made: u64,
     /// When that spare was made ready, while it may still be unused.
-    spare_since: Option<Instant>,
+    since: Option<Instant>,
+}
+
+/// The flusher's watch on growing rings: rings that grew get their next
+/// segment made at once, between two drains of other records if need be (a
+/// fresh thread's ring quadruples every few hundred microseconds, and a
+/// pass of the flusher can take milliseconds).
+struct Spares {
+    seen: u64,
+    rings: HashMap<u32, SpareState>,
+}
+
+impl Spares {
+    /// Tends the spares if a ring grew since the last look (or if `all`).
+    fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool) {
+        let grown = GROWTH.count();
+        if grown != self.seen || all {
+            self.seen = grown;
+            tend_spares(rings, &mut self.rings);
+        }
+    }
 }
 
 /// A spare segment the producer has not grown into after this long is given
@@ -181,7 +206,10 @@ impl Flusher {
         let mut last_snapshot = Instant::now();
         let mut flush_seen = 0;
         // Rings may have grown before this thread ran: look at once.
-        let mut grown_seen = u64::MAX;
+        let mut spares = Spares {
+            seen: u64::MAX,
+            rings: HashMap::new(),
+        };
         {
             let shared = shared.clone();
             GROWTH.set_waker(Some(Box::new(move || shared.wake())));
@@ -194,7 +222,7 @@ impl Flusher {
                 if !shared.stop.load(Ordering::Acquire)
                     && shared.flush_requested.load(Ordering::Acquire) == flush_seen
                     && shared.requests.lock().is_empty()
-                    && GROWTH.count() == grown_seen
+                    && GROWTH.count() == spares.seen
                 {
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
@@ -231,11 +259,7 @@ impl Flusher {
             REGISTRY.snapshot(&mut rings);
             // First, before draining: the next segment of each ring that
             // grew, which its thread may need within microseconds.
-            let grown = GROWTH.count();
-            if grown != grown_seen || full {
-                grown_seen = grown;
-                tend_spares(&rings, &mut state);
-            }
+            spares.tend_if_grown(&rings, full);
             let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();
@@ -299,6 +323,7 @@ impl Flusher {
                         sys.batch(&mut ctx, &batch);
                     }
                     write_if_full(&mut sink, &mut out);
+                    spares.tend_if_grown(&rings, false);
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
                         break;
@@ -339,6 +364,7 @@ impl Flusher {
                         f.0.forget_thread(tr.seq_id);
                     }
                     state.remove(&tr.seq_id);
+                    spares.rings.remove(&tr.seq_id);
                     gone.push(tr.seq_id);
                 }
             }
@@ -482,7 +508,7 @@ impl Drop for Finally {
 /// rather than on its own slow path; gives back spares left unused for
 /// [`SPARE_IDLE`]. Rings that never grew get none: a thread that records a
 /// few events holds no more than its first 1 KiB.
-fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut HashMap<u32, RingState>) {
+fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut HashMap<u32, SpareState>) {
     let now = Instant::now();
     for tr in rings {
         let made = tr.ring.segments_made();
@@ -494,12 +520,12 @@ fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut HashMap<u32, RingState>) {
             continue;
         }
         let st = state.entry(tr.seq_id).or_default();
-        if st.spare_for != made {
-            st.spare_for = made;
-            st.spare_since = tr.ring.prepare_spare().then_some(now);
-        } else if st.spare_since.is_some_and(|t| now - t >= SPARE_IDLE) {
+        if st.made != made {
+            st.made = made;
+            st.since = tr.ring.prepare_spare().then_some(now);
+        } else if st.since.is_some_and(|t| now - t >= SPARE_IDLE) {
             tr.ring.reclaim_spare();
-            st.spare_since = None;
+            st.since = None;
         }
     }
 }
