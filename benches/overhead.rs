@@ -253,6 +253,8 @@ fn main() {
     let stats = guard.stop().expect("stop");
     let (first_event, first_lap, lap_faults, lap_sys) =
         first_lap(&dir, if quick { 2 } else { 7 }, iters);
+    let (thread_lap, thread_faults) =
+        first_lap_of_new_threads(&dir, if quick { 2 } else { 7 }, iters);
     let hwm_record = proc_status_kib("VmHWM:");
     // Scopes per loop (warm-up included), 2 events each: two single-thread
     // loops and two threads.
@@ -316,6 +318,13 @@ fn main() {
             lap_faults,
             lap_sys
         ),
+    });
+    rows.push(Row {
+        what: "`trace_scope!` enabled, first lap of a new thread in a running session (16 MiB)"
+            .into(),
+        sample: Some(thread_lap),
+        floor: Some(floor),
+        note: format!("{thread_faults:.0} page faults on the recording thread in the lap"),
     });
     rows.push(Row {
         what: "`trace_scope!` disabled (category off)".into(),
@@ -504,6 +513,44 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample,
         faults,
         median(&mut system),
     )
+}
+
+/// One session, a new thread per repetition: its first lap through a ring
+/// growing to 16 MiB, as a thread that starts in a running program sees it
+/// (the flusher is already running, waiting for work). Returns the lap's
+/// ns per scope and the median of the thread's page faults in the lap.
+fn first_lap_of_new_threads(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, f64) {
+    let guard = ringtrace::builder()
+        .output(dir.join("ringtrace-bench-thread-lap.pftrace"))
+        .buffer_bytes_per_thread(16 << 20)
+        .buffer_bytes(64 << 20)
+        .flush_interval(Duration::from_secs(3600))
+        .enable_categories(["bench"])
+        .start()
+        .expect("start");
+    scope_static(1); // registers the site
+    ringtrace::flush();
+    let mut lap = Vec::new();
+    let mut faults = Vec::new();
+    for _ in 0..reps {
+        let (ns, f) = std::thread::spawn(move || {
+            ringtrace::trace_instant!("bench", "first");
+            let (f, _) = thread_faults();
+            let t = Instant::now();
+            scope_static(iters);
+            let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+            (ns, (thread_faults().0 - f) as f64)
+        })
+        .join()
+        .unwrap();
+        lap.push(ns);
+        faults.push(f);
+        ringtrace::flush(); // drains the exited thread's ring, which is freed
+    }
+    let stats = guard.stop().expect("stop");
+    assert_eq!(stats.events_lost, 0);
+    let _ = std::fs::remove_file(dir.join("ringtrace-bench-thread-lap.pftrace"));
+    (summarize(lap), median(&mut faults))
 }
 
 /// Page faults (minor and major) the calling thread has taken, and its time
