@@ -18,7 +18,9 @@
 //! writes only into its newest segment. The consumer reads position `p` from
 //! the last segment whose `start <= p` (Acquire of `made`), and frees a
 //! segment (`freed.store(Release)`, budget given back) once its tail has
-//! passed the next one's start. In overwrite mode the producer copies the
+//! passed the next one's start. The consumer also makes, ahead of time, the
+//! segment a ring that grew will want next (a spare, `Ring::prepare_spare`),
+//! so that the producer grows into memory mapped in off its thread. In overwrite mode the producer copies the
 //! records not yet consumed into the new segment, which starts at the tail,
 //! so the oldest records are always in the segment it may free them in.
 //!
@@ -393,8 +395,9 @@ pub(crate) struct Ring {
     freed: AtomicU64,
     /// Records freed by the producer in overwrite mode (monotonic).
     overwritten: AtomicU64,
-    /// A segment the consumer (the flusher) made and mapped in ahead of time
-    /// for the producer's next growth (`prepare_spare`), or 0: its base
+    /// A segment the consumer (the flusher) made ahead of time for the
+    /// producer's next growth (`prepare_spare`; it maps it in right after
+    /// handing it over), or 0: its base
     /// address with log2 of its slots in the low bits (storage is aligned
     /// to `STORAGE_ALIGN`), so one word hands both over. Only the consumer
     /// stores a spare, into an empty slot (Release); whoever swaps it back
@@ -702,8 +705,8 @@ impl Ring {
         if made - self.freed.load(Ordering::Acquire) >= MAX_SEGMENTS as u64 {
             return None;
         }
-        // The flusher's spare if it is ready and big enough (mapped in
-        // already, its bytes taken); else a segment of our own.
+        // The flusher's spare if it is there and big enough (its bytes
+        // taken, mapped in by the flusher); else a segment of our own.
         let (base, want, mapped, mapped_in) = match self.take_spare(want) {
             // The consumer maps it in ahead of us: if we are faster, the
             // fast path faults in the pages it reaches first.
