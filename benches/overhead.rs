@@ -259,7 +259,10 @@ fn main() {
     let with_arg = bench(reps, iters, scope_int_arg, drain);
     let two = two_threads(reps, iters, scope_static, true);
     let stats = guard.stop().expect("stop");
-    let (first_event, first_lap) = first_lap(&dir, if quick { 2 } else { 7 }, iters);
+    let (first_event, first_lap, lap_faults, lap_sys) =
+        first_lap(&dir, if quick { 2 } else { 7 }, iters);
+    let (thread_lap, thread_faults) =
+        first_lap_of_new_threads(&dir, if quick { 2 } else { 7 }, iters);
     let hwm_record = proc_status_kib("VmHWM:");
     // Scopes per loop (warm-up included), 2 events each: two single-thread
     // loops and two threads.
@@ -318,9 +321,18 @@ fn main() {
         sample: Some(first_lap),
         floor: Some(floor),
         note: format!(
-            "the thread's first event (creates the ring): {:.0} us",
-            first_event.median / 1e3
+            "the thread's first event (creates the ring): {:.0} us; in the lap, the recording thread took {:.0} page faults and {:.0} us in the kernel",
+            first_event.median / 1e3,
+            lap_faults,
+            lap_sys
         ),
+    });
+    rows.push(Row {
+        what: "`trace_scope!` enabled, first lap of a new thread in a running session (16 MiB)"
+            .into(),
+        sample: Some(thread_lap),
+        floor: Some(floor),
+        note: format!("{thread_faults:.0} page faults on the recording thread in the lap"),
     });
     rows.push(Row {
         what: "`trace_scope!` disabled (category off)".into(),
@@ -435,9 +447,14 @@ fn two_threads(reps: usize, iters: u64, f: fn(u64), drain: bool) -> Sample {
 /// A fresh session per repetition: times the thread's first event (which
 /// creates its ring) and then `iters` scopes written into the ring's first
 /// lap (page faults land here unless the ring was mapped in up front).
-fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample) {
+/// Also returns the medians of the page faults the recording thread took in
+/// the lap and of its time in the kernel (us), its own only: the flusher's
+/// mapping in is not counted.
+fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample, f64, f64) {
     let mut first = Vec::new();
     let mut lap = Vec::new();
+    let mut faults = Vec::new();
+    let mut system = Vec::new();
     for _ in 0..reps {
         let guard = ringtrace::builder()
             .output(dir.join("ringtrace-bench-first-lap.pftrace"))
@@ -451,14 +468,75 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample)
         ringtrace::trace_instant!("bench", "first");
         first.push(t.elapsed().as_nanos() as f64);
         scope_static(1); // registers the site
+        let (f, sys) = thread_faults();
         let t = Instant::now();
         scope_static(iters);
         lap.push(t.elapsed().as_nanos() as f64 / iters as f64);
+        let (f2, sys2) = thread_faults();
+        faults.push((f2 - f) as f64);
+        system.push((sys2 - sys) as f64);
         let stats = guard.stop().expect("stop");
         assert_eq!(stats.events_lost, 0);
     }
     let _ = std::fs::remove_file(dir.join("ringtrace-bench-first-lap.pftrace"));
-    (summarize(first), summarize(lap))
+    let faults = median(&mut faults);
+    (
+        summarize(first),
+        summarize(lap),
+        faults,
+        median(&mut system),
+    )
+}
+
+/// One session, a new thread per repetition: its first lap through a ring
+/// growing to 16 MiB, as a thread that starts in a running program sees it
+/// (the flusher is already running, waiting for work). Returns the lap's
+/// ns per scope and the median of the thread's page faults in the lap.
+fn first_lap_of_new_threads(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, f64) {
+    let guard = ringtrace::builder()
+        .output(dir.join("ringtrace-bench-thread-lap.pftrace"))
+        .buffer_bytes_per_thread(16 << 20)
+        .buffer_bytes(64 << 20)
+        .flush_interval(Duration::from_secs(3600))
+        .enable_categories(["bench"])
+        .start()
+        .expect("start");
+    scope_static(1); // registers the site
+    ringtrace::flush();
+    let mut lap = Vec::new();
+    let mut faults = Vec::new();
+    for _ in 0..reps {
+        let (ns, f) = std::thread::spawn(move || {
+            ringtrace::trace_instant!("bench", "first");
+            let (f, _) = thread_faults();
+            let t = Instant::now();
+            scope_static(iters);
+            let ns = t.elapsed().as_nanos() as f64 / iters as f64;
+            (ns, (thread_faults().0 - f) as f64)
+        })
+        .join()
+        .unwrap();
+        lap.push(ns);
+        faults.push(f);
+        ringtrace::flush(); // drains the exited thread's ring, which is freed
+    }
+    let stats = guard.stop().expect("stop");
+    assert_eq!(stats.events_lost, 0);
+    let _ = std::fs::remove_file(dir.join("ringtrace-bench-thread-lap.pftrace"));
+    (summarize(lap), median(&mut faults))
+}
+
+/// Page faults (minor and major) the calling thread has taken, and its time
+/// in the kernel in us.
+fn thread_faults() -> (i64, i64) {
+    // SAFETY: an all-zero `rusage` is a valid value (integers and timevals).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_THREAD asks about
+    // the calling thread only.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD)");
+    let sys = ru.ru_stime.tv_sec * 1_000_000 + ru.ru_stime.tv_usec;
+    (ru.ru_minflt + ru.ru_majflt, sys)
 }
 
 /// Scope pairs per encoding round.

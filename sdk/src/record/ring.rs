@@ -18,7 +18,9 @@
 //! writes only into its newest segment. The consumer reads position `p` from
 //! the last segment whose `start <= p` (Acquire of `made`), and frees a
 //! segment (`freed.store(Release)`, budget given back) once its tail has
-//! passed the next one's start. In overwrite mode the producer copies the
+//! passed the next one's start. The consumer also makes, ahead of time, the
+//! segment a ring that grew will want next (a spare, `Ring::prepare_spare`),
+//! so that the producer grows into memory mapped in off its thread. In overwrite mode the producer copies the
 //! records not yet consumed into the new segment, which starts at the tail,
 //! so the oldest records are always in the segment it may free them in.
 //!
@@ -229,9 +231,31 @@ fn alloc_storage(words: usize, mapped: bool) -> Option<*mut AtomicU64> {
         return Some(p as *mut AtomicU64);
     }
     let _ = mapped;
-    let storage: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-    prefault(&storage);
-    Some(Box::into_raw(storage) as *mut AtomicU64)
+    let layout = heap_layout(words);
+    // SAFETY: `layout` has a non-zero size (`words >= 8`).
+    let base = unsafe { std::alloc::alloc(layout) } as *mut AtomicU64;
+    if base.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    for i in 0..words {
+        // SAFETY: `i < words`: inside the fresh allocation, which is laid
+        // out for `words` of them and aligned for one; nothing is there yet.
+        unsafe { base.add(i).write(AtomicU64::new(0)) };
+    }
+    // SAFETY: the `words` slots were just initialised above.
+    prefault(unsafe { std::slice::from_raw_parts(base, words) });
+    Some(base)
+}
+
+/// Storage is aligned to this (mapped segments: to a page), so a spare
+/// segment's size fits in the low bits of its address (`Ring::spare`).
+const STORAGE_ALIGN: usize = 64;
+
+/// The heap layout of a segment of `words` slots.
+fn heap_layout(words: usize) -> std::alloc::Layout {
+    std::alloc::Layout::array::<AtomicU64>(words)
+        .and_then(|l| l.align_to(STORAGE_ALIGN))
+        .expect("segment size")
 }
 
 /// Frees what `alloc_storage(words, mapped)` returned.
@@ -247,13 +271,75 @@ unsafe fn free_storage(base: *mut AtomicU64, words: usize, mapped: bool) {
         return;
     }
     let _ = mapped;
-    // SAFETY: the caller's contract: a `Box<[AtomicU64]>` of `words` slots.
-    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(base, words)) });
+    // SAFETY: the caller's contract: `alloc_storage`'s heap allocation of
+    // `heap_layout(words)`, its `words` slots initialised, freed once, no
+    // reference left into it.
+    unsafe {
+        std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(base, words));
+        std::alloc::dealloc(base as *mut u8, heap_layout(words));
+    }
 }
 
 /// Whether a segment of `words` slots (not a thread's first) is mapped.
 fn is_mapped(index: u64, words: usize) -> bool {
     index > 0 && words * 8 >= PAGE
+}
+
+/// Whether a spare segment of `words` slots is mapped: it is never a
+/// thread's first.
+fn spare_is_mapped(words: usize) -> bool {
+    is_mapped(1, words)
+}
+
+/// `Ring::spare`'s word for the segment `base` of `words` slots.
+fn pack_spare(base: *mut AtomicU64, words: usize) -> u64 {
+    debug_assert!((base as usize).is_multiple_of(STORAGE_ALIGN) && words.is_power_of_two());
+    base as usize as u64 | u64::from(words.trailing_zeros())
+}
+
+/// The segment (base, slots) of a non-zero `Ring::spare` word.
+fn unpack_spare(word: u64) -> (*mut AtomicU64, usize) {
+    let tag = STORAGE_ALIGN as u64 - 1;
+    ((word & !tag) as usize as *mut AtomicU64, 1 << (word & tag))
+}
+
+/// Rings that grew, and how the flusher is woken when one does: it then
+/// prepares that ring's next segment (`Ring::prepare_spare`) at once rather
+/// than at its next poll, a few milliseconds in which a busy ring grows
+/// from 1 KiB to 16 MiB. Rung only on the producer's growth path (a few
+/// times in a thread's life), never on the hot path.
+pub(crate) struct Growth {
+    grown: std::sync::atomic::AtomicU64,
+    #[allow(clippy::type_complexity)]
+    wake: std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+}
+
+/// The process's growth signal (one flusher at a time listens).
+pub(crate) static GROWTH: Growth = Growth {
+    grown: std::sync::atomic::AtomicU64::new(0),
+    wake: std::sync::Mutex::new(None),
+};
+
+impl Growth {
+    /// Growths so far (monotonic).
+    pub(crate) fn count(&self) -> u64 {
+        self.grown.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets (or, with `None`, clears) what wakes the flusher.
+    pub(crate) fn set_waker(&self, wake: Option<Box<dyn Fn() + Send + Sync>>) {
+        *self.wake.lock().unwrap_or_else(|e| e.into_inner()) = wake;
+    }
+
+    /// A ring grew and can grow further.
+    #[cold]
+    fn rang(&self) {
+        self.grown
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(wake) = self.wake.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            wake();
+        }
+    }
 }
 
 /// Segments of this size and more are backed by transparent huge pages where
@@ -270,8 +356,9 @@ const HUGE_PAGE: usize = 2 << 20;
 const PREFAULT_STEP_WORDS: u64 = 32 << 10;
 
 /// Maps in the slots of positions `from..to` of the segment `base` of
-/// `mask + 1` slots: positions of its first lap the producer has not
-/// reached, so at most one lap (they wrap once at most).
+/// `mask + 1` slots, at most one lap (they wrap once at most). Called with
+/// a segment that stays alive for the call: the producer's own, or a spare
+/// the consumer is preparing (see `Ring::prepare_spare`).
 fn prefault_positions(base: *mut AtomicU64, mask: u64, from: u64, to: u64) {
     let len = mask + 1;
     debug_assert!(to <= from + len);
@@ -279,9 +366,12 @@ fn prefault_positions(base: *mut AtomicU64, mask: u64, from: u64, to: u64) {
     while pos < to {
         let i = pos & mask;
         let n = (to - pos).min(len - i);
-        // SAFETY: `base` is a live segment of `len` slots (the producer's,
-        // see `Reservation::push`); `i + n <= len`, so the slice is inside
-        // it. Mapping in changes no slot's value.
+        // SAFETY: `base` is a segment of `len` slots alive for this call
+        // (the producer's, see `Reservation::push`, or the spare the
+        // consumer is preparing, see `Ring::prepare_spare`); `i + n <= len`,
+        // so the slice is inside it. Mapping in changes no slot's value, and
+        // every slot is an atomic, so a producer writing some meanwhile
+        // races with nothing.
         prefault(unsafe { std::slice::from_raw_parts(base.add(i as usize), n as usize) });
         pos += n;
     }
@@ -305,6 +395,16 @@ pub(crate) struct Ring {
     freed: AtomicU64,
     /// Records freed by the producer in overwrite mode (monotonic).
     overwritten: AtomicU64,
+    /// A segment the consumer (the flusher) made ahead of time for the
+    /// producer's next growth (`prepare_spare`; it maps it in right after
+    /// handing it over), or 0: its base
+    /// address with log2 of its slots in the low bits (storage is aligned
+    /// to `STORAGE_ALIGN`), so one word hands both over. Only the consumer
+    /// stores a spare, into an empty slot (Release); whoever swaps it back
+    /// to 0 with a successful CAS owns it: the producer, to grow into it, or
+    /// the consumer, to free it. Its bytes are in the budget from when it is
+    /// made.
+    spare: AtomicU64,
     /// Largest segment this ring grows to, in slots.
     max_words: usize,
     /// Where every segment's bytes are taken from and given back to.
@@ -452,6 +552,7 @@ impl Ring {
             made: AtomicU64::new(1),
             freed: AtomicU64::new(0),
             overwritten: AtomicU64::new(0),
+            spare: AtomicU64::new(0),
             max_words,
             budget,
         }
@@ -604,13 +705,23 @@ impl Ring {
         if made - self.freed.load(Ordering::Acquire) >= MAX_SEGMENTS as u64 {
             return None;
         }
-        if !self.budget.try_take(segment_bytes(want)) {
-            return None;
-        }
-        let mapped = is_mapped(made, want);
-        let Some(base) = alloc_storage(want, mapped) else {
-            self.budget.give_back(segment_bytes(want));
-            return None;
+        // The flusher's spare if it is there and big enough (its bytes
+        // taken, mapped in by the flusher); else a segment of our own.
+        let (base, want, mapped, mapped_in) = match self.take_spare(want) {
+            // The consumer maps it in ahead of us: if we are faster, the
+            // fast path faults in the pages it reaches first.
+            Some((base, words)) => (base, words, spare_is_mapped(words), true),
+            None => {
+                if !self.budget.try_take(segment_bytes(want)) {
+                    return None;
+                }
+                let mapped = is_mapped(made, want);
+                let Some(base) = alloc_storage(want, mapped) else {
+                    self.budget.give_back(segment_bytes(want));
+                    return None;
+                };
+                (base, want, mapped, false)
+            }
         };
         let start = if self.overwrite {
             // Acquire: as in `reserve_slow`. Everything below `start` has
@@ -658,7 +769,7 @@ impl Ring {
         p.seg_start.store(start, Ordering::Relaxed);
         // The first step of the new segment is mapped in now; the rest as
         // the producer reaches it (`prefault_more`). Heap storage is already.
-        let prefaulted = if mapped {
+        let prefaulted = if mapped && !mapped_in {
             // Positions `head..` of the first lap only: overwrite mode's
             // copied records are in `start..head`.
             let lap_end = start + want as u64;
@@ -674,7 +785,117 @@ impl Ring {
             u64::MAX
         };
         p.prefaulted.store(prefaulted, Ordering::Relaxed);
+        if want < self.max_words {
+            GROWTH.rang();
+        }
         Some(start)
+    }
+
+    /// Producer: takes the consumer's spare segment if it has at least
+    /// `want` slots (a smaller one is stale: the consumer frees it).
+    /// Returns its base and slots, mapped in, its bytes in the budget.
+    fn take_spare(&self, want: usize) -> Option<(*mut AtomicU64, usize)> {
+        let word = self.spare.load(Ordering::Relaxed);
+        if word == 0 || unpack_spare(word).1 < want {
+            return None;
+        }
+        // Acquire: pairs with `prepare_spare`'s Release store, so the
+        // storage it made (and, under loom, initialised) is ours to use.
+        // A CAS, not a swap: the consumer may have freed that spare since
+        // the load and put another one there. If the word is equal again
+        // (the same address and size, reused), it is that new spare, just as
+        // good.
+        self.spare
+            .compare_exchange(word, 0, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| unpack_spare(word))
+    }
+
+    /// Consumer: makes the segment the producer's next growth will want
+    /// (four times its current one, up to its largest size), hands it over
+    /// and maps it in, so that the producer grows into it without a system
+    /// call and finds its pages there. Only while the budget keeps as much
+    /// again free after it: a spare is a guess, it must not take the last of
+    /// the memory another thread may need. A stale spare (no bigger than the
+    /// current segment) is freed first. Returns whether a spare is ready.
+    ///
+    /// The spare is handed over before it is mapped in: mapping in 4 KiB
+    /// pages is slower than a producer fills the segment before (a quarter
+    /// of the size), so a fresh thread's ring often wants the spare while
+    /// it is being mapped in. It is mapped in from where the producer will
+    /// start writing in it; the producer, ahead of us, faults in the pages
+    /// it reaches first (on its fast path: a page at a time, no work done
+    /// twice), and we soon pass it (zeroing is faster than recording).
+    pub(crate) fn prepare_spare(&self) -> bool {
+        // Acquire: pairs with `grow`'s Release; the newest slot is filled in.
+        let made = self.made.load(Ordering::Acquire);
+        let newest = self.slot(made - 1);
+        let cur = newest.len.load(Ordering::Relaxed) as usize;
+        let want = (cur * 4).min(self.max_words);
+        let word = self.spare.load(Ordering::Relaxed);
+        if word != 0 && unpack_spare(word).1 >= want.max(cur + 1) {
+            return true;
+        }
+        self.reclaim_spare();
+        if want <= cur {
+            return false;
+        }
+        let bytes = segment_bytes(want);
+        if !self.budget.has_room(bytes.saturating_mul(2)) || !self.budget.try_take(bytes) {
+            return false;
+        }
+        let mapped = spare_is_mapped(want);
+        let Some(base) = alloc_storage(want, mapped) else {
+            self.budget.give_back(bytes);
+            return false;
+        };
+        // Where the producer will grow: when its segment is full, about a
+        // segment past where that segment's free room starts (only a guess,
+        // it orders the mapping in).
+        let from = newest
+            .start
+            .load(Ordering::Relaxed)
+            .max(self.tail.load(Ordering::Relaxed))
+            + cur as u64;
+        // Release: pairs with `take_spare`'s Acquire. Only the consumer
+        // stores a non-zero word, and the slot is empty (reclaimed above or
+        // taken by the producer), so nothing is overwritten.
+        self.spare.store(pack_spare(base, want), Ordering::Release);
+        if mapped {
+            // The zeroing of fresh pages, here on our thread. The storage
+            // stays alive meanwhile even if the producer took it: only the
+            // consumer (this thread, busy here) or `Drop` (excluded by our
+            // `&self`) frees a segment.
+            prefault_positions(base, want as u64 - 1, from, from + want as u64);
+        }
+        true
+    }
+
+    /// Consumer: frees the spare segment if the producer has not taken it,
+    /// giving its bytes back. Returns whether there was one to free.
+    pub(crate) fn reclaim_spare(&self) -> bool {
+        let word = self.spare.load(Ordering::Relaxed);
+        if word == 0
+            || self
+                .spare
+                .compare_exchange(word, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return false; // none, or the producer just took it
+        }
+        let (base, words) = unpack_spare(word);
+        // SAFETY: the CAS made us its owner: the producer can no longer take
+        // it and never wrote into it (it writes only into segments it took);
+        // it came from `alloc_storage(words, spare_is_mapped(words))` in
+        // `prepare_spare`, and is freed once, here.
+        unsafe { free_storage(base, words, spare_is_mapped(words)) };
+        self.budget.give_back(segment_bytes(words));
+        true
+    }
+
+    /// Segments made so far (monotonic): it changes when the ring grows.
+    pub(crate) fn segments_made(&self) -> u64 {
+        self.made.load(Ordering::Relaxed)
     }
 
     /// Maps in the producer's segment up to position `upto`, a step at least
@@ -948,6 +1169,7 @@ impl Drop for Ring {
             unsafe { free_storage(base, len, is_mapped(index, len)) };
             self.budget.give_back(segment_bytes(len));
         }
+        self.reclaim_spare();
     }
 }
 
@@ -1237,6 +1459,167 @@ mod tests {
         ring.drain(&mut out, usize::MAX, &mut seen);
         let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
         assert_eq!(ids, (1744..2000).collect::<Vec<_>>(), "the newest 256");
+    }
+
+    /// The base address of the producer's segment.
+    fn producer_base(ring: &Ring) -> usize {
+        ring.producer.base.load(Ordering::Relaxed) as usize
+    }
+
+    /// A spare the consumer prepared is what the ring grows into: no
+    /// segment of the producer's own, the spare's bytes already counted,
+    /// and the records on both sides of the growth whole (overwrite mode
+    /// copies its undrained records into the spare).
+    #[test]
+    fn a_ring_grows_into_the_spare_segment_prepared_for_it() {
+        for overwrite in [false, true] {
+            let budget = Budget::leaked(u64::MAX);
+            let ring = Ring::growable(128, 1 << 14, overwrite, budget);
+            let mut id = 0;
+            while ring.segments_made() < 2 {
+                assert!(write(&ring, id, 3));
+                id += 1;
+            }
+            assert_eq!(ring.capacity_words(), 512);
+            assert!(ring.prepare_spare(), "a spare of 2048 words");
+            let (spare, words) = unpack_spare(ring.spare.load(Ordering::Relaxed));
+            assert_eq!(words, 2048);
+            let held = segment_bytes(128) + segment_bytes(512) + segment_bytes(2048);
+            assert_eq!(budget.used(), held, "the spare is in the budget");
+            assert!(ring.prepare_spare(), "ready: nothing more is made");
+            assert_eq!(budget.used(), held);
+            while ring.segments_made() < 3 {
+                assert!(write(&ring, id, 3));
+                id += 1;
+            }
+            assert_eq!(producer_base(&ring), spare as usize, "grew into the spare");
+            assert_eq!(ring.capacity_words(), 2048);
+            assert_eq!(ring.spare.load(Ordering::Relaxed), 0);
+            assert_eq!(budget.used(), held, "counted once");
+            for _ in 0..500 {
+                assert!(write(&ring, id, 3));
+                id += 1;
+            }
+            assert_drains_a_run_ending_at(&ring, id - 1, id);
+            drop(ring);
+            assert_eq!(budget.used(), 0);
+        }
+    }
+
+    /// A spare too small for the growth it was made for (a large record
+    /// made the ring grow more) is left for the consumer, which frees it and
+    /// makes the next one; one never taken is freed with the ring. The
+    /// budget gets every byte back once.
+    #[test]
+    fn a_stale_or_unused_spare_goes_back_to_the_budget() {
+        let budget = Budget::leaked(u64::MAX);
+        let ring = Ring::growable(8, 1024, false, budget);
+        assert!(ring.prepare_spare());
+        assert_eq!(unpack_spare(ring.spare.load(Ordering::Relaxed)).1, 32);
+        assert!(
+            write(&ring, 1, 20),
+            "grows to 128 words: more than the spare"
+        );
+        assert_eq!(ring.capacity_words(), 128);
+        assert_eq!(
+            unpack_spare(ring.spare.load(Ordering::Relaxed)).1,
+            32,
+            "left"
+        );
+        assert_eq!(
+            budget.used(),
+            segment_bytes(8) + segment_bytes(128) + segment_bytes(32)
+        );
+        assert!(ring.prepare_spare(), "the stale one freed, the next made");
+        assert_eq!(unpack_spare(ring.spare.load(Ordering::Relaxed)).1, 512);
+        assert_eq!(
+            budget.used(),
+            segment_bytes(8) + segment_bytes(128) + segment_bytes(512)
+        );
+        assert!(ring.reclaim_spare());
+        assert!(!ring.reclaim_spare(), "once");
+        assert_eq!(budget.used(), segment_bytes(8) + segment_bytes(128));
+        assert!(ring.prepare_spare());
+        drop(ring);
+        assert_eq!(budget.used(), 0, "the unused spare freed with the ring");
+    }
+
+    /// A spare is a guess: it is made only while the budget keeps as much
+    /// again free, and never past the ring's largest size.
+    #[test]
+    fn a_spare_never_takes_the_last_of_the_budget() {
+        let budget = Budget::leaked(segment_bytes(8) + 2 * segment_bytes(32) - 8);
+        let ring = Ring::growable(8, 32, false, budget);
+        assert!(
+            !ring.prepare_spare(),
+            "32 words would leave less than 32 free"
+        );
+        assert_eq!(budget.used(), segment_bytes(8));
+        assert!(
+            (0..4).all(|id| write(&ring, id, 3)),
+            "the ring grows itself"
+        );
+        assert_eq!(ring.capacity_words(), 32);
+        let mut out = Vec::new();
+        ring.drain(&mut out, usize::MAX, &mut 0);
+        assert!(!ring.prepare_spare(), "at its largest size");
+        assert_eq!(budget.used(), segment_bytes(32));
+    }
+
+    /// The consumer prepares spares (mapping them in after handing them
+    /// over) while the producer grows into them and writes, in both modes,
+    /// and with pages mapped in by writing a word per page: nothing is torn
+    /// or lost, and the budget ends with the newest segment only.
+    #[test]
+    fn concurrent_spares_lose_and_tear_nothing() {
+        for (overwrite, touch) in [(false, false), (true, false), (true, true)] {
+            TOUCH_PAGES.store(touch, std::sync::atomic::Ordering::Relaxed);
+            let budget = Budget::leaked(u64::MAX);
+            let ring = std::sync::Arc::new(Ring::growable(128, 1 << 17, overwrite, budget));
+            let n = 300_000u64;
+            let producer = {
+                let ring = ring.clone();
+                std::thread::spawn(move || {
+                    (0..n)
+                        .filter(|&id| write(&ring, id, 2 + (id % 5) as usize))
+                        .count() as u64
+                })
+            };
+            let (mut out, mut seen, mut ids, mut overwritten) = (Vec::new(), 0, Vec::new(), 0);
+            let mut take = |out: &mut Vec<u64>| {
+                let mut i = 0;
+                while i < out.len() {
+                    let len = header_len(out[i]) as usize;
+                    if header_kind(out[i]) != KIND_LOST {
+                        let id = header_payload(out[i]);
+                        for k in 1..len {
+                            assert_eq!(out[i + k], id * 100 + k as u64, "record {id} torn");
+                        }
+                        ids.push(id);
+                    }
+                    i += len;
+                }
+                out.clear();
+            };
+            let mut made = 0;
+            while !producer.is_finished() {
+                if ring.segments_made() != made {
+                    made = ring.segments_made();
+                    ring.prepare_spare();
+                }
+                overwritten += ring.drain(&mut out, 1 << 12, &mut seen).overwritten;
+                take(&mut out);
+            }
+            let written = producer.join().unwrap();
+            overwritten += ring.drain(&mut out, usize::MAX, &mut seen).overwritten;
+            take(&mut out);
+            TOUCH_PAGES.store(false, std::sync::atomic::Ordering::Relaxed);
+            assert!(ids.windows(2).all(|w| w[0] < w[1]));
+            assert_eq!(ids.len() as u64 + overwritten, written);
+            assert_eq!(written + ring.dropped(), n);
+            ring.reclaim_spare();
+            assert_eq!(budget.used(), segment_bytes(ring.capacity_words()));
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
+use crate::record::ring::GROWTH;
 use crate::record::sync::Arc;
 use crate::session::capture::{Requests, Windows};
 use crate::session::recorder::Recorder;
@@ -112,10 +113,45 @@ pub(crate) struct Flusher {
     pub(crate) windows: Windows,
 }
 
+#[derive(Default)]
 struct RingState {
     seen_overwritten: u64,
     reported_oversized: u64,
 }
+
+/// What the flusher knows of a grown ring's spare segment.
+#[derive(Default)]
+struct SpareState {
+    /// The ring's segment count when its spare was last prepared.
+    made: u64,
+    /// When that spare was made ready, while it may still be unused.
+    since: Option<Instant>,
+}
+
+/// The flusher's watch on growing rings: rings that grew get their next
+/// segment made at once, between two drains of other records if need be (a
+/// fresh thread's ring quadruples every few hundred microseconds, and a
+/// pass of the flusher can take milliseconds).
+struct Spares {
+    seen: u64,
+    rings: HashMap<u32, SpareState>,
+}
+
+impl Spares {
+    /// Tends the spares if a ring grew since the last look (or if `all`).
+    fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool) {
+        let grown = GROWTH.count();
+        if grown != self.seen || all {
+            self.seen = grown;
+            tend_spares(rings, &mut self.rings);
+        }
+    }
+}
+
+/// A spare segment the producer has not grown into after this long is given
+/// back: its thread has stopped growing (the flusher keeps up with it), and
+/// the memory is the budget's and the process's.
+const SPARE_IDLE: Duration = Duration::from_secs(1);
 
 impl Flusher {
     /// Runs until the session stops; returns the totals and the first write error.
@@ -169,6 +205,15 @@ impl Flusher {
         let mut last_full = Instant::now();
         let mut last_snapshot = Instant::now();
         let mut flush_seen = 0;
+        // Rings may have grown before this thread ran: look at once.
+        let mut spares = Spares {
+            seen: u64::MAX,
+            rings: HashMap::new(),
+        };
+        {
+            let shared = shared.clone();
+            GROWTH.set_waker(Some(Box::new(move || shared.wake())));
+        }
         // Events of threads without a ring counted and not yet marked.
         let mut no_ring_pending = 0;
         loop {
@@ -177,6 +222,7 @@ impl Flusher {
                 if !shared.stop.load(Ordering::Acquire)
                     && shared.flush_requested.load(Ordering::Acquire) == flush_seen
                     && shared.requests.lock().is_empty()
+                    && GROWTH.count() == spares.seen
                 {
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
@@ -211,6 +257,9 @@ impl Flusher {
                 rec.write_out(e, &mut ctx, &mut out, spill, &mut finished);
             }
             REGISTRY.snapshot(&mut rings);
+            // First, before draining: the next segment of each ring that
+            // grew, which its thread may need within microseconds.
+            spares.tend_if_grown(&rings, full);
             let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();
@@ -218,10 +267,7 @@ impl Flusher {
                 if !(full || retired || hot) {
                     continue;
                 }
-                let st = state.entry(tr.seq_id).or_insert(RingState {
-                    seen_overwritten: 0,
-                    reported_oversized: 0,
-                });
+                let st = state.entry(tr.seq_id).or_default();
                 let mut ctx = ctx!();
                 // Bounded: a producer still writing cannot keep us here.
                 let mut budget = tr.ring.capacity_words() * 2;
@@ -277,6 +323,7 @@ impl Flusher {
                         sys.batch(&mut ctx, &batch);
                     }
                     write_if_full(&mut sink, &mut out);
+                    spares.tend_if_grown(&rings, false);
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
                         break;
@@ -295,6 +342,7 @@ impl Flusher {
                     }
                 }
                 if retired && tr.ring.used_words() == 0 {
+                    tr.ring.reclaim_spare();
                     // A thread the recorder still holds records of is
                     // finished when they are written out or forgotten.
                     let unmarked = match recorder.as_mut() {
@@ -316,6 +364,7 @@ impl Flusher {
                         f.0.forget_thread(tr.seq_id);
                     }
                     state.remove(&tr.seq_id);
+                    spares.rings.remove(&tr.seq_id);
                     gone.push(tr.seq_id);
                 }
             }
@@ -368,9 +417,11 @@ impl Flusher {
                 windows.after_pass(&mut encoder, &mut sink, &mut ctx, lost, stopping, &mut out);
             }
             if stopping {
-                // Threads still running: their drops so far, then close the file.
+                // Threads still running: their drops so far, then close the
+                // file. Their spares go back to the budget.
                 let mut ctx = ctx!();
                 for tr in &rings {
+                    tr.ring.reclaim_spare();
                     if !tr.is_retired() || tr.ring.used_words() > 0 {
                         thread_finished(
                             &mut encoder,
@@ -445,9 +496,37 @@ struct Finally(StdArc<Shared>);
 
 impl Drop for Finally {
     fn drop(&mut self) {
+        GROWTH.set_waker(None);
         crate::session::capture::close_requests(&self.0);
         *self.0.flush_done.lock() = u64::MAX;
         self.0.flush_cv.notify_all();
+    }
+}
+
+/// Makes ready the next segment of each ring that grew since the last look
+/// (`Ring::prepare_spare`), so its thread grows into memory mapped in here
+/// rather than on its own slow path; gives back spares left unused for
+/// [`SPARE_IDLE`]. Rings that never grew get none: a thread that records a
+/// few events holds no more than its first 1 KiB.
+fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut HashMap<u32, SpareState>) {
+    let now = Instant::now();
+    for tr in rings {
+        let made = tr.ring.segments_made();
+        if made < 2 {
+            continue;
+        }
+        if tr.is_retired() {
+            tr.ring.reclaim_spare();
+            continue;
+        }
+        let st = state.entry(tr.seq_id).or_default();
+        if st.made != made {
+            st.made = made;
+            st.since = tr.ring.prepare_spare().then_some(now);
+        } else if st.since.is_some_and(|t| now - t >= SPARE_IDLE) {
+            tr.ring.reclaim_spare();
+            st.since = None;
+        }
     }
 }
 
