@@ -41,9 +41,11 @@ static NOT_STORED_COUNT: AtomicU64 = AtomicU64::new(0);
 /// by [`SubscriberBuilder::build`](crate::SubscriberBuilder). Set it as the
 /// default (`tracing::subscriber::set_global_default`), alone or with
 /// filters added by `.with(..)`. Without a recording session it records
-/// nothing. Spans and events of categories that are off are disabled for
-/// `tracing` as a level filter would disable them: their macros skip them
-/// after one load, and `Span::current()` inside such a span is its parent.
+/// nothing. A span or event whose category is off is not recorded. If its
+/// category was off when `tracing` first asked about its call site, it is
+/// disabled for `tracing` (`enabled` answers false, as a filter would:
+/// `Span::current()` inside such a span is its parent); else `tracing` still
+/// makes it, and ringtrace records nothing of it.
 pub struct RingtraceSubscriber {
     _private: (),
 }
@@ -59,7 +61,6 @@ impl RingtraceSubscriber {
 
 impl super::sealed::FromSession for RingtraceSubscriber {
     fn from_session() -> Self {
-        crate::record::callsite::on_filter_change(tracing_core::callsite::rebuild_interest_cache);
         RingtraceSubscriber { _private: () }
     }
 }
@@ -82,16 +83,21 @@ impl SpanStore for RingtraceSubscriber {
 
 impl Subscriber for RingtraceSubscriber {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        // `tracing` caches this answer in the call site: a span or event of
-        // a category that is off then costs its macro one load, and one that
-        // is on skips `enabled`. Categories switched on or off later have
-        // `tracing` ask again (`rebuild_interest_cache`, the hook set in
-        // `from_session`); the callbacks still check the category, for the
-        // moment between the switch and the rebuild.
+        // `tracing` caches this answer in the call site, and both answers
+        // stay true whatever is switched later, so nothing has `tracing` ask
+        // again: a site whose category is on (`always`) skips `enabled`, and
+        // every callback checks the category itself (one load); one whose
+        // category is off, or that runs before a session starts, is asked
+        // at each span and event (`sometimes`: `enabled`, which answers from
+        // the thread's site cache). `never` would stay wrong once the
+        // category is turned on, and having `tracing` rebuild its cache from
+        // ringtrace is not sound: it asks only the calling thread's
+        // dispatcher, and may call back into other layers that call
+        // ringtrace.
         if bridge::enabled(meta) {
             Interest::always()
         } else {
-            Interest::never()
+            Interest::sometimes()
         }
     }
 
