@@ -23,19 +23,15 @@ use super::bridge::{self, SpanData, SpanStore};
 // ids are ids of the span table.
 use super::span_table::{Release, SPAN_STATES as SPANS};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
 
 /// The id given to a span when the table is full (over 10^9 spans alive at
-/// once): such a span is not recorded, and counted in
+/// once): such a span is not recorded, and counted (by the table) in
 /// [`RingtraceSubscriber::spans_not_stored`].
 const NOT_STORED: u64 = u64::MAX;
-
-/// Spans the table had no room for.
-static NOT_STORED_COUNT: AtomicU64 = AtomicU64::new(0);
 
 /// The `tracing` subscriber that records into the ringtrace session started
 /// by [`SubscriberBuilder::build`](crate::SubscriberBuilder). Set it as the
@@ -52,10 +48,11 @@ pub struct RingtraceSubscriber {
 
 impl RingtraceSubscriber {
     /// Spans not recorded because more spans were alive at once than the
-    /// span table holds (process-wide count). Such spans are still valid
-    /// `tracing` spans: entering, recording and closing them do nothing.
+    /// span table holds (process-wide count, the layer's spans included:
+    /// one table holds both). Such spans are still valid `tracing` spans:
+    /// entering, recording and closing them do nothing.
     pub fn spans_not_stored() -> u64 {
-        NOT_STORED_COUNT.load(Ordering::Relaxed)
+        SPANS.not_stored()
     }
 }
 
@@ -110,10 +107,7 @@ impl Subscriber for RingtraceSubscriber {
             bridge::new_span_into(attrs, state)
         }) {
             Some(id) => Id::from_u64(id),
-            None => {
-                NOT_STORED_COUNT.fetch_add(1, Ordering::Relaxed);
-                Id::from_u64(NOT_STORED)
-            }
+            None => Id::from_u64(NOT_STORED),
         }
     }
 
