@@ -38,7 +38,7 @@ const NOT_STORED: u64 = u64::MAX;
 /// default (`tracing::subscriber::set_global_default`), alone or with
 /// filters added by `.with(..)`. Without a recording session it records
 /// nothing. A span or event whose category is off is not recorded. If its
-/// category was off when `tracing` first asked about its call site, it is
+/// category was off when `tracing` last asked about its call site, it is
 /// disabled for `tracing` (`enabled` answers false, as a filter would:
 /// `Span::current()` inside such a span is its parent); else `tracing` still
 /// makes it, and ringtrace records nothing of it.
