@@ -7,12 +7,12 @@
 //! and answers. Registration gives the site a dense id, which is what records
 //! carry and what encoders intern per sequence.
 //!
-//! Changing the category filter or starting/stopping a session re-computes
-//! the interest of every registered site under the registry lock; recording
-//! threads never take that lock after a site's first use. Then, outside the
-//! lock, the hook set with [`on_filter_change`] runs: the `tracing`
-//! subscriber has `tracing` ask again for the interest it caches per call
-//! site.
+//! Changing the category filter, system tracing's wants, or starting or
+//! stopping a session re-computes the interest of every registered site
+//! under the registry lock; recording threads never take that lock after a
+//! site's first use. Nothing else runs on a change: what `tracing` caches
+//! per call site stays true across changes (see the subscriber's
+//! `register_callsite`).
 
 use once_cell::sync::Lazy;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -172,25 +172,6 @@ impl Registry {
     }
 }
 
-/// Run after each change of what is recorded (see [`on_filter_change`]).
-static ON_CHANGE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
-
-/// Sets the function run (once per change, outside the registry lock, on
-/// the thread that made it) after the set of recorded categories changed.
-/// The first one set stays.
-pub(crate) fn on_filter_change(hook: fn()) {
-    let _ = ON_CHANGE.set(hook);
-}
-
-/// Runs the change hook; `reg` is dropped first (the hook asks the interest
-/// of call sites again, which may register sites: it takes the lock).
-fn changed(reg: std::sync::MutexGuard<'static, Registry>) {
-    drop(reg);
-    if let Some(hook) = ON_CHANGE.get() {
-        hook();
-    }
-}
-
 /// Appends to `cache` every site registered since it was last filled.
 pub(crate) fn sync_sites(cache: &mut Vec<&'static Callsite>) {
     let reg = registry();
@@ -213,7 +194,6 @@ pub(crate) fn set_system_wants(wants: Option<SystemWants>) {
     let mut reg = registry();
     reg.system = wants;
     reg.recompute();
-    changed(reg);
 }
 
 /// The distinct categories of the call sites registered so far, sorted.
@@ -236,19 +216,12 @@ pub(crate) fn set_active(active: bool) {
     let mut reg = registry();
     reg.active = active;
     reg.recompute();
-    // A stop needs no hook: every site then answers `is_enabled` false,
-    // which the `tracing` callbacks check, and a session finished at
-    // `exit()` must not wait on `tracing`'s locks.
-    if active {
-        changed(reg);
-    }
 }
 
 pub(crate) fn replace_filter(filter: CategoryFilter) {
     let mut reg = registry();
     reg.filter = filter;
     reg.recompute();
-    changed(reg);
 }
 
 /// Turns recording on for the categories matching any of `patterns`
@@ -274,7 +247,6 @@ where
         reg.filter.push(p.as_ref(), true);
     }
     reg.recompute();
-    changed(reg);
 }
 
 /// Turns recording off for the categories matching any of `patterns`; the
@@ -298,7 +270,6 @@ where
         reg.filter.push(p.as_ref(), false);
     }
     reg.recompute();
-    changed(reg);
 }
 
 /// Whether the current filter lets `category` through (whether or not a

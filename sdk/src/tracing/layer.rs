@@ -29,6 +29,17 @@ pub struct RingtraceLayer {
     spans: SpanMap,
 }
 
+impl RingtraceLayer {
+    /// Spans not recorded because more spans were alive at once than the
+    /// span table holds (process-wide count, shared with
+    /// [`RingtraceSubscriber::spans_not_stored`](crate::RingtraceSubscriber::spans_not_stored):
+    /// one table holds the spans of both). The registry still has such
+    /// spans; ringtrace records nothing of them.
+    pub fn spans_not_stored() -> u64 {
+        SPAN_STATES.not_stored()
+    }
+}
+
 impl fmt::Debug for RingtraceLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RingtraceLayer").finish_non_exhaustive()
@@ -105,7 +116,7 @@ impl SpanMap {
         let Some(slot) = SPAN_STATES.insert(attrs.metadata(), |state| {
             bridge::new_span_into(attrs, state)
         }) else {
-            return; // over 10^9 spans alive: not recorded
+            return; // over 10^9 spans alive: not recorded (the table counts it)
         };
         let shard = self.shard(id);
         let old = {

@@ -26,7 +26,7 @@
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use tracing::Metadata;
 
@@ -74,6 +74,8 @@ pub(crate) struct SpanTable<T> {
     fresh: AtomicU32,
     /// Free slots of threads that exited.
     shared_free: Mutex<Vec<u32>>,
+    /// Spans `insert` had no room for.
+    not_stored: AtomicU64,
 }
 
 /// A thread's free slots; given back to the shared list when the thread exits.
@@ -108,7 +110,13 @@ impl<T> SpanTable<T> {
             pages: [const { OnceLock::new() }; PAGES],
             fresh: AtomicU32::new(0),
             shared_free: Mutex::new(Vec::new()),
+            not_stored: AtomicU64::new(0),
         }
+    }
+
+    /// Spans not stored because the table was full (see `insert`).
+    pub(crate) fn not_stored(&self) -> u64 {
+        self.not_stored.load(Ordering::Relaxed)
     }
 
     fn slot(&self, index: u32) -> Option<&Mutex<Entry<T>>> {
@@ -182,7 +190,8 @@ impl<T> SpanTable<T> {
     }
 
     /// Stores a new span with one handle; its id, or `None` when the table
-    /// is full.
+    /// is full (counted in [`not_stored`](Self::not_stored), for every
+    /// caller).
     /// `init` makes the state in the slot (no move of it afterwards).
     #[inline]
     pub(crate) fn insert(
@@ -190,14 +199,25 @@ impl<T> SpanTable<T> {
         meta: &'static Metadata<'static>,
         init: impl FnOnce(&mut Option<T>),
     ) -> Option<u64> {
-        let index = self.take_index()?;
-        let slot = self.slot_or_make(index)?;
+        let taken = self
+            .take_index()
+            .and_then(|i| Some((i, self.slot_or_make(i)?)));
+        let Some((index, slot)) = taken else {
+            self.full();
+            return None;
+        };
         let mut e = slot.lock();
         e.generation = e.generation.wrapping_add(1).max(1);
         e.refs = 1;
         e.meta = Some(meta);
         init(&mut e.state);
         Some((e.generation as u64) << 32 | (index as u64 + 1))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn full(&self) {
+        self.not_stored.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Runs `f` on the live span `id`; `None` if there is none (closed, or
@@ -324,6 +344,21 @@ mod tests {
             assert_eq!(TABLE.with(forged, |_| ()), None, "{forged:#x}");
         }
         assert_eq!(TABLE.with(b, |e| e.refs), Some(1));
+    }
+
+    #[test]
+    fn a_full_table_counts_what_it_could_not_store() {
+        static TABLE: SpanTable<u32> = SpanTable::new();
+        let a = TABLE.insert(meta(), |s| *s = Some(1)).unwrap();
+        // As if every slot had been handed out.
+        let capacity = (FIRST_PAGE * ((1 << PAGES) - 1)) as u32;
+        TABLE.fresh.store(capacity, Ordering::Relaxed);
+        assert_eq!(TABLE.insert(meta(), |s| *s = Some(2)), None);
+        assert_eq!(TABLE.insert(meta(), |s| *s = Some(3)), None);
+        assert_eq!(TABLE.not_stored(), 2);
+        assert_eq!(TABLE.remove(a), Some(1)); // a freed slot is used again
+        assert!(TABLE.insert(meta(), |s| *s = Some(4)).is_some());
+        assert_eq!(TABLE.not_stored(), 2);
     }
 
     #[test]

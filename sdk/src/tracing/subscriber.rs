@@ -23,43 +23,41 @@ use super::bridge::{self, SpanData, SpanStore};
 // ids are ids of the span table.
 use super::span_table::{Release, SPAN_STATES as SPANS};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
 use tracing_core::span::Current;
 
 /// The id given to a span when the table is full (over 10^9 spans alive at
-/// once): such a span is not recorded, and counted in
+/// once): such a span is not recorded, and counted (by the table) in
 /// [`RingtraceSubscriber::spans_not_stored`].
 const NOT_STORED: u64 = u64::MAX;
-
-/// Spans the table had no room for.
-static NOT_STORED_COUNT: AtomicU64 = AtomicU64::new(0);
 
 /// The `tracing` subscriber that records into the ringtrace session started
 /// by [`SubscriberBuilder::build`](crate::SubscriberBuilder). Set it as the
 /// default (`tracing::subscriber::set_global_default`), alone or with
 /// filters added by `.with(..)`. Without a recording session it records
-/// nothing. Spans and events of categories that are off are disabled for
-/// `tracing` as a level filter would disable them: their macros skip them
-/// after one load, and `Span::current()` inside such a span is its parent.
+/// nothing. A span or event whose category is off is not recorded. If its
+/// category was off when `tracing` last asked about its call site, it is
+/// disabled for `tracing` (`enabled` answers false, as a filter would:
+/// `Span::current()` inside such a span is its parent); else `tracing` still
+/// makes it, and ringtrace records nothing of it.
 pub struct RingtraceSubscriber {
     _private: (),
 }
 
 impl RingtraceSubscriber {
     /// Spans not recorded because more spans were alive at once than the
-    /// span table holds (process-wide count). Such spans are still valid
-    /// `tracing` spans: entering, recording and closing them do nothing.
+    /// span table holds (process-wide count, the layer's spans included:
+    /// one table holds both). Such spans are still valid `tracing` spans:
+    /// entering, recording and closing them do nothing.
     pub fn spans_not_stored() -> u64 {
-        NOT_STORED_COUNT.load(Ordering::Relaxed)
+        SPANS.not_stored()
     }
 }
 
 impl super::sealed::FromSession for RingtraceSubscriber {
     fn from_session() -> Self {
-        crate::record::callsite::on_filter_change(tracing_core::callsite::rebuild_interest_cache);
         RingtraceSubscriber { _private: () }
     }
 }
@@ -82,16 +80,21 @@ impl SpanStore for RingtraceSubscriber {
 
 impl Subscriber for RingtraceSubscriber {
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
-        // `tracing` caches this answer in the call site: a span or event of
-        // a category that is off then costs its macro one load, and one that
-        // is on skips `enabled`. Categories switched on or off later have
-        // `tracing` ask again (`rebuild_interest_cache`, the hook set in
-        // `from_session`); the callbacks still check the category, for the
-        // moment between the switch and the rebuild.
+        // `tracing` caches this answer in the call site, and both answers
+        // stay true whatever is switched later, so nothing has `tracing` ask
+        // again: a site whose category is on (`always`) skips `enabled`, and
+        // every callback checks the category itself (one load); one whose
+        // category is off, or that runs before a session starts, is asked
+        // at each span and event (`sometimes`: `enabled`, which answers from
+        // the thread's site cache). `never` would stay wrong once the
+        // category is turned on, and having `tracing` rebuild its cache from
+        // ringtrace is not sound: it asks only the calling thread's
+        // dispatcher, and may call back into other layers that call
+        // ringtrace.
         if bridge::enabled(meta) {
             Interest::always()
         } else {
-            Interest::never()
+            Interest::sometimes()
         }
     }
 
@@ -104,10 +107,7 @@ impl Subscriber for RingtraceSubscriber {
             bridge::new_span_into(attrs, state)
         }) {
             Some(id) => Id::from_u64(id),
-            None => {
-                NOT_STORED_COUNT.fetch_add(1, Ordering::Relaxed);
-                Id::from_u64(NOT_STORED)
-            }
+            None => Id::from_u64(NOT_STORED),
         }
     }
 

@@ -73,8 +73,13 @@ pub(crate) fn enabled_any(meta: &Metadata<'_>) -> bool {
 
 /// `Span::record`: the values join the span's state.
 /// The values are visited (user `Debug` impls run) before the span's state
-/// is locked.
+/// is locked, and not at all for a span ringtrace keeps no state for (its
+/// category was off when it was made: `tracing` makes such spans at call
+/// sites it was told are always on).
 pub(crate) fn record(store: &impl SpanStore, id: &Id, values: &SpanValues<'_>) {
+    if store.with_data(id, |_| ()).is_none() {
+        return;
+    }
     with_scratch(|f| {
         values.record(&mut Visitor(f));
         if !f.ranges.is_empty() {
@@ -163,24 +168,25 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
     let Ok(Some((entry, above))) = taken else {
         return; // not entered here as far as ringtrace knows (its category was off)
     };
+    if above.is_empty() && !entry.recorded {
+        return; // its enter wrote nothing (its category was off): no clock read
+    }
     let ts = ticks();
     if above.is_empty() {
-        if entry.recorded {
-            with_current(|tr| {
-                if tr.session == entry.session {
-                    // Fast path: no span has anything for its end.
-                    let bare = END_PENDING.load(Ordering::Relaxed) == 0
-                        || store
-                            .with_data(id, |d| d.tracking(|d| d.end_slice(tr, entry.depth, ts)))
-                            .is_none();
-                    if bare {
-                        let depth = entry.depth.min(MAX_DEPTH) as u64;
-                        layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
-                    }
-                    tr.depth.store(entry.depth, Ordering::Relaxed);
+        with_current(|tr| {
+            if tr.session == entry.session {
+                // Fast path: no span has anything for its end.
+                let bare = END_PENDING.load(Ordering::Relaxed) == 0
+                    || store
+                        .with_data(id, |d| d.tracking(|d| d.end_slice(tr, entry.depth, ts)))
+                        .is_none();
+                if bare {
+                    let depth = entry.depth.min(MAX_DEPTH) as u64;
+                    layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
                 }
-            });
-        }
+                tr.depth.store(entry.depth, Ordering::Relaxed);
+            }
+        });
         return;
     }
     let reopened = exit_out_of_order(store, id, entry, above, ts);
