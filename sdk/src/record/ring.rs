@@ -1191,6 +1191,24 @@ mod tests {
         }
     }
 
+    /// Moves the ids of the records `write` wrote out of `out` into `ids`,
+    /// checking that no record is torn (loss markers are passed over).
+    fn take_ids(out: &mut Vec<u64>, ids: &mut Vec<u64>) {
+        let mut i = 0;
+        while i < out.len() {
+            let len = header_len(out[i]) as usize;
+            if header_kind(out[i]) != KIND_LOST {
+                let id = header_payload(out[i]);
+                for k in 1..len {
+                    assert_eq!(out[i + k], id * 100 + k as u64, "record {id} torn");
+                }
+                ids.push(id);
+            }
+            i += len;
+        }
+        out.clear();
+    }
+
     fn records(words: &[u64]) -> Vec<(u64, u64, usize)> {
         let mut out = Vec::new();
         let mut i = 0;
@@ -1586,21 +1604,6 @@ mod tests {
                 })
             };
             let (mut out, mut seen, mut ids, mut overwritten) = (Vec::new(), 0, Vec::new(), 0);
-            let mut take = |out: &mut Vec<u64>| {
-                let mut i = 0;
-                while i < out.len() {
-                    let len = header_len(out[i]) as usize;
-                    if header_kind(out[i]) != KIND_LOST {
-                        let id = header_payload(out[i]);
-                        for k in 1..len {
-                            assert_eq!(out[i + k], id * 100 + k as u64, "record {id} torn");
-                        }
-                        ids.push(id);
-                    }
-                    i += len;
-                }
-                out.clear();
-            };
             let mut made = 0;
             while !producer.is_finished() {
                 if ring.segments_made() != made {
@@ -1608,11 +1611,11 @@ mod tests {
                     ring.prepare_spare();
                 }
                 overwritten += ring.drain(&mut out, 1 << 12, &mut seen).overwritten;
-                take(&mut out);
+                take_ids(&mut out, &mut ids);
             }
             let written = producer.join().unwrap();
             overwritten += ring.drain(&mut out, usize::MAX, &mut seen).overwritten;
-            take(&mut out);
+            take_ids(&mut out, &mut ids);
             TOUCH_PAGES.store(false, std::sync::atomic::Ordering::Relaxed);
             assert!(ids.windows(2).all(|w| w[0] < w[1]));
             assert_eq!(ids.len() as u64 + overwritten, written);
@@ -1646,28 +1649,13 @@ mod tests {
         let mut out = Vec::new();
         let mut seen = 0;
         let mut ids = Vec::new();
-        let mut take = |out: &mut Vec<u64>| {
-            let mut i = 0;
-            while i < out.len() {
-                let len = header_len(out[i]) as usize;
-                if header_kind(out[i]) != KIND_LOST {
-                    let id = header_payload(out[i]);
-                    for k in 1..len {
-                        assert_eq!(out[i + k], id * 100 + k as u64, "record {id} torn");
-                    }
-                    ids.push(id);
-                }
-                i += len;
-            }
-            out.clear();
-        };
         while !producer.is_finished() {
             ring.drain(&mut out, 1 << 10, &mut seen);
-            take(&mut out);
+            take_ids(&mut out, &mut ids);
         }
         let written = producer.join().unwrap();
         ring.drain(&mut out, usize::MAX, &mut seen);
-        take(&mut out);
+        take_ids(&mut out, &mut ids);
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(ids.len() as u64, written);
         assert_eq!(written + ring.dropped(), 100_000);
