@@ -31,9 +31,11 @@
 //!   filtered before ringtrace sees them by `tracing-subscriber`'s per-layer
 //!   filters (`EnvFilter`, `Targets`, `LevelFilter`) with `.with_filter(..)`.
 //!   A span whose category is off when it is created is not recorded at all.
-//!   Through the subscriber, `tracing` caches per call site whether its
-//!   category is on (switching categories has it ask again), so spans and
-//!   events of categories that are off cost their macro one load.
+//!   Through the subscriber, `tracing` caches per call site that its
+//!   category is on (`Interest::always`: no `enabled` call per span or
+//!   event); a site whose category is off is asked at each span and event
+//!   (`enabled`, answered from the thread's site cache), so switching
+//!   categories never needs `tracing`'s cache rebuilt.
 //! * **Async spans.** A span is *async* once it is entered on a second
 //!   thread, or exited while a span entered after it is still entered on the
 //!   thread (out of stack order), or is the source or destination of a flow
