@@ -444,6 +444,19 @@ fn two_threads(reps: usize, iters: u64, f: fn(u64), drain: bool) -> Sample {
     summarize(all)
 }
 
+/// The session of the first-lap rows: rings that grow to 16 MiB, a budget
+/// with room for them, and no timed flush during the lap.
+fn lap_session(path: &std::path::Path) -> ringtrace::TraceGuard {
+    ringtrace::builder()
+        .output(path)
+        .buffer_bytes_per_thread(16 << 20)
+        .buffer_bytes(64 << 20)
+        .flush_interval(Duration::from_secs(3600))
+        .enable_categories(["bench"])
+        .start()
+        .expect("start")
+}
+
 /// A fresh session per repetition: times the thread's first event (which
 /// creates its ring) and then `iters` scopes written into the ring's first
 /// lap (page faults land here unless the ring was mapped in up front).
@@ -456,14 +469,7 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample,
     let mut faults = Vec::new();
     let mut system = Vec::new();
     for _ in 0..reps {
-        let guard = ringtrace::builder()
-            .output(dir.join("ringtrace-bench-first-lap.pftrace"))
-            .buffer_bytes_per_thread(16 << 20)
-            .buffer_bytes(64 << 20)
-            .flush_interval(Duration::from_secs(3600))
-            .enable_categories(["bench"])
-            .start()
-            .expect("start");
+        let guard = lap_session(&dir.join("ringtrace-bench-first-lap.pftrace"));
         let t = Instant::now();
         ringtrace::trace_instant!("bench", "first");
         first.push(t.elapsed().as_nanos() as f64);
@@ -493,14 +499,7 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample,
 /// (the flusher is already running, waiting for work). Returns the lap's
 /// ns per scope and the median of the thread's page faults in the lap.
 fn first_lap_of_new_threads(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, f64) {
-    let guard = ringtrace::builder()
-        .output(dir.join("ringtrace-bench-thread-lap.pftrace"))
-        .buffer_bytes_per_thread(16 << 20)
-        .buffer_bytes(64 << 20)
-        .flush_interval(Duration::from_secs(3600))
-        .enable_categories(["bench"])
-        .start()
-        .expect("start");
+    let guard = lap_session(&dir.join("ringtrace-bench-thread-lap.pftrace"));
     scope_static(1); // registers the site
     ringtrace::flush();
     let mut lap = Vec::new();

@@ -1209,6 +1209,17 @@ mod tests {
         out.clear();
     }
 
+    /// A thread writing records 0..n of 2 to 6 words into `ring`; it
+    /// returns how many were written (the rest were dropped).
+    fn spawn_producer(ring: &std::sync::Arc<Ring>, n: u64) -> std::thread::JoinHandle<u64> {
+        let ring = ring.clone();
+        std::thread::spawn(move || {
+            (0..n)
+                .filter(|&id| write(&ring, id, 2 + (id % 5) as usize))
+                .count() as u64
+        })
+    }
+
     fn records(words: &[u64]) -> Vec<(u64, u64, usize)> {
         let mut out = Vec::new();
         let mut i = 0;
@@ -1595,14 +1606,7 @@ mod tests {
             let budget = Budget::leaked(u64::MAX);
             let ring = std::sync::Arc::new(Ring::growable(128, 1 << 17, overwrite, budget));
             let n = 300_000u64;
-            let producer = {
-                let ring = ring.clone();
-                std::thread::spawn(move || {
-                    (0..n)
-                        .filter(|&id| write(&ring, id, 2 + (id % 5) as usize))
-                        .count() as u64
-                })
-            };
+            let producer = spawn_producer(&ring, n);
             let (mut out, mut seen, mut ids, mut overwritten) = (Vec::new(), 0, Vec::new(), 0);
             let mut made = 0;
             while !producer.is_finished() {
@@ -1638,14 +1642,7 @@ mod tests {
     fn concurrent_growth_loses_and_tears_nothing() {
         let budget = Budget::leaked(u64::MAX);
         let ring = std::sync::Arc::new(Ring::growable(8, 1 << 12, false, budget));
-        let producer = {
-            let ring = ring.clone();
-            std::thread::spawn(move || {
-                (0..100_000u64)
-                    .filter(|&id| write(&ring, id, 2 + (id % 5) as usize))
-                    .count() as u64
-            })
-        };
+        let producer = spawn_producer(&ring, 100_000);
         let mut out = Vec::new();
         let mut seen = 0;
         let mut ids = Vec::new();
