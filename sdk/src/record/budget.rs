@@ -7,6 +7,7 @@
 //! only (a thread's first event, a ring growing, a ring segment freed by the
 //! flusher), never per event.
 
+use crate::record::pool::Pool;
 use crate::record::sync::{AtomicU64, Ordering};
 
 /// Default process-wide budget: 32 MiB.
@@ -17,6 +18,8 @@ pub(crate) struct Budget {
     used: AtomicU64,
     /// Highest `used` seen (for tests and stats).
     peak: AtomicU64,
+    /// Mapped-in ring segments kept for reuse; their bytes stay taken.
+    pool: Pool,
     /// Requests refused because they would have gone over the limit (tests
     /// only: every thread would write this line exactly when memory is short).
     #[cfg(test)]
@@ -30,6 +33,7 @@ macro_rules! new_budget {
             limit: AtomicU64::new($limit),
             used: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            pool: Pool::new(),
             #[cfg(test)]
             refused: AtomicU64::new(0),
         }
@@ -63,6 +67,17 @@ impl Budget {
     /// Sets the limit (a new session). Bytes already taken stay taken.
     pub(crate) fn set_limit(&self, limit: u64) {
         self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The limit.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// The pool of segments kept for reuse, whose bytes are taken from
+    /// this budget (closed, keeping nothing, until a session opens it).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Starts measuring the peak again from what is taken now.

@@ -2,7 +2,8 @@
 //!
 //! A call site's cached on/off byte ([`callsite`]), the clock read
 //! ([`clock`]), the argument words ([`args`]), the record layouts
-//! ([`layout`]), the lock-free ring they go into ([`ring`]), and which ring
+//! ([`layout`]), the lock-free ring they go into ([`ring`]), the budget their memory
+//! is taken from ([`budget`]) and the pool of segments reused ([`pool`]), and which ring
 //! the calling thread owns ([`registry`]). [`scope`] is what the macros call.
 //!
 //! Rules of this layer:
@@ -26,6 +27,7 @@ pub(crate) mod budget;
 pub(crate) mod callsite;
 pub(crate) mod clock;
 pub(crate) mod layout;
+pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod ring;
 pub(crate) mod scope;

@@ -212,13 +212,18 @@ impl Registry {
         st.next_seq = FIRST_THREAD_SEQ;
         self.budget.set_limit(config.budget_bytes);
         self.budget.reset_peak();
+        self.budget.pool().open();
         self.session.store(id, Ordering::Relaxed);
     }
 
-    /// Ends the session: no new rings are handed out; returns the listed ones.
+    /// Ends the session: no new rings are handed out, the pool of segments
+    /// is emptied; returns the listed ones.
     pub(crate) fn close(&self) -> Vec<Arc<ThreadRing>> {
         let mut st = self.state.lock();
         self.session.store(0, Ordering::Relaxed);
+        // The pooled segments go back to the system and the budget; rings
+        // freed from now on are not kept.
+        self.budget.pool().close(self.budget);
         std::mem::take(&mut st.rings)
     }
 

@@ -189,8 +189,12 @@ pub(crate) fn words_for(bytes: usize) -> usize {
     (bytes / 8).clamp(64, 1 << 40).next_power_of_two()
 }
 
-/// Page size the mapped segments are multiples of.
-const PAGE: usize = 4096;
+/// Page size the mapped segments are multiples of. (Models: a small size,
+/// so that their tiny rings have "mapped" segments, pooled as real ones.)
+#[cfg(not(ringtrace_loom))]
+pub(crate) const PAGE: usize = 4096;
+#[cfg(ringtrace_loom)]
+pub(crate) const PAGE: usize = 64;
 
 /// Makes zeroed, mapped-in storage of `words` slots (a power of two).
 ///
@@ -280,6 +284,29 @@ unsafe fn free_storage(base: *mut AtomicU64, words: usize, mapped: bool) {
     }
 }
 
+/// Makes a mapped segment of `words` slots (at least a page), not mapped
+/// in: the pool's stock.
+pub(crate) fn alloc_mapped(words: usize) -> Option<*mut AtomicU64> {
+    debug_assert!(spare_is_mapped(words));
+    alloc_storage(words, true)
+}
+
+/// Frees what `alloc_mapped(words)` returned (or any segment of `words`
+/// slots that `is_mapped` says is mapped).
+///
+/// # Safety
+/// As `free_storage`'s.
+pub(crate) unsafe fn free_mapped(base: *mut AtomicU64, words: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { free_storage(base, words, true) }
+}
+
+/// Maps in a whole segment of `words` slots the caller owns (no change to
+/// its words' values).
+pub(crate) fn map_in_segment(base: *mut AtomicU64, words: usize) {
+    prefault_positions(base, words as u64 - 1, 0, words as u64);
+}
+
 /// Whether a segment of `words` slots (not a thread's first) is mapped.
 fn is_mapped(index: u64, words: usize) -> bool {
     index > 0 && words * 8 >= PAGE
@@ -291,14 +318,14 @@ fn spare_is_mapped(words: usize) -> bool {
     is_mapped(1, words)
 }
 
-/// `Ring::spare`'s word for the segment `base` of `words` slots.
-fn pack_spare(base: *mut AtomicU64, words: usize) -> u64 {
+/// `Ring::spare`'s (and the pool's) word for the segment `base` of `words` slots.
+pub(crate) fn pack_segment(base: *mut AtomicU64, words: usize) -> u64 {
     debug_assert!((base as usize).is_multiple_of(STORAGE_ALIGN) && words.is_power_of_two());
     base as usize as u64 | u64::from(words.trailing_zeros())
 }
 
-/// The segment (base, slots) of a non-zero `Ring::spare` word.
-fn unpack_spare(word: u64) -> (*mut AtomicU64, usize) {
+/// The segment (base, slots) of a non-zero `Ring::spare` (or pool) word.
+pub(crate) fn unpack_segment(word: u64) -> (*mut AtomicU64, usize) {
     let tag = STORAGE_ALIGN as u64 - 1;
     ((word & !tag) as usize as *mut AtomicU64, 1 << (word & tag))
 }
@@ -706,10 +733,24 @@ impl Ring {
             return None;
         }
         // The flusher's spare if it is there and big enough (its bytes
-        // taken, mapped in by the flusher); else a segment of our own.
-        let (base, want, mapped, mapped_in) = match self.take_spare(want) {
-            // The consumer maps it in ahead of us: if we are faster, the
-            // fast path faults in the pages it reaches first.
+        // taken, mapped in by the flusher); else a pooled segment (taken,
+        // mapped in: no system call); else a segment of our own.
+        //
+        // Spares and pooled segments may be reused storage holding an
+        // earlier owner's words: nothing reads a slot before the producer
+        // wrote it in this segment. The consumer reads only positions below
+        // the published `head` and at or past the segment's `start` (drop
+        // mode: `head` now; overwrite mode: the records copied below
+        // first); `free_oldest` reads headers at `tail..head`, which this
+        // thread wrote; the copy below reads the old segment's published
+        // records; mapping in keeps every value.
+        let taken = self
+            .take_spare(want)
+            .or_else(|| self.budget.pool().take(want, self.max_words));
+        let (base, want, mapped, mapped_in) = match taken {
+            // The consumer maps a spare in ahead of us: if we are faster,
+            // the fast path faults in the pages it reaches first. A pooled
+            // segment is mapped in.
             Some((base, words)) => (base, words, spare_is_mapped(words), true),
             None => {
                 if !self.budget.try_take(segment_bytes(want)) {
@@ -757,7 +798,7 @@ impl Ring {
         slot.base.store(base, Ordering::Relaxed);
         slot.len.store(want as u64, Ordering::Relaxed);
         slot.start.store(start, Ordering::Relaxed);
-        // Release: the slot's fields and the zeroed storage are visible to
+        // Release: the slot's fields and the storage's state are visible to
         // the consumer before it counts the segment (its Acquire loads of
         // `made`). Records at `head` and after are published later, by the
         // producer's Release stores of `head`.
@@ -796,7 +837,7 @@ impl Ring {
     /// Returns its base and slots, mapped in, its bytes in the budget.
     fn take_spare(&self, want: usize) -> Option<(*mut AtomicU64, usize)> {
         let word = self.spare.load(Ordering::Relaxed);
-        if word == 0 || unpack_spare(word).1 < want {
+        if word == 0 || unpack_segment(word).1 < want {
             return None;
         }
         // Acquire: pairs with `prepare_spare`'s Release store, so the
@@ -808,7 +849,7 @@ impl Ring {
         self.spare
             .compare_exchange(word, 0, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| unpack_spare(word))
+            .map(|_| unpack_segment(word))
     }
 
     /// Consumer: makes the segment the producer's next growth will want
@@ -833,12 +874,20 @@ impl Ring {
         let cur = newest.len.load(Ordering::Relaxed) as usize;
         let want = (cur * 4).min(self.max_words);
         let word = self.spare.load(Ordering::Relaxed);
-        if word != 0 && unpack_spare(word).1 >= want.max(cur + 1) {
+        if word != 0 && unpack_segment(word).1 >= want.max(cur + 1) {
             return true;
         }
         self.reclaim_spare();
         if want <= cur {
             return false;
+        }
+        // A pooled segment first: its bytes are taken and its pages mapped
+        // in, so it is ready at once (its stale words: see `grow`).
+        if let Some((base, words)) = self.budget.pool().take(want, self.max_words) {
+            // Release: as below.
+            self.spare
+                .store(pack_segment(base, words), Ordering::Release);
+            return true;
         }
         let bytes = segment_bytes(want);
         if !self.budget.has_room(bytes.saturating_mul(2)) || !self.budget.try_take(bytes) {
@@ -860,7 +909,8 @@ impl Ring {
         // Release: pairs with `take_spare`'s Acquire. Only the consumer
         // stores a non-zero word, and the slot is empty (reclaimed above or
         // taken by the producer), so nothing is overwritten.
-        self.spare.store(pack_spare(base, want), Ordering::Release);
+        self.spare
+            .store(pack_segment(base, want), Ordering::Release);
         if mapped {
             // The zeroing of fresh pages, here on our thread. The storage
             // stays alive meanwhile even if the producer took it: only the
@@ -883,14 +933,29 @@ impl Ring {
         {
             return false; // none, or the producer just took it
         }
-        let (base, words) = unpack_spare(word);
+        let (base, words) = unpack_segment(word);
         // SAFETY: the CAS made us its owner: the producer can no longer take
         // it and never wrote into it (it writes only into segments it took);
         // it came from `alloc_storage(words, spare_is_mapped(words))` in
-        // `prepare_spare`, and is freed once, here.
-        unsafe { free_storage(base, words, spare_is_mapped(words)) };
-        self.budget.give_back(segment_bytes(words));
+        // `prepare_spare` (or from the pool, which has only such), and is
+        // given up once, here.
+        unsafe { self.free_segment(base, words, spare_is_mapped(words)) };
         true
+    }
+
+    /// Gives up a segment of this ring: to the pool if it keeps it (its
+    /// bytes then stay taken), else freed and its bytes given back.
+    ///
+    /// # Safety
+    /// As `free_storage(base, words, mapped)`'s: the caller owns it, no
+    /// reference into it is left, and it is given up once.
+    unsafe fn free_segment(&self, base: *mut AtomicU64, words: usize, mapped: bool) {
+        if mapped && self.budget.pool().put(self.budget, base, words) {
+            return;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { free_storage(base, words, mapped) };
+        self.budget.give_back(segment_bytes(words));
     }
 
     /// Segments made so far (monotonic): it changes when the ring grows.
@@ -1117,8 +1182,7 @@ impl Ring {
             // record in it lies below that segment's start <= tail, so it
             // was copied out, and no reference into it is left (`drain`'s
             // views are gone); `freed` moves past it below, so it is freed once.
-            unsafe { free_storage(base, len, is_mapped(freed, len)) };
-            self.budget.give_back(segment_bytes(len));
+            unsafe { self.free_segment(base, len, is_mapped(freed, len)) };
             freed += 1;
             // Release: pairs with `grow`'s Acquire; we are done with the slot.
             self.freed.store(freed, Ordering::Release);
@@ -1166,8 +1230,7 @@ impl Drop for Ring {
             // SAFETY: `&mut self`: no producer or consumer is left; segments
             // `freed..made` are alive, each made by `alloc_storage(len,
             // is_mapped(index, len))` and freed only here.
-            unsafe { free_storage(base, len, is_mapped(index, len)) };
-            self.budget.give_back(segment_bytes(len));
+            unsafe { self.free_segment(base, len, is_mapped(index, len)) };
         }
         self.reclaim_spare();
     }
@@ -1511,7 +1574,7 @@ mod tests {
             }
             assert_eq!(ring.capacity_words(), 512);
             assert!(ring.prepare_spare(), "a spare of 2048 words");
-            let (spare, words) = unpack_spare(ring.spare.load(Ordering::Relaxed));
+            let (spare, words) = unpack_segment(ring.spare.load(Ordering::Relaxed));
             assert_eq!(words, 2048);
             let held = segment_bytes(128) + segment_bytes(512) + segment_bytes(2048);
             assert_eq!(budget.used(), held, "the spare is in the budget");
@@ -1544,14 +1607,14 @@ mod tests {
         let budget = Budget::leaked(u64::MAX);
         let ring = Ring::growable(8, 1024, false, budget);
         assert!(ring.prepare_spare());
-        assert_eq!(unpack_spare(ring.spare.load(Ordering::Relaxed)).1, 32);
+        assert_eq!(unpack_segment(ring.spare.load(Ordering::Relaxed)).1, 32);
         assert!(
             write(&ring, 1, 20),
             "grows to 128 words: more than the spare"
         );
         assert_eq!(ring.capacity_words(), 128);
         assert_eq!(
-            unpack_spare(ring.spare.load(Ordering::Relaxed)).1,
+            unpack_segment(ring.spare.load(Ordering::Relaxed)).1,
             32,
             "left"
         );
@@ -1560,7 +1623,7 @@ mod tests {
             segment_bytes(8) + segment_bytes(128) + segment_bytes(32)
         );
         assert!(ring.prepare_spare(), "the stale one freed, the next made");
-        assert_eq!(unpack_spare(ring.spare.load(Ordering::Relaxed)).1, 512);
+        assert_eq!(unpack_segment(ring.spare.load(Ordering::Relaxed)).1, 512);
         assert_eq!(
             budget.used(),
             segment_bytes(8) + segment_bytes(128) + segment_bytes(512)
@@ -1705,5 +1768,131 @@ mod tests {
         consume(&mut out);
         lost += ring.dropped();
         assert_eq!(got + lost, 200_000);
+    }
+
+    /// Writes records of 3 words from `*id` on until `ring`'s segment has
+    /// `words` slots; returns the base of each segment it grew into.
+    fn grow_to(ring: &Ring, words: usize, id: &mut u64) -> Vec<usize> {
+        let mut bases = Vec::new();
+        while ring.capacity_words() < words {
+            let made = ring.segments_made();
+            assert!(write(ring, *id, 3), "record {id}");
+            *id += 1;
+            if ring.segments_made() != made {
+                bases.push(producer_base(ring));
+            }
+        }
+        bases
+    }
+
+    /// Segments a ring gave up (outgrown and drained, its spare, its last
+    /// at drop) wait in its budget's pool, counted in the budget; the next
+    /// ring's growths and spares take them instead of mapping new ones:
+    /// with the pool bypassed the budget would count both, and nothing
+    /// would be taken from the pool.
+    #[test]
+    fn a_second_ring_grows_into_the_segments_the_first_gave_up() {
+        let budget = Budget::leaked(64 << 20);
+        let pool = budget.pool();
+        pool.open();
+        let a = Ring::growable(128, 1 << 13, false, budget);
+        let mut id = 0;
+        let a_bases = grow_to(&a, 1 << 13, &mut id);
+        assert_eq!(a_bases.len(), 3, "512, 2048, 8192 words");
+        a.drain(&mut Vec::new(), usize::MAX, &mut 0);
+        let grown = segment_bytes(512) + segment_bytes(2048) + segment_bytes(8192);
+        assert_eq!(
+            pool.pooled_bytes(),
+            segment_bytes(512) + segment_bytes(2048)
+        );
+        drop(a);
+        assert_eq!(pool.pooled_bytes(), grown, "the newest at drop");
+        assert_eq!(budget.used(), grown, "pooled bytes stay taken");
+
+        let b = Ring::growable(128, 1 << 13, false, budget);
+        let mut id = 1_000_000;
+        let b_bases = grow_to(&b, 2048, &mut id);
+        assert_eq!(pool.taken(), 2);
+        assert_eq!(b_bases[..], a_bases[..2], "the same segments");
+        assert_eq!(
+            budget.used(),
+            segment_bytes(128) + grown,
+            "none mapped anew"
+        );
+        // The spare comes from the pool too: ready at once, no bytes taken.
+        assert!(b.prepare_spare());
+        assert_eq!(pool.taken(), 3);
+        assert_eq!(pool.pooled_bytes(), 0);
+        let b_bases = grow_to(&b, 8192, &mut id);
+        assert_eq!(b_bases, vec![a_bases[2]]);
+        assert_eq!(budget.used(), segment_bytes(128) + grown);
+        let mut out = Vec::new();
+        b.drain(&mut out, usize::MAX, &mut 0);
+        let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+        assert_eq!(ids, (1_000_000..id).collect::<Vec<_>>(), "b's records only");
+        drop(b);
+        pool.close(budget);
+        assert_eq!(budget.used(), 0, "every byte back once");
+    }
+
+    /// Reused segments hold the words of their earlier ring: records that
+    /// look whole, at other positions. None of them ever comes out of the
+    /// new ring, in drop mode (drained between growths, so segments start
+    /// at other positions than they did) and in overwrite mode (growth
+    /// copies, then the producer frees its own oldest records), nor does a
+    /// torn record.
+    #[test]
+    fn stale_words_of_pooled_segments_never_come_out() {
+        for overwrite in [false, true] {
+            let budget = Budget::leaked(64 << 20);
+            let pool = budget.pool();
+            pool.open();
+            let a = Ring::growable(128, 1 << 13, overwrite, budget);
+            let mut id = 0;
+            grow_to(&a, 1 << 13, &mut id);
+            for _ in 0..10_000 {
+                assert!(write(&a, id, 3) || !overwrite);
+                id += 1;
+            }
+            a.drain(&mut Vec::new(), usize::MAX, &mut 0);
+            drop(a);
+            let taken = pool.taken();
+            let b = Ring::growable(128, 1 << 13, overwrite, budget);
+            let (mut out, mut seen) = (Vec::new(), 0);
+            let mut id = 1 << 30;
+            let first = id;
+            let mut ids = Vec::new();
+            let mut overwritten = 0;
+            for round in 0..41 {
+                // Odd lengths, so positions shift against the stale records;
+                // at most 1,168 records (<= 6 words) between drains: none
+                // dropped. Overwrite mode's last round overwrites.
+                let n = if overwrite && round == 40 {
+                    6_000
+                } else {
+                    37 + round * 29
+                };
+                for _ in 0..n {
+                    let len = 2 + (id % 5) as usize;
+                    assert!(write(&b, id, len) || !overwrite);
+                    id += 1;
+                }
+                out.clear();
+                overwritten += b.drain(&mut out, usize::MAX, &mut seen).overwritten;
+                take_ids(&mut out, &mut ids);
+            }
+            assert!(pool.taken() > taken, "b grew into pooled segments");
+            assert!(
+                ids.windows(2).all(|w| w[0] < w[1]) && ids[0] >= first,
+                "only b's records, in order"
+            );
+            assert_eq!(*ids.last().unwrap(), id - 1);
+            assert_eq!(b.dropped(), 0);
+            assert_eq!(ids.len() as u64 + overwritten, id - first);
+            assert_eq!(overwritten > 0, overwrite);
+            drop(b);
+            pool.close(budget);
+            assert_eq!(budget.used(), 0);
+        }
     }
 }

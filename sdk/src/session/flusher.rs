@@ -144,6 +144,9 @@ impl Spares {
         if grown != self.seen || all {
             self.seen = grown;
             tend_spares(rings, &mut self.rings);
+            // Classes a growth emptied are stocked again, here rather than
+            // on a recording thread's first lap.
+            REGISTRY.budget.pool().stock(REGISTRY.budget);
         }
     }
 }
@@ -260,6 +263,7 @@ impl Flusher {
             // First, before draining: the next segment of each ring that
             // grew, which its thread may need within microseconds.
             spares.tend_if_grown(&rings, full);
+            REGISTRY.budget.pool().trim(REGISTRY.budget);
             let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();

@@ -1,0 +1,433 @@
+//! The process-wide pool of mapped-in ring segments: segments the flusher
+//! frees (outgrown ones once drained, spares given back, rings of exited
+//! threads) are kept here, their pages still mapped in, and a growing ring
+//! takes one of the size it wants instead of mapping a new one. Memory must
+//! be zeroed by someone before its first write; in 4 KiB pages that costs
+//! more per byte than a recording thread takes to fill it (measured in a VM:
+//! ~330 us per MiB against ~600 us per MiB of records), so a thread whose
+//! first growths (1 KiB to 4, 16, 64 KiB... within microseconds of its
+//! first event) reuse pooled pages takes no page fault, and neither does the
+//! flusher making its spares. Perfetto gets the same from one shared buffer
+//! whose chunks are reused: pages are faulted in once per process.
+//!
+//! Classes: one per power of two from a page (4 KiB) to [`POOL_MAX_BYTES`]
+//! (1 MiB), below the size from which segments are backed by huge pages
+//! (faulting those in costs a tenth as much per byte: the flusher's spare
+//! keeps ahead of the producer there). [`SLOTS`] segments per class, each
+//! in one atomic word (its address, 64-byte aligned, with log2 of its slots
+//! in the low bits, as `Ring::spare`): taken with one CAS (word to 0, the
+//! taker owns the segment), put back with one CAS (0 to word). No lock, no
+//! system call, so a recording thread's growth path may take from it.
+//!
+//! Bounds: a pooled segment stays taken from the budget (so the budget's
+//! bound on memory holds, pool included). A segment is kept only while the
+//! budget keeps as much again free (it must not hold the last memory
+//! another thread needs) and the pool holds at most an eighth of the
+//! budget; else it is unmapped. The flusher stocks one segment per class
+//! (ascending, within those bounds) at its start and whenever a class ran
+//! out, gives back the others after [`POOL_IDLE_MS`] unused, and the session
+//! empties it at stop. Outside a session the pool is closed: nothing is
+//! kept.
+
+use crate::record::budget::Budget;
+use crate::record::ring::{
+    alloc_mapped, free_mapped, map_in_segment, pack_segment, segment_bytes, unpack_segment, PAGE,
+};
+use crate::record::sync::{AtomicBool, AtomicU64, Ordering};
+
+/// Segments per class: one kept as stock, one more for a thread that gives
+/// one back while another is pooled.
+pub(crate) const SLOTS: usize = 2;
+
+/// Largest pooled segment. Bigger segments are backed by transparent huge
+/// pages (`ring::HUGE_PAGE`, 2 MiB), ten times cheaper per byte to fault
+/// in: the flusher's spare keeps ahead of a producer there.
+pub(crate) const POOL_MAX_BYTES: usize = 1 << 20;
+
+/// log2 of the smallest class's slots (a page).
+const MIN_CLASS: u32 = (PAGE / 8).trailing_zeros();
+
+/// Classes: pages to `POOL_MAX_BYTES`.
+pub(crate) const CLASSES: usize = ((POOL_MAX_BYTES / 8).trailing_zeros() - MIN_CLASS) as usize + 1;
+
+/// A pooled segment not taken for this long is given back (its class's
+/// stock excepted): the threads that grew have stopped growing.
+pub(crate) const POOL_IDLE_MS: u64 = 1000;
+
+/// Part of the budget the pool may hold (`limit / POOL_SHARE`).
+const POOL_SHARE: u64 = 8;
+
+pub(crate) struct Pool {
+    /// `CLASSES * SLOTS` words: class `c`'s slot `s` at `c * SLOTS + s`; 0
+    /// or a pooled segment (`ring::pack_segment`). Whoever changes a word
+    /// with a CAS from 0 gives the segment to the pool (Release); whoever
+    /// changes it to 0 owns the segment (Acquire).
+    words: [AtomicU64; CLASSES * SLOTS],
+    /// When each slot was last filled (ms, `now_ms`); only read by `trim`.
+    since: [std::sync::atomic::AtomicU64; CLASSES * SLOTS],
+    /// Bytes pooled now (approximate while segments move: a soft cap).
+    bytes: AtomicU64,
+    /// Segments are kept only while a session is open.
+    open: AtomicBool,
+    /// Segments taken from the pool (monotonic; tests and stats).
+    taken: AtomicU64,
+}
+
+/// Milliseconds since the first call (a coarse clock for idle times).
+fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// The class of a segment of `words` slots, if the pool keeps that size.
+fn class_of(words: usize) -> Option<usize> {
+    let log = words.trailing_zeros();
+    (words.is_power_of_two() && log >= MIN_CLASS && ((log - MIN_CLASS) as usize) < CLASSES)
+        .then(|| (log - MIN_CLASS) as usize)
+}
+
+/// The body of `Pool::new`, a `const fn` except under loom.
+macro_rules! new_pool {
+    () => {{
+        #[allow(clippy::declare_interior_mutable_const)]
+        const IDLE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Pool {
+            words: new_pool!(@words),
+            since: [IDLE; CLASSES * SLOTS],
+            bytes: AtomicU64::new(0),
+            open: AtomicBool::new(false),
+            taken: AtomicU64::new(0),
+        }
+    }};
+    (@words) => {{
+        #[cfg(not(ringtrace_loom))]
+        {
+            #[allow(clippy::declare_interior_mutable_const)]
+            const EMPTY: AtomicU64 = AtomicU64::new(0);
+            [EMPTY; CLASSES * SLOTS]
+        }
+        #[cfg(ringtrace_loom)]
+        {
+            std::array::from_fn(|_| AtomicU64::new(0))
+        }
+    }};
+}
+
+impl Pool {
+    #[cfg(not(ringtrace_loom))]
+    pub(crate) const fn new() -> Pool {
+        new_pool!()
+    }
+
+    #[cfg(ringtrace_loom)]
+    pub(crate) fn new() -> Pool {
+        new_pool!()
+    }
+
+    /// Starts keeping segments (a session started).
+    pub(crate) fn open(&self) {
+        self.open.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops keeping segments and gives back every pooled one (a session
+    /// stopped). A segment put back by a thread racing with this is given
+    /// back by the next `close` or `trim`.
+    pub(crate) fn close(&self, budget: &Budget) {
+        self.open.store(false, Ordering::Relaxed);
+        for i in 0..CLASSES * SLOTS {
+            self.free_slot(budget, i);
+        }
+    }
+
+    /// Segments taken so far (monotonic).
+    #[cfg(any(test, ringtrace_loom))]
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
+    }
+
+    /// Bytes pooled now.
+    #[cfg(any(test, ringtrace_loom))]
+    pub(crate) fn pooled_bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Takes a pooled segment of `min_words..=max_words` slots (the
+    /// smallest there is), mapped in, its bytes in the budget: the caller
+    /// owns it. Lock-free, no system call: a recording thread's growth path
+    /// calls it. Its words hold whatever its last owner wrote (see
+    /// `Ring::grow` for why nothing reads them before writing).
+    pub(crate) fn take(
+        &self,
+        min_words: usize,
+        max_words: usize,
+    ) -> Option<(*mut AtomicU64, usize)> {
+        let first = class_of(min_words.max(PAGE / 8).next_power_of_two())?;
+        for class in first..CLASSES {
+            if (1usize << (class as u32 + MIN_CLASS)) > max_words {
+                break;
+            }
+            for s in (0..SLOTS).rev() {
+                let word = &self.words[class * SLOTS + s];
+                let w = word.load(Ordering::Relaxed);
+                // Acquire: pairs with `put`'s Release, so the segment's words
+                // (their last owner's stores) are ours before we write. A
+                // CAS, not a swap: another taker may have won it and the
+                // slot been refilled meanwhile; an equal word then is that
+                // new segment (same address and size), just as good.
+                if w != 0
+                    && word
+                        .compare_exchange(w, 0, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    let (base, words) = unpack_segment(w);
+                    self.bytes
+                        .fetch_sub(segment_bytes(words), Ordering::Relaxed);
+                    self.taken.fetch_add(1, Ordering::Relaxed);
+                    return Some((base, words));
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives a mapped segment (`ring::alloc_mapped(words)`, its bytes taken
+    /// from `budget`, no reference into it left) to the pool if the pool is
+    /// open, keeps that size, has a free slot for it, and the bounds allow
+    /// (see the module's doc). Else the caller still owns it (and unmaps it).
+    pub(crate) fn put(&self, budget: &Budget, base: *mut AtomicU64, words: usize) -> bool {
+        let Some(class) = class_of(words) else {
+            return false;
+        };
+        let bytes = segment_bytes(words);
+        if !self.open.load(Ordering::Relaxed)
+            || !budget.has_room(bytes)
+            || self.bytes.load(Ordering::Relaxed) + bytes > budget.limit() / POOL_SHARE
+        {
+            return false;
+        }
+        let packed = pack_segment(base, words);
+        for s in 0..SLOTS {
+            let i = class * SLOTS + s;
+            if self.words[i].load(Ordering::Relaxed) != 0 {
+                continue;
+            }
+            // A segment freed while partly written (a ring dropped) may
+            // have pages never touched: mapped in now, while it is ours.
+            map_in_segment(base, words);
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.since[i].store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+            // Release: pairs with `take`'s Acquire; our writes to the
+            // segment (and its mapping in) happen before its next owner's.
+            match self.words[i].compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(_) => {
+                    self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+                }
+            }
+        }
+        false
+    }
+
+    /// Frees slot `i`'s segment, if any, giving its bytes back.
+    fn free_slot(&self, budget: &Budget, i: usize) -> bool {
+        let w = self.words[i].load(Ordering::Relaxed);
+        if w == 0
+            || self.words[i]
+                .compare_exchange(w, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        let (base, words) = unpack_segment(w);
+        self.bytes
+            .fetch_sub(segment_bytes(words), Ordering::Relaxed);
+        // SAFETY: the CAS made us the segment's owner (no taker can have
+        // it); it came to the pool from `alloc_mapped(words)` (`put`'s
+        // contract) and leaves it here once.
+        unsafe { free_mapped(base, words) };
+        budget.give_back(segment_bytes(words));
+        true
+    }
+
+    /// Flusher: gives back the segments pooled for `POOL_IDLE_MS` or more,
+    /// but for each class's first slot (the stock). Returns how many.
+    pub(crate) fn trim(&self, budget: &Budget) -> usize {
+        self.trim_at(budget, now_ms())
+    }
+
+    /// `trim` at time `now` (`now_ms`).
+    fn trim_at(&self, budget: &Budget, now: u64) -> usize {
+        let mut freed = 0;
+        for class in 0..CLASSES {
+            for s in 1..SLOTS {
+                let i = class * SLOTS + s;
+                if self.words[i].load(Ordering::Relaxed) != 0
+                    && now.saturating_sub(self.since[i].load(std::sync::atomic::Ordering::Relaxed))
+                        >= POOL_IDLE_MS
+                    && self.free_slot(budget, i)
+                {
+                    freed += 1;
+                }
+            }
+        }
+        freed
+    }
+
+    /// Flusher: stocks one segment of each size a ring grows through from
+    /// its first 1 KiB (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
+    /// first, mapped in here, while the bounds allow: the first growths of
+    /// a thread then take pooled pages. Returns the bytes newly stocked.
+    pub(crate) fn stock(&self, budget: &Budget) -> u64 {
+        let mut stocked = 0;
+        for class in (0..CLASSES).step_by(2) {
+            if (0..SLOTS).any(|s| self.words[class * SLOTS + s].load(Ordering::Relaxed) != 0) {
+                continue;
+            }
+            let words = 1usize << (class as u32 + MIN_CLASS);
+            let bytes = segment_bytes(words);
+            // As a spare: only while as much again stays free after it.
+            if !self.open.load(Ordering::Relaxed)
+                || !budget.has_room(bytes.saturating_mul(2))
+                || self.bytes.load(Ordering::Relaxed) + bytes > budget.limit() / POOL_SHARE
+                || !budget.try_take(bytes)
+            {
+                break;
+            }
+            let Some(base) = alloc_mapped(words) else {
+                budget.give_back(bytes);
+                break;
+            };
+            if self.put(budget, base, words) {
+                stocked += bytes;
+            } else {
+                // SAFETY: just mapped above, never shared, freed once.
+                unsafe { free_mapped(base, words) };
+                budget.give_back(bytes);
+            }
+        }
+        stocked
+    }
+}
+
+#[cfg(all(test, not(ringtrace_loom)))]
+mod tests {
+    use super::*;
+
+    const PAGE_WORDS: usize = PAGE / 8;
+
+    /// A mapped segment of `words` slots taken from `budget`.
+    fn segment(budget: &Budget, words: usize) -> *mut AtomicU64 {
+        assert!(budget.try_take(segment_bytes(words)));
+        alloc_mapped(words).expect("mmap")
+    }
+
+    /// A put segment is taken back (the smallest one that fits), its bytes
+    /// stay counted while pooled, and a closed pool keeps nothing.
+    #[test]
+    fn put_take_and_close_keep_the_budget_exact() {
+        let budget = Budget::leaked(64 << 20);
+        let pool = budget.pool();
+        let a = segment(budget, PAGE_WORDS);
+        assert!(
+            !pool.put(budget, a, PAGE_WORDS),
+            "closed: the caller keeps it"
+        );
+        pool.open();
+        assert!(pool.put(budget, a, PAGE_WORDS));
+        let b = segment(budget, 4 * PAGE_WORDS);
+        assert!(pool.put(budget, b, 4 * PAGE_WORDS));
+        assert_eq!(pool.pooled_bytes(), segment_bytes(5 * PAGE_WORDS));
+        assert_eq!(budget.used(), segment_bytes(5 * PAGE_WORDS));
+        assert_eq!(
+            pool.take(2 * PAGE_WORDS, 1 << 20),
+            Some((b, 4 * PAGE_WORDS))
+        );
+        assert_eq!(pool.take(2 * PAGE_WORDS, 1 << 20), None, "none big enough");
+        assert_eq!(pool.take(PAGE_WORDS, PAGE_WORDS), Some((a, PAGE_WORDS)));
+        assert_eq!(pool.taken(), 2);
+        assert!(pool.put(budget, a, PAGE_WORDS));
+        assert!(pool.put(budget, b, 4 * PAGE_WORDS));
+        assert_eq!(
+            pool.take(PAGE_WORDS * 2, PAGE_WORDS * 2),
+            None,
+            "never above the most asked for"
+        );
+        pool.close(budget);
+        assert_eq!(pool.pooled_bytes(), 0);
+        assert_eq!(budget.used(), 0, "every pooled byte given back at close");
+        assert_eq!(pool.take(PAGE_WORDS, 1 << 20), None);
+    }
+
+    /// The pool never holds the last memory of the budget nor more than an
+    /// eighth of it, nor sizes outside its classes, nor more than `SLOTS`
+    /// per class.
+    #[test]
+    fn the_pool_keeps_within_its_bounds() {
+        // An eighth of 1 MiB: 128 KiB.
+        let budget = Budget::leaked(1 << 20);
+        let pool = budget.pool();
+        pool.open();
+        let big = 16 * PAGE_WORDS; // 64 KiB
+        let a = segment(budget, big);
+        let b = segment(budget, big);
+        let c = segment(budget, big);
+        assert!(pool.put(budget, a, big));
+        assert!(pool.put(budget, b, big));
+        assert!(!pool.put(budget, c, big), "over an eighth of the budget");
+        pool.close(budget);
+        // SAFETY: `c` was mapped above and is not pooled.
+        unsafe { free_mapped(c, big) };
+        budget.give_back(segment_bytes(big));
+        assert_eq!(budget.used(), 0);
+
+        let budget = Budget::leaked(64 << 20);
+        let pool = budget.pool();
+        pool.open();
+        let segs: Vec<_> = (0..3).map(|_| segment(budget, PAGE_WORDS)).collect();
+        assert!(pool.put(budget, segs[0], PAGE_WORDS));
+        assert!(pool.put(budget, segs[1], PAGE_WORDS));
+        assert!(!pool.put(budget, segs[2], PAGE_WORDS), "two per class");
+        let huge = 2 * (POOL_MAX_BYTES / 8);
+        let h = segment(budget, huge);
+        assert!(!pool.put(budget, h, huge), "huge-page sizes are not pooled");
+        // The budget with less than the segment free after it.
+        budget.set_limit(budget.used() + segment_bytes(PAGE_WORDS) - 8);
+        pool.take(PAGE_WORDS, PAGE_WORDS).unwrap();
+        assert!(!pool.put(budget, segs[0], PAGE_WORDS), "the last memory");
+        pool.close(budget);
+        for (base, words) in [(segs[0], PAGE_WORDS), (segs[2], PAGE_WORDS), (h, huge)] {
+            // SAFETY: mapped above, not pooled, freed once.
+            unsafe { free_mapped(base, words) };
+            budget.give_back(segment_bytes(words));
+        }
+        assert_eq!(budget.used(), 0);
+    }
+
+    /// Stocking maps one segment per class in, smallest first, within an
+    /// eighth of the budget and while as much again stays free; trimming
+    /// gives back what was not taken for a second, the stock excepted.
+    #[test]
+    fn stock_and_trim() {
+        let budget = Budget::leaked(4 << 20); // an eighth: 512 KiB
+        let pool = budget.pool();
+        assert_eq!(pool.stock(budget), 0, "closed");
+        pool.open();
+        let stocked = pool.stock(budget);
+        // 4 + 16 + 64 + 256 KiB; 1 MiB would pass the eighth.
+        assert_eq!(stocked, (4 + 16 + 64 + 256) << 10);
+        assert_eq!(budget.used(), stocked);
+        assert_eq!(pool.stock(budget), 0, "stocked already");
+        let (base, words) = pool.take(PAGE_WORDS, PAGE_WORDS).unwrap();
+        assert_eq!(pool.stock(budget), segment_bytes(PAGE_WORDS), "restocked");
+        assert!(pool.put(budget, base, words), "a second 4 KiB");
+        assert_eq!(pool.trim(budget), 0, "not idle yet");
+        let later = now_ms() + POOL_IDLE_MS;
+        assert_eq!(pool.trim_at(budget, later), 1, "the second 4 KiB");
+        assert_eq!(budget.used(), stocked, "the stock is kept");
+        pool.close(budget);
+        assert_eq!(budget.used(), 0);
+    }
+}
