@@ -289,3 +289,134 @@ fn loom_tests_overwrite_ring_grows_into_a_spare_made_meanwhile() {
         assert_eq!(ids.len() as u64 + overwritten, 3);
     });
 }
+
+/// Word 0 of a segment while someone owns it (see `own`).
+const OWNED: u64 = u64::MAX;
+
+/// Marks `base`'s segment as ours, checking no one else holds it, writes
+/// over its words (whatever they held: a reused segment's stale ones) and
+/// unmarks it: two owners at once would see each other's mark.
+fn own(base: *mut crate::record::sync::AtomicU64, words: usize, who: u64) {
+    use crate::record::sync::Ordering::Relaxed;
+    // SAFETY: the caller owns the segment of `words` slots at `base` (taken
+    // from the pool with its CAS, or just made): alive for this call.
+    let slots = unsafe { std::slice::from_raw_parts(base, words) };
+    assert_ne!(
+        slots[0].swap(OWNED, Relaxed),
+        OWNED,
+        "a segment owned twice"
+    );
+    for (i, w) in slots.iter().enumerate().skip(1) {
+        w.store(who * 100 + i as u64, Relaxed);
+    }
+    slots[0].store(who, Relaxed);
+}
+
+/// The pool's hand-over: two producers race with one CAS each for the
+/// segments of one class (two slots) while the flusher puts a second one
+/// in and then closes the pool (taking back what is left with a CAS too).
+/// Each producer that wins writes its segment over (its stale words) and
+/// gives it back (pooled again if the pool is open and has a slot, else
+/// freed). Every segment has one owner at a time, and every byte goes back
+/// to the budget exactly once.
+#[test]
+fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_closes() {
+    use crate::record::ring::{alloc_mapped, free_mapped, PAGE};
+    let words = PAGE / 8;
+    let bytes = segment_bytes(words);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(move || {
+        let budget = Budget::leaked(u64::MAX);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        let segment = || {
+            assert!(budget.try_take(bytes));
+            alloc_mapped(words).unwrap()
+        };
+        assert!(pool.put(budget, segment(), words));
+        let producers: Vec<_> = (1..=2)
+            .map(|who| {
+                thread::spawn(move || {
+                    let Some((base, got)) = pool.take(words, words) else {
+                        return false;
+                    };
+                    assert_eq!(got, words);
+                    own(base, got, who);
+                    if !pool.put(budget, base, got) {
+                        // SAFETY: ours (taken above), not pooled, freed once.
+                        unsafe { free_mapped(base, got) };
+                        budget.give_back(bytes);
+                    }
+                    true
+                })
+            })
+            .collect();
+        // The flusher: a second segment for the class, then the stop.
+        let second = segment();
+        own(second, words, 3);
+        if !pool.put(budget, second, words) {
+            // SAFETY: ours (made above), not pooled, freed once.
+            unsafe { free_mapped(second, words) };
+            budget.give_back(bytes);
+        }
+        pool.close(budget);
+        let took = producers.into_iter().map(|p| p.join().unwrap());
+        if took.fold(false, |a, b| a | b) {
+            POOLED_TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A producer that gave its segment back after the close left it
+        // pooled in a closed pool only if it checked `open` before the
+        // close: the next close (the next session's end) frees it.
+        pool.close(budget);
+        assert_eq!(budget.used(), 0, "every segment given back once");
+    });
+    assert!(
+        POOLED_TAKEN.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no execution took a pooled segment"
+    );
+}
+
+/// Executions in which a producer took a pooled segment.
+static POOLED_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A ring of 8 words growing to 32 while its consumer makes a spare: the
+/// producer's growth and the consumer's `prepare_spare` both take from the
+/// pool, which holds one segment of the size both want (32 words, with stale
+/// words of an earlier owner in it): they race for its word. Whoever wins a pooled word owns that
+/// segment; records arrive whole and in order (none of the stale words),
+/// and at the end the pool and the ring give every byte back once.
+#[test]
+fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too() {
+    use crate::record::ring::alloc_mapped;
+    loom::model(|| {
+        let budget = Budget::leaked(u64::MAX);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        assert!(budget.try_take(segment_bytes(32)));
+        let base = alloc_mapped(32).unwrap();
+        own(base, 32, 7); // stale words
+        assert!(pool.put(budget, base, 32));
+        let ring = Arc::new(Ring::growable(8, 32, false, budget));
+        let p = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                for id in 1..=4 {
+                    assert!(write(&ring, id, 3), "record {id} dropped");
+                }
+            })
+        };
+        ring.prepare_spare();
+        let mut out = Vec::new();
+        let mut seen = 0;
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        p.join().unwrap();
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        let (ids, lost) = decode(&out);
+        assert_eq!(ids, vec![1, 2, 3, 4]);
+        assert_eq!(lost, 0);
+        drop(ring);
+        pool.close(budget);
+        assert_eq!(budget.used(), 0, "every segment given back once");
+    });
+}
