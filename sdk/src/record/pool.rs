@@ -33,7 +33,10 @@ use crate::record::budget::Budget;
 use crate::record::ring::{
     alloc_mapped, free_mapped, map_in_segment, pack_segment, segment_bytes, unpack_segment, PAGE,
 };
-use crate::record::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::record::sync::{AtomicU64, Ordering};
+// Counters and a flag that order nothing (the segments are handed over by
+// `words` alone): std's atomics even under loom, outside the models.
+use std::sync::atomic::{AtomicBool as PlainBool, AtomicU64 as PlainU64, Ordering as Plain};
 
 /// Segments per class: one kept as stock, one more for a thread that gives
 /// one back while another is pooled.
@@ -64,13 +67,15 @@ pub(crate) struct Pool {
     /// changes it to 0 owns the segment (Acquire).
     words: [AtomicU64; CLASSES * SLOTS],
     /// When each slot was last filled (ms, `now_ms`); only read by `trim`.
-    since: [std::sync::atomic::AtomicU64; CLASSES * SLOTS],
+    since: [PlainU64; CLASSES * SLOTS],
     /// Bytes pooled now (approximate while segments move: a soft cap).
-    bytes: AtomicU64,
+    bytes: PlainU64,
     /// Segments are kept only while a session is open.
-    open: AtomicBool,
-    /// Segments taken from the pool (monotonic; tests and stats).
-    taken: AtomicU64,
+    open: PlainBool,
+    /// The largest segment of the session's rings, in slots.
+    largest: PlainU64,
+    /// Segments taken from the pool (monotonic; tests).
+    taken: PlainU64,
 }
 
 /// Milliseconds since the first call (a coarse clock for idle times).
@@ -93,13 +98,14 @@ fn class_of(words: usize) -> Option<usize> {
 macro_rules! new_pool {
     () => {{
         #[allow(clippy::declare_interior_mutable_const)]
-        const IDLE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        const IDLE: PlainU64 = PlainU64::new(0);
         Pool {
             words: new_pool!(@words),
             since: [IDLE; CLASSES * SLOTS],
-            bytes: AtomicU64::new(0),
-            open: AtomicBool::new(false),
-            taken: AtomicU64::new(0),
+            bytes: PlainU64::new(0),
+            open: PlainBool::new(false),
+            largest: PlainU64::new(0),
+            taken: PlainU64::new(0),
         }
     }};
     (@words) => {{
@@ -127,16 +133,18 @@ impl Pool {
         new_pool!()
     }
 
-    /// Starts keeping segments (a session started).
-    pub(crate) fn open(&self) {
-        self.open.store(true, Ordering::Relaxed);
+    /// Starts keeping segments (a session started whose rings grow up to
+    /// `largest` slots: `stock` makes none bigger).
+    pub(crate) fn open(&self, largest: usize) {
+        self.largest.store(largest as u64, Plain::Relaxed);
+        self.open.store(true, Plain::Relaxed);
     }
 
     /// Stops keeping segments and gives back every pooled one (a session
     /// stopped). A segment put back by a thread racing with this is given
     /// back by the next `close` or `trim`.
     pub(crate) fn close(&self, budget: &Budget) {
-        self.open.store(false, Ordering::Relaxed);
+        self.open.store(false, Plain::Relaxed);
         for i in 0..CLASSES * SLOTS {
             self.free_slot(budget, i);
         }
@@ -145,13 +153,13 @@ impl Pool {
     /// Segments taken so far (monotonic).
     #[cfg(any(test, ringtrace_loom))]
     pub(crate) fn taken(&self) -> u64 {
-        self.taken.load(Ordering::Relaxed)
+        self.taken.load(Plain::Relaxed)
     }
 
     /// Bytes pooled now.
     #[cfg(any(test, ringtrace_loom))]
     pub(crate) fn pooled_bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.bytes.load(Plain::Relaxed)
     }
 
     /// Takes a pooled segment of `min_words..=max_words` slots (the
@@ -183,9 +191,8 @@ impl Pool {
                         .is_ok()
                 {
                     let (base, words) = unpack_segment(w);
-                    self.bytes
-                        .fetch_sub(segment_bytes(words), Ordering::Relaxed);
-                    self.taken.fetch_add(1, Ordering::Relaxed);
+                    self.bytes.fetch_sub(segment_bytes(words), Plain::Relaxed);
+                    self.taken.fetch_add(1, Plain::Relaxed);
                     return Some((base, words));
                 }
             }
@@ -202,9 +209,9 @@ impl Pool {
             return false;
         };
         let bytes = segment_bytes(words);
-        if !self.open.load(Ordering::Relaxed)
+        if !self.open.load(Plain::Relaxed)
             || !budget.has_room(bytes)
-            || self.bytes.load(Ordering::Relaxed) + bytes > budget.limit() / POOL_SHARE
+            || self.bytes.load(Plain::Relaxed) + bytes > budget.limit() / POOL_SHARE
         {
             return false;
         }
@@ -217,14 +224,14 @@ impl Pool {
             // A segment freed while partly written (a ring dropped) may
             // have pages never touched: mapped in now, while it is ours.
             map_in_segment(base, words);
-            self.bytes.fetch_add(bytes, Ordering::Relaxed);
-            self.since[i].store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+            self.bytes.fetch_add(bytes, Plain::Relaxed);
+            self.since[i].store(now_ms(), Plain::Relaxed);
             // Release: pairs with `take`'s Acquire; our writes to the
             // segment (and its mapping in) happen before its next owner's.
             match self.words[i].compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(_) => {
-                    self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+                    self.bytes.fetch_sub(bytes, Plain::Relaxed);
                 }
             }
         }
@@ -242,8 +249,7 @@ impl Pool {
             return false;
         }
         let (base, words) = unpack_segment(w);
-        self.bytes
-            .fetch_sub(segment_bytes(words), Ordering::Relaxed);
+        self.bytes.fetch_sub(segment_bytes(words), Plain::Relaxed);
         // SAFETY: the CAS made us the segment's owner (no taker can have
         // it); it came to the pool from `alloc_mapped(words)` (`put`'s
         // contract) and leaves it here once.
@@ -265,8 +271,7 @@ impl Pool {
             for s in 1..SLOTS {
                 let i = class * SLOTS + s;
                 if self.words[i].load(Ordering::Relaxed) != 0
-                    && now.saturating_sub(self.since[i].load(std::sync::atomic::Ordering::Relaxed))
-                        >= POOL_IDLE_MS
+                    && now.saturating_sub(self.since[i].load(Plain::Relaxed)) >= POOL_IDLE_MS
                     && self.free_slot(budget, i)
                 {
                     freed += 1;
@@ -287,11 +292,14 @@ impl Pool {
                 continue;
             }
             let words = 1usize << (class as u32 + MIN_CLASS);
+            if words as u64 > self.largest.load(Plain::Relaxed) {
+                break; // no ring of the session grows to it
+            }
             let bytes = segment_bytes(words);
             // As a spare: only while as much again stays free after it.
-            if !self.open.load(Ordering::Relaxed)
+            if !self.open.load(Plain::Relaxed)
                 || !budget.has_room(bytes.saturating_mul(2))
-                || self.bytes.load(Ordering::Relaxed) + bytes > budget.limit() / POOL_SHARE
+                || self.bytes.load(Plain::Relaxed) + bytes > budget.limit() / POOL_SHARE
                 || !budget.try_take(bytes)
             {
                 break;
@@ -335,7 +343,7 @@ mod tests {
             !pool.put(budget, a, PAGE_WORDS),
             "closed: the caller keeps it"
         );
-        pool.open();
+        pool.open(usize::MAX);
         assert!(pool.put(budget, a, PAGE_WORDS));
         let b = segment(budget, 4 * PAGE_WORDS);
         assert!(pool.put(budget, b, 4 * PAGE_WORDS));
@@ -369,7 +377,7 @@ mod tests {
         // An eighth of 1 MiB: 128 KiB.
         let budget = Budget::leaked(1 << 20);
         let pool = budget.pool();
-        pool.open();
+        pool.open(usize::MAX);
         let big = 16 * PAGE_WORDS; // 64 KiB
         let a = segment(budget, big);
         let b = segment(budget, big);
@@ -385,7 +393,7 @@ mod tests {
 
         let budget = Budget::leaked(64 << 20);
         let pool = budget.pool();
-        pool.open();
+        pool.open(usize::MAX);
         let segs: Vec<_> = (0..3).map(|_| segment(budget, PAGE_WORDS)).collect();
         assert!(pool.put(budget, segs[0], PAGE_WORDS));
         assert!(pool.put(budget, segs[1], PAGE_WORDS));
@@ -414,7 +422,7 @@ mod tests {
         let budget = Budget::leaked(4 << 20); // an eighth: 512 KiB
         let pool = budget.pool();
         assert_eq!(pool.stock(budget), 0, "closed");
-        pool.open();
+        pool.open(usize::MAX);
         let stocked = pool.stock(budget);
         // 4 + 16 + 64 + 256 KiB; 1 MiB would pass the eighth.
         assert_eq!(stocked, (4 + 16 + 64 + 256) << 10);
@@ -427,6 +435,14 @@ mod tests {
         let later = now_ms() + POOL_IDLE_MS;
         assert_eq!(pool.trim_at(budget, later), 1, "the second 4 KiB");
         assert_eq!(budget.used(), stocked, "the stock is kept");
+        pool.close(budget);
+        assert_eq!(budget.used(), 0);
+
+        // Rings of 64 KiB at most: nothing bigger is stocked.
+        let budget = Budget::leaked(32 << 20);
+        let pool = budget.pool();
+        pool.open(64 << 10 >> 3);
+        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
         pool.close(budget);
         assert_eq!(budget.used(), 0);
     }

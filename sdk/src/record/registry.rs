@@ -212,7 +212,9 @@ impl Registry {
         st.next_seq = FIRST_THREAD_SEQ;
         self.budget.set_limit(config.budget_bytes);
         self.budget.reset_peak();
-        self.budget.pool().open();
+        self.budget
+            .pool()
+            .open(crate::record::ring::words_for(config.bytes));
         self.session.store(id, Ordering::Relaxed);
     }
 

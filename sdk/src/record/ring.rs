@@ -1794,7 +1794,7 @@ mod tests {
     fn a_second_ring_grows_into_the_segments_the_first_gave_up() {
         let budget = Budget::leaked(64 << 20);
         let pool = budget.pool();
-        pool.open();
+        pool.open(usize::MAX);
         let a = Ring::growable(128, 1 << 13, false, budget);
         let mut id = 0;
         let a_bases = grow_to(&a, 1 << 13, &mut id);
@@ -1846,7 +1846,7 @@ mod tests {
         for overwrite in [false, true] {
             let budget = Budget::leaked(64 << 20);
             let pool = budget.pool();
-            pool.open();
+            pool.open(usize::MAX);
             let a = Ring::growable(128, 1 << 13, overwrite, budget);
             let mut id = 0;
             grow_to(&a, 1 << 13, &mut id);

@@ -171,6 +171,13 @@ impl Builder {
         } else {
             0
         };
+        // The pool's stock: one mapped-in segment of each size a thread's
+        // ring grows through, up to 1 MiB, within an eighth of the budget
+        // (`record::pool`). Here, not on the flusher: a thread that records
+        // at once grows through its first sizes within microseconds, before
+        // the flusher runs, and would map them in itself (~340 us of page
+        // faults per MiB in 4 KiB pages). Costs start() that time, once.
+        REGISTRY.budget.pool().stock(REGISTRY.budget);
         let shared = Arc::new(Shared::new());
         let process = {
             let mut p = ProcessInfo::current(self.process_name);
