@@ -259,7 +259,7 @@ fn main() {
     let with_arg = bench(reps, iters, scope_int_arg, drain);
     let two = two_threads(reps, iters, scope_static, true);
     let stats = guard.stop().expect("stop");
-    let (first_event, first_lap, lap_faults, lap_sys) =
+    let (first_event, first_lap, lap_faults, lap_sys, start_us) =
         first_lap(&dir, if quick { 2 } else { 7 }, iters);
     let (thread_lap, thread_faults) =
         first_lap_of_new_threads(&dir, if quick { 2 } else { 7 }, iters);
@@ -321,7 +321,8 @@ fn main() {
         sample: Some(first_lap),
         floor: Some(floor),
         note: format!(
-            "the thread's first event (creates the ring): {:.0} us; in the lap, the recording thread took {:.0} page faults and {:.0} us in the kernel",
+            "start(): {:.0} us; the thread's first event (creates the ring): {:.0} us; in the lap, the recording thread took {:.0} page faults and {:.0} us in the kernel",
+            start_us,
             first_event.median / 1e3,
             lap_faults,
             lap_sys
@@ -462,14 +463,17 @@ fn lap_session(path: &std::path::Path) -> ringtrace::TraceGuard {
 /// lap (page faults land here unless the ring was mapped in up front).
 /// Also returns the medians of the page faults the recording thread took in
 /// the lap and of its time in the kernel (us), its own only: the flusher's
-/// mapping in is not counted.
-fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample, f64, f64) {
+/// mapping in is not counted; and the median time `start()` took (us).
+fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample, f64, f64, f64) {
+    let mut starts = Vec::new();
     let mut first = Vec::new();
     let mut lap = Vec::new();
     let mut faults = Vec::new();
     let mut system = Vec::new();
     for _ in 0..reps {
+        let t = Instant::now();
         let guard = lap_session(&dir.join("ringtrace-bench-first-lap.pftrace"));
+        starts.push(t.elapsed().as_nanos() as f64 / 1e3);
         let t = Instant::now();
         ringtrace::trace_instant!("bench", "first");
         first.push(t.elapsed().as_nanos() as f64);
@@ -491,6 +495,7 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample,
         summarize(lap),
         faults,
         median(&mut system),
+        median(&mut starts),
     )
 }
 
