@@ -516,3 +516,43 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     }
     b.start().map(Some)
 }
+
+#[cfg(all(test, feature = "enable"))]
+mod tests {
+    use crate::record::registry::REGISTRY;
+
+    /// A session stocks the pool at start; a thread that records enough to
+    /// grow its ring takes its segments from there (and gives them back
+    /// after), and stop gives every byte back: the budget ends where it
+    /// was before the session. (The only unit test that starts a session.)
+    #[test]
+    fn a_session_stocks_the_pool_and_gives_the_budget_back_at_stop() {
+        let budget = REGISTRY.budget;
+        let before = budget.used();
+        let guard = crate::builder()
+            .writer(crate::MemoryBuffer::new())
+            .buffer_bytes(32 << 20)
+            .buffer_bytes_per_thread(1 << 20)
+            .start()
+            .unwrap();
+        let pool = budget.pool();
+        assert_eq!(
+            pool.pooled_bytes(),
+            (4 + 16 + 64 + 256 + 1024) << 10,
+            "one segment per growth size, to 1 MiB"
+        );
+        let taken = pool.taken();
+        std::thread::spawn(|| {
+            for i in 0..100_000u64 {
+                crate::trace_instant!("pool", "tick", i = i);
+            }
+        })
+        .join()
+        .unwrap();
+        assert!(pool.taken() >= taken + 4, "grew into pooled segments");
+        let stats = guard.stop().unwrap();
+        assert_eq!(stats.events_lost + stats.events_written, 100_000);
+        assert_eq!(pool.pooled_bytes(), 0, "emptied at stop");
+        assert_eq!(budget.used(), before, "every byte given back");
+    }
+}
