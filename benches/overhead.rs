@@ -228,6 +228,24 @@ fn main() {
         println!("Total bench time: {:.1} s", started.elapsed().as_secs_f64());
         return;
     }
+    // `RINGTRACE_BENCH_ONLY=first-lap`: the two first-lap rows and the
+    // floor alone, for interleaving runs of two builds under `perf stat`.
+    if std::env::var("RINGTRACE_BENCH_ONLY").as_deref() == Ok("first-lap") {
+        let floor = bench(reps, iters * 5, two_rdtsc, || {}).median;
+        let laps = if quick { 2 } else { 7 };
+        let (_, lap, faults, sys, start_us) = first_lap(&dir, laps, iters);
+        let (thread_lap, thread_faults) = first_lap_of_new_threads(&dir, laps, iters);
+        println!(
+            "floor {floor:.2} ns | fresh session: {:.2} ns ({:.2}x), {faults:.0} faults, \
+             {sys:.0} us in the kernel, start() {start_us:.0} us | new thread: {:.2} ns \
+             ({:.2}x), {thread_faults:.0} faults",
+            lap.median,
+            lap.median / floor,
+            thread_lap.median,
+            thread_lap.median / floor
+        );
+        return;
+    }
     let mut rows: Vec<Row> = Vec::new();
 
     // Floors: no session. FLAG is stored at run time so that the compiler
