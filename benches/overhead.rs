@@ -231,6 +231,7 @@ fn main() {
     // `RINGTRACE_BENCH_ONLY=first-lap`: the two first-lap rows and the
     // floor alone, for interleaving runs of two builds under `perf stat`.
     if std::env::var("RINGTRACE_BENCH_ONLY").as_deref() == Ok("first-lap") {
+        LAP_DETAIL.store(true, Ordering::Relaxed);
         let floor = bench(reps, iters * 5, two_rdtsc, || {}).median;
         let laps = if quick { 2 } else { 7 };
         let (_, lap, faults, sys, start_us) = first_lap(&dir, laps, iters);
@@ -496,11 +497,14 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample,
         ringtrace::trace_instant!("bench", "first");
         first.push(t.elapsed().as_nanos() as f64);
         scope_static(1); // registers the site
-        let (f, sys) = thread_faults();
+        let before = thread_usage();
+        let (f, sys, _) = before;
         let t = Instant::now();
         scope_static(iters);
         lap.push(t.elapsed().as_nanos() as f64 / iters as f64);
-        let (f2, sys2) = thread_faults();
+        let after = thread_usage();
+        let (f2, sys2, _) = after;
+        lap_detail("fresh session", *lap.last().unwrap(), before, after);
         faults.push((f2 - f) as f64);
         system.push((sys2 - sys) as f64);
         let stats = guard.stop().expect("stop");
@@ -530,11 +534,13 @@ fn first_lap_of_new_threads(dir: &std::path::Path, reps: usize, iters: u64) -> (
     for _ in 0..reps {
         let (ns, f) = std::thread::spawn(move || {
             ringtrace::trace_instant!("bench", "first");
-            let (f, _) = thread_faults();
+            let before = thread_usage();
             let t = Instant::now();
             scope_static(iters);
             let ns = t.elapsed().as_nanos() as f64 / iters as f64;
-            (ns, (thread_faults().0 - f) as f64)
+            let after = thread_usage();
+            lap_detail("new thread", ns, before, after);
+            (ns, (after.0 - before.0) as f64)
         })
         .join()
         .unwrap();
@@ -548,9 +554,10 @@ fn first_lap_of_new_threads(dir: &std::path::Path, reps: usize, iters: u64) -> (
     (summarize(lap), median(&mut faults))
 }
 
-/// Page faults (minor and major) the calling thread has taken, and its time
-/// in the kernel in us.
-fn thread_faults() -> (i64, i64) {
+/// Page faults (minor and major) the calling thread has taken, its time in
+/// the kernel in us, and its involuntary context switches (preemptions: on
+/// a shared machine, what makes a lap's wall clock noisy).
+fn thread_usage() -> (i64, i64, i64) {
     // SAFETY: an all-zero `rusage` is a valid value (integers and timevals).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_THREAD asks about
@@ -558,7 +565,22 @@ fn thread_faults() -> (i64, i64) {
     let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD)");
     let sys = ru.ru_stime.tv_sec * 1_000_000 + ru.ru_stime.tv_usec;
-    (ru.ru_minflt + ru.ru_majflt, sys)
+    (ru.ru_minflt + ru.ru_majflt, sys, ru.ru_nivcsw)
+}
+
+/// `RINGTRACE_BENCH_ONLY=first-lap`: each lap's numbers on stderr too.
+static LAP_DETAIL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints one lap's numbers if `LAP_DETAIL`.
+fn lap_detail(what: &str, ns: f64, before: (i64, i64, i64), after: (i64, i64, i64)) {
+    if LAP_DETAIL.load(Ordering::Relaxed) {
+        eprintln!(
+            "{what}: {ns:.2} ns, {} faults, {} us in the kernel, {} involuntary switches",
+            after.0 - before.0,
+            after.1 - before.1,
+            after.2 - before.2
+        );
+    }
 }
 
 /// Scope pairs per encoding round.
