@@ -14,8 +14,8 @@
 //!   `--cfg ringtrace_loom`, with the atomics of [`sync`]);
 //! - after a thread's first event, the fast path takes no lock, allocates
 //!   nothing and makes no system call; the slow path of a ring that must grow
-//!   maps a new segment (`mmap`, `madvise`) and maps it in 256 KiB at a time
-//!   as the thread reaches it, and a thread that records again after its
+//!   takes a spare or pooled segment (one CAS), else maps a new one (`mmap`,
+//!   `madvise`) and maps it in 256 KiB at a time as the thread reaches it, and a thread that records again after its
 //!   session ended takes the registry's lock once to give its old ring back.
 //!
 //! The macros, the typed event API (`events`) and the `tracing` integration

@@ -11,18 +11,23 @@
 //! costs nothing over a raw buffer.
 //!
 //! A ring starts with one small segment (1 KiB, from the heap) and grows:
-//! when a record does not fit, the producer makes a segment at least four
-//! times as big (its own `mmap`, taken from the process-wide `Budget`),
-//! fills in the next of `MAX_SEGMENTS` slots (`base`, `len`, `start`: the
-//! first position it holds) and publishes it with `made.store(Release)`; it
-//! writes only into its newest segment. The consumer reads position `p` from
-//! the last segment whose `start <= p` (Acquire of `made`), and frees a
-//! segment (`freed.store(Release)`, budget given back) once its tail has
-//! passed the next one's start. The consumer also makes, ahead of time, the
-//! segment a ring that grew will want next (a spare, `Ring::prepare_spare`),
-//! so that the producer grows into memory mapped in off its thread. In overwrite mode the producer copies the
-//! records not yet consumed into the new segment, which starts at the tail,
-//! so the oldest records are always in the segment it may free them in.
+//! when a record does not fit, the producer takes a segment at least four
+//! times as big (the consumer's spare, else one from the budget's pool of
+//! mapped-in segments, `record::pool`, else its own `mmap`, taken from the
+//! process-wide `Budget`), fills in the next of `MAX_SEGMENTS` slots (`base`,
+//! `len`, `start`: the first position it holds) and publishes it with
+//! `made.store(Release)`; it writes only into its newest segment. The
+//! consumer reads position `p` from the last segment whose `start <= p`
+//! (Acquire of `made`), and gives a segment up (`freed.store(Release)`: to
+//! the pool, or unmapped and its bytes given back) once its tail has passed
+//! the next one's start. The consumer also makes, ahead of time, the segment
+//! a ring that grew will want next (a spare, `Ring::prepare_spare`, from the
+//! pool first), so that the producer grows into memory mapped in off its
+//! thread. A reused segment holds its earlier owner's words: nothing reads a
+//! slot the producer has not written in it (see `Ring::grow`). In overwrite
+//! mode the producer copies the records not yet consumed into the new
+//! segment, which starts at the tail, so the oldest records are always in
+//! the segment it may free them in.
 //!
 //! `head` and `tail` are monotonically increasing word positions (never
 //! wrapped; the slot of position `p` is `p & mask`). Records may straddle the
@@ -746,7 +751,7 @@ impl Ring {
         // records; mapping in keeps every value.
         let taken = self
             .take_spare(want)
-            .or_else(|| self.budget.pool().take(want, self.max_words));
+            .or_else(|| self.budget.pool().take(want, self.pool_max(want)));
         let (base, want, mapped, mapped_in) = match taken {
             // The consumer maps a spare in ahead of us: if we are faster,
             // the fast path faults in the pages it reaches first. A pooled
@@ -883,7 +888,7 @@ impl Ring {
         }
         // A pooled segment first: its bytes are taken and its pages mapped
         // in, so it is ready at once (its stale words: see `grow`).
-        if let Some((base, words)) = self.budget.pool().take(want, self.max_words) {
+        if let Some((base, words)) = self.budget.pool().take(want, self.pool_max(want)) {
             // Release: as below.
             self.spare
                 .store(pack_segment(base, words), Ordering::Release);
@@ -919,6 +924,13 @@ impl Ring {
             prefault_positions(base, want as u64 - 1, from, from + want as u64);
         }
         true
+    }
+
+    /// The largest pooled segment a growth that wants `want` slots takes:
+    /// one growth step more at most (a bigger one would sit in a ring that
+    /// may stop growing, where the pool could have given it to another).
+    fn pool_max(&self, want: usize) -> usize {
+        want.saturating_mul(4).min(self.max_words)
     }
 
     /// Consumer: frees the spare segment if the producer has not taken it,

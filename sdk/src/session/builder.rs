@@ -230,6 +230,18 @@ impl Builder {
     /// memory is given back: threads that exit and rings drained after
     /// growing give theirs back). At least 64 KiB: less makes
     /// [`start`](Builder::start) fail with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    ///
+    /// Part of it, at most an eighth, is a pool of ring segments of 4 KiB
+    /// to 1 MiB kept mapped in, so that a thread's ring grows without page
+    /// faults (which in a VM cost more than recording into the page): at
+    /// [`start`](Builder::start), one segment of each size a ring grows
+    /// through (4, 16, 64, 256 KiB, 1 MiB, none past
+    /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread);
+    /// 1.33 MiB at the defaults, which costs `start` the time to map it in:
+    /// about 0.4 ms in a VM), and the segments rings give up, kept for
+    /// the next thread that grows and given back after a second unused.
+    /// The pool only holds memory while as much again stays free in the
+    /// budget, and is emptied when the session stops.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
         self.budget_bytes = bytes;
         self
