@@ -144,9 +144,13 @@ impl Spares {
         if grown != self.seen || all {
             self.seen = grown;
             tend_spares(rings, &mut self.rings);
-            // Classes a growth emptied are stocked again, here rather than
-            // on a recording thread's first lap.
-            REGISTRY.budget.pool().stock(REGISTRY.budget);
+            // Sizes a growth emptied are stocked again, here rather than
+            // on a recording thread's first lap; a ring that grows
+            // meanwhile gets its spare first (the next pass stocks on).
+            REGISTRY
+                .budget
+                .pool()
+                .stock_until(REGISTRY.budget, &|| GROWTH.count() != grown);
         }
     }
 }
