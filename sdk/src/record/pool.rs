@@ -1,6 +1,6 @@
-//! The process-wide pool of mapped-in ring segments: segments the flusher
-//! frees (outgrown ones once drained, spares given back, rings of exited
-//! threads) are kept here, their pages still mapped in, and a growing ring
+//! The pool of mapped-in ring segments (one per budget: the process-wide
+//! one's in a session): segments rings give up (outgrown ones once
+//! drained, spares given back, rings of exited threads) are kept here, their pages still mapped in, and a growing ring
 //! takes one of the size it wants instead of mapping a new one. Memory must
 //! be zeroed by someone before its first write; in 4 KiB pages that costs
 //! more per byte than a recording thread takes to fill it (measured in a VM:
@@ -23,11 +23,13 @@
 //! bound on memory holds, pool included). A segment is kept only while the
 //! budget keeps as much again free (it must not hold the last memory
 //! another thread needs) and the pool holds at most an eighth of the
-//! budget; else it is unmapped. The flusher stocks one segment per class
-//! (ascending, within those bounds) at its start and whenever a class ran
-//! out, gives back the others after [`POOL_IDLE_MS`] unused, and the session
-//! empties it at stop. Outside a session the pool is closed: nothing is
-//! kept.
+//! budget; else it is unmapped. `Builder::start` stocks one segment of each
+//! size a ring grows through (4 KiB to 1 MiB, ascending, within those
+//! bounds and the session's largest ring); the flusher restocks a size a
+//! growth took, keeps each size's first slot (the stock) while the session
+//! runs, gives back the others after [`POOL_IDLE_MS`] unused, and the
+//! session empties the pool at stop. Outside a session the pool is closed:
+//! nothing is kept.
 
 use crate::record::budget::Budget;
 use crate::record::ring::{

@@ -748,7 +748,9 @@ impl Ring {
         // mode: `head` now; overwrite mode: the records copied below
         // first); `free_oldest` reads headers at `tail..head`, which this
         // thread wrote; the copy below reads the old segment's published
-        // records; mapping in keeps every value.
+        // records; mapping in keeps every value (`prefault`). Nothing relies
+        // on zeroed storage (under loom, a reused segment's words are
+        // initialised atomics holding their last values, as here).
         let taken = self
             .take_spare(want)
             .or_else(|| self.budget.pool().take(want, self.pool_max(want)));
