@@ -18,7 +18,9 @@
 
 use super::*;
 use crate::encode::protowire::patch_len;
-use crate::record::args::{ArgReader, ArgValue};
+use crate::record::args::{
+    ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
+};
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
 use crate::record::ring::{header_kind, header_len, header_payload};
 use std::mem::MaybeUninit;
@@ -179,6 +181,41 @@ impl Spare<'_> {
         self.n += t.len as usize;
     }
 
+    /// A short string annotation: `head` (its first 6 bytes: the
+    /// annotation's tag, length, name, the string's tag and length), then
+    /// the `n` bytes packed in `words`. One bounds check: the words are
+    /// copied whole into a window of 8 bytes per word past the head.
+    /// Strings of up to 16 bytes (most) take two word stores, whatever
+    /// their length: the window is 24 bytes ([`SLACK`] covers what the
+    /// bound does not).
+    #[inline(always)]
+    fn short_string(&mut self, head: u64, words: &[u64], n: usize) {
+        let (a, b) = match *words {
+            [] => (0, 0),
+            [a] => (a, 0),
+            [a, b] => (a, b),
+            _ => return self.string_run(head, words, n),
+        };
+        let win = &mut self.buf[self.n..self.n + 24];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        win[6..14].write_copy_of_slice(&a.to_le_bytes());
+        win[14..22].write_copy_of_slice(&b.to_le_bytes());
+        self.n += 6 + n;
+    }
+
+    /// A longer short string: its words copied whole into a window of 8
+    /// bytes per word past the head (one bounds check).
+    #[inline(never)]
+    fn string_run(&mut self, head: u64, words: &[u64], n: usize) {
+        let win = &mut self.buf[self.n..self.n + 8 + 8 * words.len()];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        let (chunks, _) = win[6..].as_chunks_mut::<8>();
+        for (dst, &word) in chunks.iter_mut().zip(words) {
+            dst.write_copy_of_slice(&word.to_le_bytes());
+        }
+        self.n += 6 + n;
+    }
+
     /// Eight bytes, of which the first `keep` count (the rest is written
     /// over next): a string's words copied whole.
     #[inline(always)]
@@ -195,9 +232,19 @@ impl Spare<'_> {
 /// null (no word when the record ends early) none.
 const ANN_MAX_HEAD: usize = 13;
 
+/// Bytes a fixed-size store may write past what an annotation's share of
+/// the bound covers: a short string's 24-byte window (its share is at
+/// least 13 + 8, plus the 8 the bound keeps for any word store).
+const SLACK: usize = 16;
+
 /// The annotations of `cs`'s arguments written into `w`, as `annotation`
 /// writes them, if every name is interned and every value is a scalar, a
 /// string or absent; false (and `w` to be discarded) otherwise.
+///
+/// One pass over the value words: each value's tag word is read once and
+/// dispatched once ([`short_annotation`]); what that does not take (a name
+/// iid past 127, a string of 124 bytes or more, words cut short) is
+/// written by [`long_annotation`], out of line.
 #[inline]
 fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>) -> bool {
     let names = cs.arg_names.len();
@@ -214,63 +261,84 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
     let Some(iids) = seq.site_ann_iids.get(start..start + names) else {
         return false;
     };
-    let mut r = ArgReader::new(args);
+    let mut p = 0;
     for &iid in iids {
-        if iid == 0 {
-            return false;
+        // iid 0: not interned (the general path interns it).
+        if iid.wrapping_sub(1) < 0x7f {
+            if let Some(next) = short_annotation(w, iid as u64, args, p) {
+                p = next;
+                continue;
+            }
         }
-        let value = r.next();
-        if iid < 0x80 && short_annotation(w, iid as u64, &value) {
-            continue;
-        }
-        let iid = iid as u64;
-        let name_len = uint_len(DA_NAME_IID, iid);
-        w.byte(((TE_DEBUG_ANNOTATIONS << 3) | 2) as u8);
-        // Length, name, value: each as `annotation` sizes and writes it.
-        macro_rules! head {
-            ($body:expr) => {{
-                w.varint(($body) as u64);
-                w.byte((DA_NAME_IID << 3) as u8);
-                w.varint(iid);
-            }};
-        }
-        match value {
-            ArgValue::Int(v) => {
-                head!(name_len + uint_len(DA_INT, v as u64));
-                w.byte((DA_INT << 3) as u8);
-                w.varint(v as u64);
-            }
-            ArgValue::Uint(v) => {
-                head!(name_len + uint_len(DA_UINT, v));
-                w.byte((DA_UINT << 3) as u8);
-                w.varint(v);
-            }
-            ArgValue::Bool(v) => {
-                head!(name_len + 2);
-                w.bytes(&[(DA_BOOL << 3) as u8, v as u8]);
-            }
-            ArgValue::Double(v) => {
-                head!(name_len + 9);
-                w.byte(((DA_DOUBLE << 3) | 1) as u8);
-                w.word(v.to_bits(), 8);
-            }
-            ArgValue::Str(sw) => {
-                let n = sw.len();
-                head!(name_len + len_field_len(DA_STRING, n));
-                w.byte(((DA_STRING << 3) | 2) as u8);
-                w.varint(n as u64);
-                string_words(w, &sw);
-            }
-            ArgValue::Pointer(v) => {
-                head!(name_len + uint_len(DA_POINTER, v));
-                w.byte((DA_POINTER << 3) as u8);
-                w.varint(v);
-            }
-            ArgValue::Null => head!(name_len),
-            ArgValue::Dict(_) | ArgValue::Array(_) => return false,
+        match long_annotation(w, iid, args, p) {
+            Some(next) => p = next,
+            None => return false,
         }
     }
     true
+}
+
+/// One annotation of any scalar or string value, its name iid any, read
+/// from `args[p..]` as [`ArgReader`] reads it; the position after it, or
+/// none for a container or a name not interned.
+#[cold]
+#[inline(never)]
+fn long_annotation(w: &mut Spare<'_>, iid: u32, args: &[u64], p: usize) -> Option<usize> {
+    if iid == 0 {
+        return None;
+    }
+    // Past the end every word reads as zero: the same from any position
+    // there.
+    let p = p.min(args.len());
+    let mut r = ArgReader::new(&args[p..]);
+    let value = r.next();
+    let iid = iid as u64;
+    let name_len = uint_len(DA_NAME_IID, iid);
+    w.byte(((TE_DEBUG_ANNOTATIONS << 3) | 2) as u8);
+    // Length, name, value: each as `annotation` sizes and writes it.
+    macro_rules! head {
+        ($body:expr) => {{
+            w.varint(($body) as u64);
+            w.byte((DA_NAME_IID << 3) as u8);
+            w.varint(iid);
+        }};
+    }
+    match value {
+        ArgValue::Int(v) => {
+            head!(name_len + uint_len(DA_INT, v as u64));
+            w.byte((DA_INT << 3) as u8);
+            w.varint(v as u64);
+        }
+        ArgValue::Uint(v) => {
+            head!(name_len + uint_len(DA_UINT, v));
+            w.byte((DA_UINT << 3) as u8);
+            w.varint(v);
+        }
+        ArgValue::Bool(v) => {
+            head!(name_len + 2);
+            w.bytes(&[(DA_BOOL << 3) as u8, v as u8]);
+        }
+        ArgValue::Double(v) => {
+            head!(name_len + 9);
+            w.byte(((DA_DOUBLE << 3) | 1) as u8);
+            w.word(v.to_bits(), 8);
+        }
+        ArgValue::Str(sw) => {
+            let n = sw.len();
+            head!(name_len + len_field_len(DA_STRING, n));
+            w.byte(((DA_STRING << 3) | 2) as u8);
+            w.varint(n as u64);
+            string_words(w, &sw);
+        }
+        ArgValue::Pointer(v) => {
+            head!(name_len + uint_len(DA_POINTER, v));
+            w.byte((DA_POINTER << 3) as u8);
+            w.varint(v);
+        }
+        ArgValue::Null => head!(name_len),
+        ArgValue::Dict(_) | ArgValue::Array(_) => return None,
+    }
+    Some(p + r.pos())
 }
 
 /// A string's bytes, whole words at a time.
@@ -284,11 +352,14 @@ fn string_words(w: &mut Spare<'_>, sw: &crate::record::args::StrWords<'_>) {
     }
 }
 
-/// The commonest annotations, whose name iid (`iid < 0x80`) and length take
-/// one byte each: the head (tag, length, name) and a short value's tag and
-/// byte built in one word. False if `value` is not one of them.
+/// The commonest annotations, whose name iid (`1..0x80`) and length take
+/// one byte each, read from the value words at `args[p..]` (as
+/// [`ArgReader`] reads them) and written with their head (tag, length,
+/// name) and a short value's tag and byte built in one word: the position
+/// after the value, or none if it is not one of them (a string of 124
+/// bytes or more, a container, value words cut short).
 #[inline(always)]
-fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
+fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Option<usize> {
     // tag, length, DA_NAME_IID tag, iid: the length goes in byte 1.
     let head =
         ((TE_DEBUG_ANNOTATIONS << 3) | 2) as u64 | ((DA_NAME_IID << 3) as u64) << 16 | iid << 24;
@@ -302,28 +373,56 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
             w.varint(v);
         }
     }
-    match *value {
-        ArgValue::Int(v) => scalar(w, head, DA_INT, v as u64),
-        ArgValue::Uint(v) => scalar(w, head, DA_UINT, v),
-        ArgValue::Pointer(v) => scalar(w, head, DA_POINTER, v),
-        ArgValue::Bool(v) => scalar(w, head, DA_BOOL, v as u64),
-        ArgValue::Null => w.word(head | 2 << 8, 4),
-        ArgValue::Double(v) => {
-            w.word(head | 11 << 8 | (((DA_DOUBLE << 3) | 1) as u64) << 32, 5);
-            w.word(v.to_bits(), 8);
-        }
-        // Body: name (2), tag, one-byte length, the bytes.
-        ArgValue::Str(ref sw) if sw.len() < 0x80 - 4 => {
-            let n = sw.len() as u64;
-            w.word(
+    let Some(&t) = args.get(p) else {
+        // The record ended early: absent (null) values.
+        w.word(head | 2 << 8, 4);
+        return Some(p);
+    };
+    match t & 0xff {
+        T_STR => {
+            let n = (t >> 8) as usize;
+            if n >= 0x80 - 4 {
+                return None;
+            }
+            let words = args.get(p + 1..p + 1 + n.div_ceil(8))?;
+            // Body: name (2), tag, one-byte length, the bytes.
+            let n = n as u64;
+            w.short_string(
                 head | (4 + n) << 8 | (((DA_STRING << 3) | 2) as u64) << 32 | n << 40,
-                6,
+                words,
+                n as usize,
             );
-            string_words(w, sw);
+            Some(p + 1 + words.len())
         }
-        _ => return false,
+        T_INT => {
+            scalar(w, head, DA_INT, *args.get(p + 1)?);
+            Some(p + 2)
+        }
+        T_UINT => {
+            scalar(w, head, DA_UINT, *args.get(p + 1)?);
+            Some(p + 2)
+        }
+        T_POINTER => {
+            scalar(w, head, DA_POINTER, *args.get(p + 1)?);
+            Some(p + 2)
+        }
+        T_BOOL => {
+            scalar(w, head, DA_BOOL, (t >> 8) & 1);
+            Some(p + 1)
+        }
+        T_DOUBLE => {
+            let v = *args.get(p + 1)?;
+            w.word(head | 11 << 8 | (((DA_DOUBLE << 3) | 1) as u64) << 32, 5);
+            w.word(v, 8);
+            Some(p + 2)
+        }
+        T_DICT | T_ARRAY => None,
+        // Null, or a tag this reader does not know: a null value.
+        _ => {
+            w.word(head | 2 << 8, 4);
+            Some(p + 1)
+        }
     }
-    true
 }
 
 impl PerfettoEncoder {
@@ -462,9 +561,9 @@ impl PerfettoEncoder {
         out: &mut Vec<u8>,
     ) {
         let names = cs.arg_names.len();
-        // What `direct_annotations` can write (see there), and the 8 bytes
-        // a word store may write past the last byte kept.
-        let bound = PACKET_MAX + 8 + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
+        // What `direct_annotations` can write (see there), the 8 bytes
+        // a word store may write past the last byte kept, and [`SLACK`].
+        let bound = PACKET_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
         out.reserve(bound);
         let len = out.len();
         let mut w = Spare {
@@ -478,19 +577,25 @@ impl PerfettoEncoder {
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.tmpl(t);
-        let done = direct_annotations(seq, cs, args, &mut w);
+        if !direct_annotations(seq, cs, args, &mut w) {
+            return self.begin_with_args_general(seq, cs, args, delta, t, out);
+        }
         let n = w.n;
+        // The usual packet (< 128 bytes): both lengths take their one byte.
+        let short = n - 2 < 0x80;
+        if short {
+            w.buf[te_start - 1] = MaybeUninit::new((n - te_start) as u8);
+            w.buf[1] = MaybeUninit::new((n - 2) as u8);
+        }
         // SAFETY: `Spare` writes its bytes in order from the start of the
         // spare capacity, each one through a bounds-checked index into the
         // `bound` bytes reserved above, so bytes `len..len + n` are
         // initialised and `len + n <= capacity`.
         unsafe { out.set_len(len + n) };
-        if !done {
-            out.truncate(len);
-            return self.begin_with_args_general(seq, cs, args, delta, t, out);
+        if !short {
+            patch_len(out, len + te_start);
+            patch_len(out, len + 2);
         }
-        patch_len(out, len + te_start);
-        patch_len(out, len + 2);
     }
 
     /// [`Self::begin_with_args`] through the scratch buffers: interns what
