@@ -1076,6 +1076,45 @@ mod tests {
     }
 
     #[test]
+    fn annotations_follow_the_interning_across_clears_and_losses() {
+        // C's one name and D's five are interned in the order the sites are
+        // first used: C then D before the clear, D then C after it, and
+        // again after a loss restarts the sequence. Annotations written
+        // with a name iid from before would differ from the general path's.
+        // Strings of every length from 0 to 40 bytes: no word, one, two
+        // (the two-store writer) and up to five (the run of words).
+        let mut w = Words::new();
+        let mut steps = Vec::new();
+        let strings: Vec<String> = (0..=40).map(|n| "s".repeat(n)).collect();
+        let round = |w: &mut Words, first_c: bool| {
+            for (k, s) in strings.iter().enumerate() {
+                let k = k as u64;
+                if first_c {
+                    w.instant_args(&C, &[&s.as_str()]);
+                }
+                w.begin_args(
+                    &D,
+                    0,
+                    &[&s.as_str(), &(k as i64 - 20), &(k % 2 == 0), &0.5f64, &k],
+                );
+                w.begin_args(&C, 1, &[&s.as_str()]).end(1).end(0);
+                w.instant_args(&C, &[&(k * 1000)]);
+            }
+        };
+        round(&mut w, true);
+        steps.push(Step::Words(w.take()));
+        steps.push(Step::Clear);
+        round(&mut w, false);
+        steps.push(Step::Words(w.take()));
+        w.lost(2);
+        round(&mut w, false);
+        steps.push(Step::Words(w.take()));
+        for (opts, seq_id) in all_opts() {
+            both(opts, seq_id, &steps);
+        }
+    }
+
+    #[test]
     fn templates_are_rebuilt_after_incremental_state_is_cleared() {
         // A's name gets iid 1 and B's iid 2; after the clear, B is interned
         // first (iid 1), then A (iid 2): a template kept from before the
