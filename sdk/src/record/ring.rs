@@ -1008,11 +1008,15 @@ impl Ring {
         seen_overwritten: &mut u64,
     ) -> Drained {
         let base = out.len();
-        // Where each record copied starts in the ring (ascending).
+        // Where each record copied starts in the ring (ascending): kept in
+        // overwrite mode only, where the producer may move the tail (see
+        // the CAS below); in drop mode only we move it, so the CAS cannot
+        // fail and the records are only counted.
         let mut starts: Vec<u64> = Vec::new();
         loop {
             out.truncate(base);
             starts.clear();
+            let mut records = 0;
             let tail = self.tail.load(Ordering::Acquire);
             // Acquire: pairs with the producer's Release publish of `head`.
             let head = self.head.load(Ordering::Acquire);
@@ -1024,7 +1028,9 @@ impl Ring {
             let mut seg = SegmentView::of(self.slot(index));
             let mut next_start = self.next_start(index, made);
             // At most one record per two words: one allocation per drain.
-            starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
+            if self.overwrite {
+                starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
+            }
             // Records are found by their headers, then the words of each
             // segment's run of them are copied at once; `out[base..]` holds
             // the ring's words `tail..pos` in order.
@@ -1043,7 +1049,10 @@ impl Ring {
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
-                starts.push(pos);
+                if self.overwrite {
+                    starts.push(pos);
+                }
+                records += 1;
                 pos += len;
             }
             seg.copy(copied, pos, out);
@@ -1082,7 +1091,11 @@ impl Ring {
             let overwritten = total - *seen_overwritten;
             *seen_overwritten = total;
             return Drained {
-                records: starts.len(),
+                records: if self.overwrite {
+                    starts.len()
+                } else {
+                    records
+                },
                 overwritten,
             };
         }
