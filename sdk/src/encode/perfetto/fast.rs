@@ -160,17 +160,8 @@ impl Spare<'_> {
             self.word(x | v << (8 * k), k + 1);
         } else {
             self.word(x, 7);
-            self.varint_rest(v);
+            self.n = varint_rest(self.buf, self.n, v);
         }
-    }
-
-    #[cold]
-    fn varint_rest(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
     }
 
     /// A template's bytes: a fixed-size copy of all [`TMPL_MAX`], of which
@@ -183,9 +174,8 @@ impl Spare<'_> {
 
     /// A short string annotation: `head` (its first 6 bytes: the
     /// annotation's tag, length, name, the string's tag and length), then
-    /// the `n` bytes packed in `words`. One bounds check: the words are
-    /// copied whole into a window of 8 bytes per word past the head.
-    /// Strings of up to 16 bytes (most) take two word stores, whatever
+    /// the `n` bytes packed in `words`. Strings of up to 16 bytes (most)
+    /// take two word stores, whatever
     /// their length: the window is 24 bytes ([`SLACK`] covers what the
     /// bound does not).
     #[inline(always)]
@@ -194,25 +184,16 @@ impl Spare<'_> {
             [] => (0, 0),
             [a] => (a, 0),
             [a, b] => (a, b),
-            _ => return self.string_run(head, words, n),
+            _ => {
+                string_run(self.buf, self.n, head, words);
+                self.n += 6 + n;
+                return;
+            }
         };
         let win = &mut self.buf[self.n..self.n + 24];
         win[..8].write_copy_of_slice(&head.to_le_bytes());
         win[6..14].write_copy_of_slice(&a.to_le_bytes());
         win[14..22].write_copy_of_slice(&b.to_le_bytes());
-        self.n += 6 + n;
-    }
-
-    /// A longer short string: its words copied whole into a window of 8
-    /// bytes per word past the head (one bounds check).
-    #[inline(never)]
-    fn string_run(&mut self, head: u64, words: &[u64], n: usize) {
-        let win = &mut self.buf[self.n..self.n + 8 + 8 * words.len()];
-        win[..8].write_copy_of_slice(&head.to_le_bytes());
-        let (chunks, _) = win[6..].as_chunks_mut::<8>();
-        for (dst, &word) in chunks.iter_mut().zip(words) {
-            dst.write_copy_of_slice(&word.to_le_bytes());
-        }
         self.n += 6 + n;
     }
 
@@ -222,6 +203,36 @@ impl Spare<'_> {
     fn word(&mut self, w: u64, keep: usize) {
         self.buf[self.n..self.n + 8].write_copy_of_slice(&w.to_le_bytes());
         self.n += keep;
+    }
+}
+
+// The out-of-line helpers of `Spare` take its buffer and position, not
+// `&mut Spare`: a `Spare` whose address is never passed on stays in
+// registers in the loops that write annotations.
+
+/// The rest of a varint of more than 7 bytes, at `buf[n..]`; the position
+/// after it.
+#[cold]
+fn varint_rest(buf: &mut [MaybeUninit<u8>], mut n: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        buf[n] = MaybeUninit::new(v as u8 | 0x80);
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = MaybeUninit::new(v as u8);
+    n + 1
+}
+
+/// A short string annotation of more than two words at `buf[at..]`:
+/// `head` (see [`Spare::short_string`]), then its words copied whole into
+/// a window of 8 bytes per word past the head (one bounds check).
+#[inline(never)]
+fn string_run(buf: &mut [MaybeUninit<u8>], at: usize, head: u64, words: &[u64]) {
+    let win = &mut buf[at..at + 8 + 8 * words.len()];
+    win[..8].write_copy_of_slice(&head.to_le_bytes());
+    let (chunks, _) = win[6..].as_chunks_mut::<8>();
+    for (dst, &word) in chunks.iter_mut().zip(words) {
+        dst.write_copy_of_slice(&word.to_le_bytes());
     }
 }
 
@@ -261,20 +272,33 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
     let Some(iids) = seq.site_ann_iids.get(start..start + names) else {
         return false;
     };
+    // A `Spare` of this loop's own, whose address is never passed on (the
+    // out-of-line writer gets another): its position stays in a register.
+    let mut s = Spare {
+        buf: &mut *w.buf,
+        n: w.n,
+    };
     let mut p = 0;
     for &iid in iids {
         // iid 0: not interned (the general path interns it).
         if iid.wrapping_sub(1) < 0x7f {
-            if let Some(next) = short_annotation(w, iid as u64, args, p) {
+            if let Some(next) = short_annotation(&mut s, iid as u64, args, p) {
                 p = next;
                 continue;
             }
         }
-        match long_annotation(w, iid, args, p) {
+        let mut c = Spare {
+            buf: &mut *s.buf,
+            n: s.n,
+        };
+        let next = long_annotation(&mut c, iid, args, p);
+        s.n = c.n;
+        match next {
             Some(next) => p = next,
             None => return false,
         }
     }
+    w.n = s.n;
     true
 }
 
