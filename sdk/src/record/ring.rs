@@ -477,8 +477,8 @@ impl Reservation<'_> {
 /// What one `drain` call found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Drained {
-    /// Whole records copied out.
-    pub(crate) records: usize,
+    /// Words of whole records copied out.
+    pub(crate) words: usize,
     /// Records the producer overwrote since the previous drain (overwrite mode).
     pub(crate) overwritten: u64,
 }
@@ -1011,12 +1011,11 @@ impl Ring {
         // Where each record copied starts in the ring (ascending): kept in
         // overwrite mode only, where the producer may move the tail (see
         // the CAS below); in drop mode only we move it, so the CAS cannot
-        // fail and the records are only counted.
+        // fail.
         let mut starts: Vec<u64> = Vec::new();
         loop {
             out.truncate(base);
             starts.clear();
-            let mut records = 0;
             let tail = self.tail.load(Ordering::Acquire);
             // Acquire: pairs with the producer's Release publish of `head`.
             let head = self.head.load(Ordering::Acquire);
@@ -1033,7 +1032,13 @@ impl Ring {
             }
             // Records are found by their headers, then the words of each
             // segment's run of them are copied at once; `out[base..]` holds
-            // the ring's words `tail..pos` in order.
+            // the ring's words `tail..pos` in order. In drop mode, when all
+            // that is published fits, no header is read: the words below
+            // `head` are whole records (published by its Release store,
+            // never freed by the producer) and each segment starts at a
+            // record's start (`grow` starts it at `head`), so each
+            // segment's part of `tail..head` is copied as it is.
+            let whole = !self.overwrite && head.saturating_sub(tail) <= max_words as u64;
             let mut pos = tail;
             let mut copied = tail;
             while pos < head && (pos - tail) < max_words as u64 {
@@ -1045,6 +1050,10 @@ impl Ring {
                     next_start = self.next_start(index, made);
                     continue;
                 }
+                if whole {
+                    pos = next_start.min(head);
+                    continue;
+                }
                 let len = header_len(seg.word(pos));
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
@@ -1052,7 +1061,6 @@ impl Ring {
                 if self.overwrite {
                     starts.push(pos);
                 }
-                records += 1;
                 pos += len;
             }
             seg.copy(copied, pos, out);
@@ -1091,11 +1099,7 @@ impl Ring {
             let overwritten = total - *seen_overwritten;
             *seen_overwritten = total;
             return Drained {
-                records: if self.overwrite {
-                    starts.len()
-                } else {
-                    records
-                },
+                words: out.len() - base,
                 overwritten,
             };
         }

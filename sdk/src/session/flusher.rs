@@ -277,7 +277,7 @@ impl Flusher {
                         .ring
                         .drain(&mut words, DRAIN_CHUNK_WORDS, &mut st.seen_overwritten);
                     stats.events_lost += d.overwritten;
-                    if d.records == 0 && d.overwritten == 0 {
+                    if d.words == 0 && d.overwritten == 0 {
                         break;
                     }
                     let batch = Batch {
