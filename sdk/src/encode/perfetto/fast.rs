@@ -40,6 +40,10 @@ pub(super) struct Tmpl {
     te_at: u8,
     /// The call site has no arguments: the template is the whole packet.
     plain: bool,
+    /// Where the call site's argument-name iids start in the sequence's
+    /// `site_ann_iids`, plus one (0: none), kept here so a begin with args
+    /// need not look it up (it never moves once set).
+    ann: u32,
     /// The template, then zeros (a fixed-size copy writes it all).
     bytes: [u8; TMPL_MAX],
 }
@@ -50,6 +54,7 @@ impl Default for Tmpl {
             len: 0,
             te_at: 0,
             plain: true,
+            ann: 0,
             bytes: [0; TMPL_MAX],
         }
     }
@@ -257,7 +262,7 @@ const SLACK: usize = 16;
 /// iid past 127, a string of 124 bytes or more, words cut short) is
 /// written by [`long_annotation`], out of line.
 #[inline]
-fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>) -> bool {
+fn direct_annotations(seq: &Seq, cs: &Callsite, ann: u32, args: &[u64], w: &mut Spare<'_>) -> bool {
     let names = cs.arg_names.len();
     if names == 0 {
         return true;
@@ -265,9 +270,8 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
     if names * 64 < args.len() {
         return false; // more words than the bound counts (`begin_with_args`)
     }
-    let start = match seq.site_ann_start.get(cs.id() as usize) {
-        Some(&s) if s > 0 => s as usize - 1,
-        _ => return false,
+    let Some(start) = (ann as usize).checked_sub(1) else {
+        return false;
     };
     let Some(iids) = seq.site_ann_iids.get(start..start + names) else {
         return false;
@@ -601,7 +605,7 @@ impl PerfettoEncoder {
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.tmpl(t);
-        if !direct_annotations(seq, cs, args, &mut w) {
+        if !direct_annotations(seq, cs, t.ann, args, &mut w) {
             return self.begin_with_args_general(seq, cs, args, delta, t, out);
         }
         let n = w.n;
@@ -680,8 +684,7 @@ impl PerfettoEncoder {
         let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
         self.stats.events += 1;
         let delta = self.advance(seq, ts);
-        let t = seq.end_tmpl;
-        put(out, delta, &t);
+        put(out, delta, &seq.end_tmpl);
         true
     }
 
@@ -743,6 +746,7 @@ impl PerfettoEncoder {
         }
         let mut t = Tmpl::of(seq_id, flag, &te);
         t.plain = cs.arg_names.is_empty();
+        t.ann = seq.site_ann_start.get(idx).copied().unwrap_or(0);
         Some(t)
     }
 
