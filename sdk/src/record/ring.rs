@@ -1157,10 +1157,24 @@ impl SegmentView {
         }
     }
 
-    /// Appends the words at positions `from..to` to `out`.
+    /// Appends the words at positions `from..to` (at most the segment's
+    /// length) to `out`: as at most two runs of slots, before and after
+    /// the point where the positions wrap, each copied without masking.
     #[inline(always)]
     fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>) {
-        out.extend((from..to).map(|p| self.word(p)));
+        let slots = self.mask as usize + 1;
+        let mut pos = from;
+        while pos < to {
+            let i = (pos & self.mask) as usize;
+            let n = ((to - pos) as usize).min(slots - i);
+            // SAFETY: `base`/`mask` are a made, not yet freed segment's
+            // storage and length minus one, as in `word`; slots
+            // `i..i + n` are inside it (`i + n <= slots`), and a shared
+            // slice of atomics is sound while the producer stores to them.
+            let run = unsafe { std::slice::from_raw_parts(self.base.add(i), n) };
+            out.extend(run.iter().map(|w| w.load(Ordering::Relaxed)));
+            pos += n as u64;
+        }
     }
 
     #[inline(always)]
