@@ -202,6 +202,18 @@ impl Spare<'_> {
         self.n += 6 + n;
     }
 
+    /// A string annotation of up to 16 bytes: `head` (as in
+    /// [`Self::short_string`]), then the words `a` and `b` holding its `n`
+    /// bytes (and whatever follows them, written over next).
+    #[inline(always)]
+    fn two_words_string(&mut self, head: u64, a: u64, b: u64, n: usize) {
+        let win = &mut self.buf[self.n..self.n + 24];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        win[6..14].write_copy_of_slice(&a.to_le_bytes());
+        win[14..22].write_copy_of_slice(&b.to_le_bytes());
+        self.n += 6 + n;
+    }
+
     /// Eight bytes, of which the first `keep` count (the rest is written
     /// over next): a string's words copied whole.
     #[inline(always)]
@@ -406,6 +418,21 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Opti
         w.word(head | 2 << 8, 4);
         return Some(p);
     };
+    // The commonest value first: a string of up to 16 bytes (two words).
+    if t & 0xff == T_STR && t >> 8 <= 16 {
+        let n = t >> 8;
+        let nw = (n as usize).div_ceil(8);
+        if p + 1 + nw > args.len() {
+            return None; // cut short
+        }
+        // Past the string's words: bytes after its end, written over next.
+        let a = args.get(p + 1).copied().unwrap_or(0);
+        let b = args.get(p + 2).copied().unwrap_or(0);
+        // Body: name (2), tag, one-byte length, the bytes.
+        let head = head | 4 << 8 | (((DA_STRING << 3) | 2) as u64) << 32;
+        w.two_words_string(head + n * (1 << 8 | 1 << 40), a, b, n as usize);
+        return Some(p + 1 + nw);
+    }
     match t & 0xff {
         T_STR => {
             let n = (t >> 8) as usize;
