@@ -937,7 +937,7 @@ mod tests {
         let mut seq = e
             .seqs
             .remove(&t.seq_id)
-            .unwrap_or_else(|| Seq::new(t, track_uuid));
+            .unwrap_or_else(|| Box::new(Seq::new(t, track_uuid)));
         if b.overwritten > 0 {
             seq.valid = false;
             seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
