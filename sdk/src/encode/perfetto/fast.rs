@@ -413,24 +413,28 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Opti
             w.varint(v);
         }
     }
-    let Some(&t) = args.get(p) else {
-        // The record ended early: absent (null) values.
-        w.word(head | 2 << 8, 4);
-        return Some(p);
+    let (t, tail) = match args.get(p..) {
+        Some([t, tail @ ..]) => (*t, tail),
+        _ => {
+            // The record ended early: absent (null) values.
+            w.word(head | 2 << 8, 4);
+            return Some(p);
+        }
     };
     // The commonest value first: a string of up to 16 bytes (two words).
     if t & 0xff == T_STR && t >> 8 <= 16 {
         let n = t >> 8;
-        let nw = (n as usize).div_ceil(8);
-        if p + 1 + nw > args.len() {
-            return None; // cut short
-        }
-        // Past the string's words: bytes after its end, written over next.
-        let a = args.get(p + 1).copied().unwrap_or(0);
-        let b = args.get(p + 2).copied().unwrap_or(0);
+        // Its words, and past them bytes after its end (written over next).
+        let (a, b, nw) = match (n, tail) {
+            (0, _) => (0, 0, 0),
+            (1..=8, [a, ..]) => (*a, 0, 1),
+            (9..=16, [a, b, ..]) => (*a, *b, 2),
+            _ => return None, // cut short
+        };
         // Body: name (2), tag, one-byte length, the bytes.
-        let head = head | 4 << 8 | (((DA_STRING << 3) | 2) as u64) << 32;
-        w.two_words_string(head + n * (1 << 8 | 1 << 40), a, b, n as usize);
+        const STR_HEAD: u64 = 4 << 8 | (((DA_STRING << 3) | 2) as u64) << 32;
+        const PER_BYTE: u64 = 1 << 8 | 1 << 40;
+        w.two_words_string(head + STR_HEAD + n * PER_BYTE, a, b, n as usize);
         return Some(p + 1 + nw);
     }
     match t & 0xff {
