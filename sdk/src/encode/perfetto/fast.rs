@@ -422,7 +422,10 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Opti
         }
     };
     // The commonest value first: a string of up to 16 bytes (two words).
-    if t & 0xff == T_STR && t >> 8 <= 16 {
+    // (Tag 6 and length <= 16 in one compare: the tag's byte rotated to the
+    // top is zero only for a string, which keeps this test apart from the
+    // dispatch on the tag below.)
+    if (t ^ T_STR).rotate_right(8) <= 16 {
         let n = t >> 8;
         // Its words, and past them bytes after its end (written over next).
         let (a, b, nw) = match (n, tail) {
