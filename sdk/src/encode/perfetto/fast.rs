@@ -1157,7 +1157,13 @@ mod tests {
                 w.begin_args(
                     &D,
                     0,
-                    &[&s.as_str(), &(k as i64 - 20), &(k % 2 == 0), &0.5f64, &k],
+                    &[
+                        &s.as_str(),
+                        &(k as i64 - 20),
+                        &k.is_multiple_of(2),
+                        &0.5f64,
+                        &k,
+                    ],
                 );
                 w.begin_args(&C, 1, &[&s.as_str()]).end(1).end(0);
                 w.instant_args(&C, &[&(k * 1000)]);
