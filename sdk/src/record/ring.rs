@@ -1013,6 +1013,7 @@ impl Ring {
         // the CAS below); in drop mode only we move it, so the CAS cannot
         // fail.
         let mut starts: Vec<u64> = Vec::new();
+        let overwrite = self.overwrite;
         loop {
             out.truncate(base);
             starts.clear();
@@ -1027,7 +1028,7 @@ impl Ring {
             let mut seg = SegmentView::of(self.slot(index));
             let mut next_start = self.next_start(index, made);
             // At most one record per two words: one allocation per drain.
-            if self.overwrite {
+            if overwrite {
                 starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
             }
             // Records are found by their headers, then the words of each
@@ -1038,7 +1039,7 @@ impl Ring {
             // never freed by the producer) and each segment starts at a
             // record's start (`grow` starts it at `head`), so each
             // segment's part of `tail..head` is copied as it is.
-            let whole = !self.overwrite && head.saturating_sub(tail) <= max_words as u64;
+            let whole = !overwrite && head.saturating_sub(tail) <= max_words as u64;
             let mut pos = tail;
             let mut copied = tail;
             while pos < head && (pos - tail) < max_words as u64 {
@@ -1058,7 +1059,7 @@ impl Ring {
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
-                if self.overwrite {
+                if overwrite {
                     starts.push(pos);
                 }
                 pos += len;
