@@ -258,7 +258,9 @@ pub(crate) struct PerfettoOptions {
 
 pub(crate) struct PerfettoEncoder {
     opts: PerfettoOptions,
-    seqs: IdMap<u32, Seq>,
+    /// Boxed: a batch takes its sequence out and puts it back, moving a
+    /// pointer rather than the whole state.
+    seqs: IdMap<u32, Box<Seq>>,
     stats: EncodeStats,
     /// Scratch buffers reused for every packet.
     te: Vec<u8>,
@@ -328,7 +330,7 @@ impl Encoder for PerfettoEncoder {
         let mut seq = self
             .seqs
             .remove(&t.seq_id)
-            .unwrap_or_else(|| Seq::new(t, track_uuid));
+            .unwrap_or_else(|| Box::new(Seq::new(t, track_uuid)));
         if batch.overwritten > 0 {
             seq.valid = false;
             seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
@@ -355,7 +357,7 @@ impl Encoder for PerfettoEncoder {
         let seq = self
             .seqs
             .entry(t.seq_id)
-            .or_insert_with(|| Seq::new(t, track_uuid));
+            .or_insert_with(|| Box::new(Seq::new(t, track_uuid)));
         seq.valid = false;
         seq.loss_flags |= LOSS_PRESENT
             | if t.is_overwrite() {

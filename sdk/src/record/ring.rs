@@ -509,8 +509,8 @@ impl Reservation<'_> {
 /// What one `drain` call found.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Drained {
-    /// Whole records copied out.
-    pub(crate) records: usize,
+    /// Words of whole records copied out.
+    pub(crate) words: usize,
     /// Records the producer overwrote since the previous drain (overwrite mode).
     pub(crate) overwritten: u64,
 }
@@ -1087,8 +1087,12 @@ impl Ring {
         seen_overwritten: &mut u64,
     ) -> Drained {
         let base = out.len();
-        // Where each record copied starts in the ring (ascending).
+        // Where each record copied starts in the ring (ascending): kept in
+        // overwrite mode only, where the producer may move the tail (see
+        // the CAS below); in drop mode only we move it, so the CAS cannot
+        // fail.
         let mut starts: Vec<u64> = Vec::new();
+        let overwrite = self.overwrite;
         loop {
             out.truncate(base);
             starts.clear();
@@ -1103,10 +1107,18 @@ impl Ring {
             let mut seg = SegmentView::of(self.slot(index));
             let mut next_start = self.next_start(index, made);
             // At most one record per two words: one allocation per drain.
-            starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
+            if overwrite {
+                starts.reserve((head.saturating_sub(tail) as usize).min(max_words) / 2 + 1);
+            }
             // Records are found by their headers, then the words of each
             // segment's run of them are copied at once; `out[base..]` holds
-            // the ring's words `tail..pos` in order.
+            // the ring's words `tail..pos` in order. In drop mode, when all
+            // that is published fits, no header is read: the words below
+            // `head` are whole records (published by its Release store,
+            // never freed by the producer) and each segment starts at a
+            // record's start (`grow` starts it at `head`), so each
+            // segment's part of `tail..head` is copied as it is.
+            let whole = !overwrite && head.saturating_sub(tail) <= max_words as u64;
             let mut pos = tail;
             let mut copied = tail;
             while pos < head && (pos - tail) < max_words as u64 {
@@ -1118,11 +1130,17 @@ impl Ring {
                     next_start = self.next_start(index, made);
                     continue;
                 }
+                if whole {
+                    pos = next_start.min(head);
+                    continue;
+                }
                 let len = header_len(seg.word(pos));
                 if len == 0 || pos + len > head {
                     break; // torn by an overwrite; the CAS below will fail
                 }
-                starts.push(pos);
+                if overwrite {
+                    starts.push(pos);
+                }
                 pos += len;
             }
             seg.copy(copied, pos, out);
@@ -1161,7 +1179,7 @@ impl Ring {
             let overwritten = total - *seen_overwritten;
             *seen_overwritten = total;
             return Drained {
-                records: starts.len(),
+                words: out.len() - base,
                 overwritten,
             };
         }
@@ -1218,10 +1236,24 @@ impl SegmentView {
         }
     }
 
-    /// Appends the words at positions `from..to` to `out`.
+    /// Appends the words at positions `from..to` (at most the segment's
+    /// length) to `out`: as at most two runs of slots, before and after
+    /// the point where the positions wrap, each copied without masking.
     #[inline(always)]
     fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>) {
-        out.extend((from..to).map(|p| self.word(p)));
+        let slots = self.mask as usize + 1;
+        let mut pos = from;
+        while pos < to {
+            let i = (pos & self.mask) as usize;
+            let n = ((to - pos) as usize).min(slots - i);
+            // SAFETY: `base`/`mask` are a made, not yet freed segment's
+            // storage and length minus one, as in `word`; slots
+            // `i..i + n` are inside it (`i + n <= slots`), and a shared
+            // slice of atomics is sound while the producer stores to them.
+            let run = unsafe { std::slice::from_raw_parts(self.base.add(i), n) };
+            out.extend(run.iter().map(|w| w.load(Ordering::Relaxed)));
+            pos += n as u64;
+        }
     }
 
     #[inline(always)]

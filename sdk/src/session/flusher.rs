@@ -11,7 +11,7 @@
 
 #![forbid(unsafe_code)]
 
-use crate::encode::{Batch, Context, Encoder, ProcessInfo, Sites};
+use crate::encode::{Batch, Context, Encoder, IdMap, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::ring::GROWTH;
@@ -22,7 +22,6 @@ use crate::session::sink::Sink;
 use crate::system::data_source::RecordFilter;
 use crate::system::feed::SystemFeed;
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
@@ -134,7 +133,7 @@ struct SpareState {
 /// pass of the flusher can take milliseconds).
 struct Spares {
     seen: u64,
-    rings: HashMap<u32, SpareState>,
+    rings: IdMap<u32, SpareState>,
 }
 
 impl Spares {
@@ -200,7 +199,7 @@ impl Flusher {
         let mut out = Vec::with_capacity(WRITE_AT * 2);
         let mut words = Vec::with_capacity(DRAIN_CHUNK_WORDS * 2);
         let mut rings: Vec<Arc<ThreadRing>> = Vec::new();
-        let mut state: HashMap<u32, RingState> = HashMap::new();
+        let mut state: IdMap<u32, RingState> = IdMap::default();
         let mut stats = Stats::default();
         {
             let mut ctx = ctx!();
@@ -215,7 +214,7 @@ impl Flusher {
         // Rings may have grown before this thread ran: look at once.
         let mut spares = Spares {
             seen: u64::MAX,
-            rings: HashMap::new(),
+            rings: IdMap::default(),
         };
         {
             let shared = shared.clone();
@@ -285,7 +284,7 @@ impl Flusher {
                         .ring
                         .drain(&mut words, DRAIN_CHUNK_WORDS, &mut st.seen_overwritten);
                     stats.events_lost += d.overwritten;
-                    if d.records == 0 && d.overwritten == 0 {
+                    if d.words == 0 && d.overwritten == 0 {
                         break;
                     }
                     let batch = Batch {
@@ -516,7 +515,7 @@ impl Drop for Finally {
 /// rather than on its own slow path; gives back spares left unused for
 /// [`SPARE_IDLE`]. Rings that never grew get none: a thread that records a
 /// few events holds no more than its first 1 KiB.
-fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut HashMap<u32, SpareState>) {
+fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut IdMap<u32, SpareState>) {
     let now = Instant::now();
     for tr in rings {
         let made = tr.ring.segments_made();

@@ -91,7 +91,8 @@ fn workload(trace: &str) -> Value {
                     barrier.wait();
                     let mut events = Vec::new();
                     for i in 0..50u32 {
-                        let label = format!("item\t{i}\u{1}é");
+                        // 9 to 48 bytes (two to six words): strings of either fast writer.
+                        let label = format!("item\t{i}\u{1}é{}", "x".repeat(i as usize % 40));
                         ringtrace::trace_scope!("work", "outer", i = i, thread = t as u64, label = label.as_str());
                         events.push(json!({"type": "begin", "name": "outer", "cat": "work",
                             "args": {"i": i, "thread": t, "label": label}}));

@@ -18,7 +18,9 @@
 
 use super::*;
 use crate::encode::protowire::patch_len;
-use crate::record::args::{ArgReader, ArgValue};
+use crate::record::args::{
+    ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
+};
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
 use crate::record::ring::{header_kind, header_len, header_payload};
 use std::mem::MaybeUninit;
@@ -38,6 +40,10 @@ pub(super) struct Tmpl {
     te_at: u8,
     /// The call site has no arguments: the template is the whole packet.
     plain: bool,
+    /// Where the call site's argument-name iids start in the sequence's
+    /// `site_ann_iids`, plus one (0: none), kept here so a begin with args
+    /// need not look it up (it never moves once set).
+    ann: u32,
     /// The template, then zeros (a fixed-size copy writes it all).
     bytes: [u8; TMPL_MAX],
 }
@@ -48,6 +54,7 @@ impl Default for Tmpl {
             len: 0,
             te_at: 0,
             plain: true,
+            ann: 0,
             bytes: [0; TMPL_MAX],
         }
     }
@@ -158,17 +165,8 @@ impl Spare<'_> {
             self.word(x | v << (8 * k), k + 1);
         } else {
             self.word(x, 7);
-            self.varint_rest(v);
+            self.n = varint_rest(self.buf, self.n, v);
         }
-    }
-
-    #[cold]
-    fn varint_rest(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.byte(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.byte(v as u8);
     }
 
     /// A template's bytes: a fixed-size copy of all [`TMPL_MAX`], of which
@@ -177,6 +175,43 @@ impl Spare<'_> {
     fn tmpl(&mut self, t: &Tmpl) {
         self.buf[self.n..self.n + TMPL_MAX].write_copy_of_slice(&t.bytes);
         self.n += t.len as usize;
+    }
+
+    /// A short string annotation: `head` (its first 6 bytes: the
+    /// annotation's tag, length, name, the string's tag and length), then
+    /// the `n` bytes packed in `words`. Strings of up to 16 bytes (most)
+    /// take two word stores, whatever
+    /// their length: the window is 24 bytes ([`SLACK`] covers what the
+    /// bound does not).
+    #[inline(always)]
+    fn short_string(&mut self, head: u64, words: &[u64], n: usize) {
+        let (a, b) = match *words {
+            [] => (0, 0),
+            [a] => (a, 0),
+            [a, b] => (a, b),
+            _ => {
+                string_run(self.buf, self.n, head, words);
+                self.n += 6 + n;
+                return;
+            }
+        };
+        let win = &mut self.buf[self.n..self.n + 24];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        win[6..14].write_copy_of_slice(&a.to_le_bytes());
+        win[14..22].write_copy_of_slice(&b.to_le_bytes());
+        self.n += 6 + n;
+    }
+
+    /// A string annotation of up to 16 bytes: `head` (as in
+    /// [`Self::short_string`]), then the words `a` and `b` holding its `n`
+    /// bytes (and whatever follows them, written over next).
+    #[inline(always)]
+    fn two_words_string(&mut self, head: u64, a: u64, b: u64, n: usize) {
+        let win = &mut self.buf[self.n..self.n + 24];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        win[6..14].write_copy_of_slice(&a.to_le_bytes());
+        win[14..22].write_copy_of_slice(&b.to_le_bytes());
+        self.n += 6 + n;
     }
 
     /// Eight bytes, of which the first `keep` count (the rest is written
@@ -188,6 +223,36 @@ impl Spare<'_> {
     }
 }
 
+// The out-of-line helpers of `Spare` take its buffer and position, not
+// `&mut Spare`: a `Spare` whose address is never passed on stays in
+// registers in the loops that write annotations.
+
+/// The rest of a varint of more than 7 bytes, at `buf[n..]`; the position
+/// after it.
+#[cold]
+fn varint_rest(buf: &mut [MaybeUninit<u8>], mut n: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        buf[n] = MaybeUninit::new(v as u8 | 0x80);
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = MaybeUninit::new(v as u8);
+    n + 1
+}
+
+/// A short string annotation of more than two words at `buf[at..]`:
+/// `head` (see [`Spare::short_string`]), then its words copied whole into
+/// a window of 8 bytes per word past the head (one bounds check).
+#[inline(never)]
+fn string_run(buf: &mut [MaybeUninit<u8>], at: usize, head: u64, words: &[u64]) {
+    let win = &mut buf[at..at + 8 + 8 * words.len()];
+    win[..8].write_copy_of_slice(&head.to_le_bytes());
+    let (chunks, _) = win[6..].as_chunks_mut::<8>();
+    for (dst, &word) in chunks.iter_mut().zip(words) {
+        dst.write_copy_of_slice(&word.to_le_bytes());
+    }
+}
+
 /// Most bytes of one annotation besides its value's words: tag, length
 /// (5), name iid (tag and 5), the value's tag. A value takes at most 8
 /// bytes per word it was recorded in: a scalar (two words) at most 10, a
@@ -195,11 +260,21 @@ impl Spare<'_> {
 /// null (no word when the record ends early) none.
 const ANN_MAX_HEAD: usize = 13;
 
+/// Bytes a fixed-size store may write past what an annotation's share of
+/// the bound covers: a short string's 24-byte window (its share is at
+/// least 13 + 8, plus the 8 the bound keeps for any word store).
+const SLACK: usize = 16;
+
 /// The annotations of `cs`'s arguments written into `w`, as `annotation`
 /// writes them, if every name is interned and every value is a scalar, a
 /// string or absent; false (and `w` to be discarded) otherwise.
+///
+/// One pass over the value words: each value's tag word is read once and
+/// dispatched once ([`short_annotation`]); what that does not take (a name
+/// iid past 127, a string of 124 bytes or more, words cut short) is
+/// written by [`long_annotation`], out of line.
 #[inline]
-fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>) -> bool {
+fn direct_annotations(seq: &Seq, cs: &Callsite, ann: u32, args: &[u64], w: &mut Spare<'_>) -> bool {
     let names = cs.arg_names.len();
     if names == 0 {
         return true;
@@ -207,70 +282,103 @@ fn direct_annotations(seq: &Seq, cs: &Callsite, args: &[u64], w: &mut Spare<'_>)
     if names * 64 < args.len() {
         return false; // more words than the bound counts (`begin_with_args`)
     }
-    let start = match seq.site_ann_start.get(cs.id() as usize) {
-        Some(&s) if s > 0 => s as usize - 1,
-        _ => return false,
+    let Some(start) = (ann as usize).checked_sub(1) else {
+        return false;
     };
     let Some(iids) = seq.site_ann_iids.get(start..start + names) else {
         return false;
     };
-    let mut r = ArgReader::new(args);
+    // A `Spare` of this loop's own, whose address is never passed on (the
+    // out-of-line writer gets another): its position stays in a register.
+    let mut s = Spare {
+        buf: &mut *w.buf,
+        n: w.n,
+    };
+    let mut p = 0;
     for &iid in iids {
-        if iid == 0 {
-            return false;
+        // iid 0: not interned (the general path interns it).
+        if iid.wrapping_sub(1) < 0x7f {
+            if let Some(next) = short_annotation(&mut s, iid as u64, args, p) {
+                p = next;
+                continue;
+            }
         }
-        let value = r.next();
-        if iid < 0x80 && short_annotation(w, iid as u64, &value) {
-            continue;
-        }
-        let iid = iid as u64;
-        let name_len = uint_len(DA_NAME_IID, iid);
-        w.byte(((TE_DEBUG_ANNOTATIONS << 3) | 2) as u8);
-        // Length, name, value: each as `annotation` sizes and writes it.
-        macro_rules! head {
-            ($body:expr) => {{
-                w.varint(($body) as u64);
-                w.byte((DA_NAME_IID << 3) as u8);
-                w.varint(iid);
-            }};
-        }
-        match value {
-            ArgValue::Int(v) => {
-                head!(name_len + uint_len(DA_INT, v as u64));
-                w.byte((DA_INT << 3) as u8);
-                w.varint(v as u64);
-            }
-            ArgValue::Uint(v) => {
-                head!(name_len + uint_len(DA_UINT, v));
-                w.byte((DA_UINT << 3) as u8);
-                w.varint(v);
-            }
-            ArgValue::Bool(v) => {
-                head!(name_len + 2);
-                w.bytes(&[(DA_BOOL << 3) as u8, v as u8]);
-            }
-            ArgValue::Double(v) => {
-                head!(name_len + 9);
-                w.byte(((DA_DOUBLE << 3) | 1) as u8);
-                w.word(v.to_bits(), 8);
-            }
-            ArgValue::Str(sw) => {
-                let n = sw.len();
-                head!(name_len + len_field_len(DA_STRING, n));
-                w.byte(((DA_STRING << 3) | 2) as u8);
-                w.varint(n as u64);
-                string_words(w, &sw);
-            }
-            ArgValue::Pointer(v) => {
-                head!(name_len + uint_len(DA_POINTER, v));
-                w.byte((DA_POINTER << 3) as u8);
-                w.varint(v);
-            }
-            ArgValue::Null => head!(name_len),
-            ArgValue::Dict(_) | ArgValue::Array(_) => return false,
+        let mut c = Spare {
+            buf: &mut *s.buf,
+            n: s.n,
+        };
+        let next = long_annotation(&mut c, iid, args, p);
+        s.n = c.n;
+        match next {
+            Some(next) => p = next,
+            None => return false,
         }
     }
+    w.n = s.n;
     true
+}
+
+/// One annotation of any scalar or string value, its name iid any, read
+/// from `args[p..]` as [`ArgReader`] reads it; the position after it, or
+/// none for a container or a name not interned.
+#[cold]
+#[inline(never)]
+fn long_annotation(w: &mut Spare<'_>, iid: u32, args: &[u64], p: usize) -> Option<usize> {
+    if iid == 0 {
+        return None;
+    }
+    // Past the end every word reads as zero: the same from any position
+    // there.
+    let p = p.min(args.len());
+    let mut r = ArgReader::new(&args[p..]);
+    let value = r.next();
+    let iid = iid as u64;
+    let name_len = uint_len(DA_NAME_IID, iid);
+    w.byte(((TE_DEBUG_ANNOTATIONS << 3) | 2) as u8);
+    // Length, name, value: each as `annotation` sizes and writes it.
+    macro_rules! head {
+        ($body:expr) => {{
+            w.varint(($body) as u64);
+            w.byte((DA_NAME_IID << 3) as u8);
+            w.varint(iid);
+        }};
+    }
+    match value {
+        ArgValue::Int(v) => {
+            head!(name_len + uint_len(DA_INT, v as u64));
+            w.byte((DA_INT << 3) as u8);
+            w.varint(v as u64);
+        }
+        ArgValue::Uint(v) => {
+            head!(name_len + uint_len(DA_UINT, v));
+            w.byte((DA_UINT << 3) as u8);
+            w.varint(v);
+        }
+        ArgValue::Bool(v) => {
+            head!(name_len + 2);
+            w.bytes(&[(DA_BOOL << 3) as u8, v as u8]);
+        }
+        ArgValue::Double(v) => {
+            head!(name_len + 9);
+            w.byte(((DA_DOUBLE << 3) | 1) as u8);
+            w.word(v.to_bits(), 8);
+        }
+        ArgValue::Str(sw) => {
+            let n = sw.len();
+            head!(name_len + len_field_len(DA_STRING, n));
+            w.byte(((DA_STRING << 3) | 2) as u8);
+            w.varint(n as u64);
+            string_words(w, &sw);
+        }
+        ArgValue::Pointer(v) => {
+            head!(name_len + uint_len(DA_POINTER, v));
+            w.byte((DA_POINTER << 3) as u8);
+            w.varint(v);
+        }
+        ArgValue::Null => head!(name_len),
+        ArgValue::Dict(_) | ArgValue::Array(_) => return None,
+    }
+    Some(p + r.pos())
 }
 
 /// A string's bytes, whole words at a time.
@@ -284,11 +392,14 @@ fn string_words(w: &mut Spare<'_>, sw: &crate::record::args::StrWords<'_>) {
     }
 }
 
-/// The commonest annotations, whose name iid (`iid < 0x80`) and length take
-/// one byte each: the head (tag, length, name) and a short value's tag and
-/// byte built in one word. False if `value` is not one of them.
+/// The commonest annotations, whose name iid (`1..0x80`) and length take
+/// one byte each, read from the value words at `args[p..]` (as
+/// [`ArgReader`] reads them) and written with their head (tag, length,
+/// name) and a short value's tag and byte built in one word: the position
+/// after the value, or none if it is not one of them (a string of 124
+/// bytes or more, a container, value words cut short).
 #[inline(always)]
-fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
+fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Option<usize> {
     // tag, length, DA_NAME_IID tag, iid: the length goes in byte 1.
     let head =
         ((TE_DEBUG_ANNOTATIONS << 3) | 2) as u64 | ((DA_NAME_IID << 3) as u64) << 16 | iid << 24;
@@ -302,28 +413,78 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, value: &ArgValue<'_>) -> bool {
             w.varint(v);
         }
     }
-    match *value {
-        ArgValue::Int(v) => scalar(w, head, DA_INT, v as u64),
-        ArgValue::Uint(v) => scalar(w, head, DA_UINT, v),
-        ArgValue::Pointer(v) => scalar(w, head, DA_POINTER, v),
-        ArgValue::Bool(v) => scalar(w, head, DA_BOOL, v as u64),
-        ArgValue::Null => w.word(head | 2 << 8, 4),
-        ArgValue::Double(v) => {
-            w.word(head | 11 << 8 | (((DA_DOUBLE << 3) | 1) as u64) << 32, 5);
-            w.word(v.to_bits(), 8);
+    let (t, tail) = match args.get(p..) {
+        Some([t, tail @ ..]) => (*t, tail),
+        _ => {
+            // The record ended early: absent (null) values.
+            w.word(head | 2 << 8, 4);
+            return Some(p);
         }
+    };
+    // The commonest value first: a string of up to 16 bytes (two words).
+    // (Tag 6 and length <= 16 in one compare: the tag's byte rotated to the
+    // top is zero only for a string, which keeps this test apart from the
+    // dispatch on the tag below.)
+    if (t ^ T_STR).rotate_right(8) <= 16 {
+        let n = t >> 8;
+        // Its words, and past them bytes after its end (written over next).
+        let (a, b, nw) = match (n, tail) {
+            (0, _) => (0, 0, 0),
+            (1..=8, [a, ..]) => (*a, 0, 1),
+            (9..=16, [a, b, ..]) => (*a, *b, 2),
+            _ => return None, // cut short
+        };
         // Body: name (2), tag, one-byte length, the bytes.
-        ArgValue::Str(ref sw) if sw.len() < 0x80 - 4 => {
-            let n = sw.len() as u64;
-            w.word(
-                head | (4 + n) << 8 | (((DA_STRING << 3) | 2) as u64) << 32 | n << 40,
-                6,
-            );
-            string_words(w, sw);
-        }
-        _ => return false,
+        const STR_HEAD: u64 = 4 << 8 | (((DA_STRING << 3) | 2) as u64) << 32;
+        const PER_BYTE: u64 = 1 << 8 | 1 << 40;
+        w.two_words_string(head + STR_HEAD + n * PER_BYTE, a, b, n as usize);
+        return Some(p + 1 + nw);
     }
-    true
+    match t & 0xff {
+        T_STR => {
+            let n = (t >> 8) as usize;
+            if n >= 0x80 - 4 {
+                return None;
+            }
+            let words = args.get(p + 1..p + 1 + n.div_ceil(8))?;
+            // Body: name (2), tag, one-byte length, the bytes.
+            let n = n as u64;
+            w.short_string(
+                head | (4 + n) << 8 | (((DA_STRING << 3) | 2) as u64) << 32 | n << 40,
+                words,
+                n as usize,
+            );
+            Some(p + 1 + words.len())
+        }
+        T_INT => {
+            scalar(w, head, DA_INT, *args.get(p + 1)?);
+            Some(p + 2)
+        }
+        T_UINT => {
+            scalar(w, head, DA_UINT, *args.get(p + 1)?);
+            Some(p + 2)
+        }
+        T_POINTER => {
+            scalar(w, head, DA_POINTER, *args.get(p + 1)?);
+            Some(p + 2)
+        }
+        T_BOOL => {
+            scalar(w, head, DA_BOOL, (t >> 8) & 1);
+            Some(p + 1)
+        }
+        T_DOUBLE => {
+            let v = *args.get(p + 1)?;
+            w.word(head | 11 << 8 | (((DA_DOUBLE << 3) | 1) as u64) << 32, 5);
+            w.word(v, 8);
+            Some(p + 2)
+        }
+        T_DICT | T_ARRAY => None,
+        // Null, or a tag this reader does not know: a null value.
+        _ => {
+            w.word(head | 2 << 8, 4);
+            Some(p + 1)
+        }
+    }
 }
 
 impl PerfettoEncoder {
@@ -462,9 +623,9 @@ impl PerfettoEncoder {
         out: &mut Vec<u8>,
     ) {
         let names = cs.arg_names.len();
-        // What `direct_annotations` can write (see there), and the 8 bytes
-        // a word store may write past the last byte kept.
-        let bound = PACKET_MAX + 8 + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
+        // What `direct_annotations` can write (see there), the 8 bytes
+        // a word store may write past the last byte kept, and [`SLACK`].
+        let bound = PACKET_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
         out.reserve(bound);
         let len = out.len();
         let mut w = Spare {
@@ -478,19 +639,25 @@ impl PerfettoEncoder {
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.tmpl(t);
-        let done = direct_annotations(seq, cs, args, &mut w);
+        if !direct_annotations(seq, cs, t.ann, args, &mut w) {
+            return self.begin_with_args_general(seq, cs, args, delta, t, out);
+        }
         let n = w.n;
+        // The usual packet (< 128 bytes): both lengths take their one byte.
+        let short = n - 2 < 0x80;
+        if short {
+            w.buf[te_start - 1] = MaybeUninit::new((n - te_start) as u8);
+            w.buf[1] = MaybeUninit::new((n - 2) as u8);
+        }
         // SAFETY: `Spare` writes its bytes in order from the start of the
         // spare capacity, each one through a bounds-checked index into the
         // `bound` bytes reserved above, so bytes `len..len + n` are
         // initialised and `len + n <= capacity`.
         unsafe { out.set_len(len + n) };
-        if !done {
-            out.truncate(len);
-            return self.begin_with_args_general(seq, cs, args, delta, t, out);
+        if !short {
+            patch_len(out, len + te_start);
+            patch_len(out, len + 2);
         }
-        patch_len(out, len + te_start);
-        patch_len(out, len + 2);
     }
 
     /// [`Self::begin_with_args`] through the scratch buffers: interns what
@@ -551,8 +718,7 @@ impl PerfettoEncoder {
         let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
         self.stats.events += 1;
         let delta = self.advance(seq, ts);
-        let t = seq.end_tmpl;
-        put(out, delta, &t);
+        put(out, delta, &seq.end_tmpl);
         true
     }
 
@@ -614,6 +780,7 @@ impl PerfettoEncoder {
         }
         let mut t = Tmpl::of(seq_id, flag, &te);
         t.plain = cs.arg_names.is_empty();
+        t.ann = seq.site_ann_start.get(idx).copied().unwrap_or(0);
         Some(t)
     }
 
@@ -777,7 +944,7 @@ mod tests {
         let mut seq = e
             .seqs
             .remove(&t.seq_id)
-            .unwrap_or_else(|| Seq::new(t, track_uuid));
+            .unwrap_or_else(|| Box::new(Seq::new(t, track_uuid)));
         if b.overwritten > 0 {
             seq.valid = false;
             seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
@@ -967,6 +1134,51 @@ mod tests {
         for (opts, seq_id) in all_opts() {
             let out = both(opts, seq_id, &steps);
             assert!(!out.is_empty());
+        }
+    }
+
+    #[test]
+    fn annotations_follow_the_interning_across_clears_and_losses() {
+        // C's one name and D's five are interned in the order the sites are
+        // first used: C then D before the clear, D then C after it, and
+        // again after a loss restarts the sequence. Annotations written
+        // with a name iid from before would differ from the general path's.
+        // Strings of every length from 0 to 40 bytes: no word, one, two
+        // (the two-store writer) and up to five (the run of words).
+        let mut w = Words::new();
+        let mut steps = Vec::new();
+        let strings: Vec<String> = (0..=40).map(|n| "s".repeat(n)).collect();
+        let round = |w: &mut Words, first_c: bool| {
+            for (k, s) in strings.iter().enumerate() {
+                let k = k as u64;
+                if first_c {
+                    w.instant_args(&C, &[&s.as_str()]);
+                }
+                w.begin_args(
+                    &D,
+                    0,
+                    &[
+                        &s.as_str(),
+                        &(k as i64 - 20),
+                        &k.is_multiple_of(2),
+                        &0.5f64,
+                        &k,
+                    ],
+                );
+                w.begin_args(&C, 1, &[&s.as_str()]).end(1).end(0);
+                w.instant_args(&C, &[&(k * 1000)]);
+            }
+        };
+        round(&mut w, true);
+        steps.push(Step::Words(w.take()));
+        steps.push(Step::Clear);
+        round(&mut w, false);
+        steps.push(Step::Words(w.take()));
+        w.lost(2);
+        round(&mut w, false);
+        steps.push(Step::Words(w.take()));
+        for (opts, seq_id) in all_opts() {
+            both(opts, seq_id, &steps);
         }
     }
 
