@@ -117,6 +117,14 @@ impl Budget {
         self.used().saturating_add(bytes) <= self.limit.load(Ordering::Relaxed)
     }
 
+    /// `try_take` on a cold path (a thread's first ring, a growth the pool
+    /// did not serve): if refused, gives pooled segments back to make room
+    /// (`Pool::give_back_for`: system calls) and asks once more. The pool
+    /// must never hold the memory a thread needs to record at all.
+    pub(crate) fn try_take_cold(&self, bytes: u64) -> bool {
+        self.try_take(bytes) || (self.pool.give_back_for(self, bytes) > 0 && self.try_take(bytes))
+    }
+
     /// Gives back `bytes` taken earlier.
     pub(crate) fn give_back(&self, bytes: u64) {
         let before = self.used.fetch_sub(bytes, Ordering::Relaxed);

@@ -111,6 +111,8 @@ pub(crate) struct Flusher {
     pub(crate) interval: Duration,
     /// Rotations and dumps (`capture`).
     pub(crate) windows: Windows,
+    /// `GROWTH`'s count before the session's call sites were on.
+    pub(crate) growth_at_start: u64,
 }
 
 #[derive(Default)]
@@ -134,19 +136,30 @@ struct SpareState {
 /// pass of the flusher can take milliseconds).
 struct Spares {
     seen: u64,
+    /// `GROWTH`'s count when the pool was last restocked (at the session's
+    /// start: what `start` stocked, if anything).
+    stocked: u64,
     rings: HashMap<u32, SpareState>,
 }
 
 impl Spares {
     /// Tends the spares if a ring grew since the last look (or if `all`).
+    /// Not while stopping: the spares and the stock would be given back at
+    /// once.
     fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool) {
         let grown = GROWTH.count();
         if grown != self.seen || all {
             self.seen = grown;
             tend_spares(rings, &mut self.rings);
+        }
+        if grown != self.stocked {
+            self.stocked = grown;
             // Sizes a growth emptied are stocked again, here rather than
             // on a recording thread's first lap; a ring that grows
             // meanwhile gets its spare first (the next pass stocks on).
+            // Only after a growth: a stock given back idle stays so until
+            // rings grow again (and none is made in system-tracing-only
+            // mode until a tracing session turns call sites on).
             REGISTRY
                 .budget
                 .pool()
@@ -174,6 +187,7 @@ impl Flusher {
             recorder_bytes,
             interval,
             mut windows,
+            growth_at_start,
         } = self;
         let (mut encoder, mut sink) = match output {
             Some((e, s)) => (Some(e), Some(s)),
@@ -215,6 +229,7 @@ impl Flusher {
         // Rings may have grown before this thread ran: look at once.
         let mut spares = Spares {
             seen: u64::MAX,
+            stocked: growth_at_start,
             rings: HashMap::new(),
         };
         {
@@ -266,7 +281,9 @@ impl Flusher {
             REGISTRY.snapshot(&mut rings);
             // First, before draining: the next segment of each ring that
             // grew, which its thread may need within microseconds.
-            spares.tend_if_grown(&rings, full);
+            if !stopping {
+                spares.tend_if_grown(&rings, full);
+            }
             REGISTRY.budget.pool().trim(REGISTRY.budget);
             let mut gone = Vec::new();
             for tr in &rings {
@@ -331,7 +348,9 @@ impl Flusher {
                         sys.batch(&mut ctx, &batch);
                     }
                     write_if_full(&mut sink, &mut out);
-                    spares.tend_if_grown(&rings, false);
+                    if !stopping {
+                        spares.tend_if_grown(&rings, false);
+                    }
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
                         break;
