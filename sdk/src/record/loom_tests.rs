@@ -365,10 +365,9 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
         if took.fold(false, |a, b| a | b) {
             POOLED_TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // A producer that gave its segment back after the close left it
-        // pooled in a closed pool only if it checked `open` before the
-        // close: the next close (the next session's end) frees it.
-        pool.close(budget);
+        // A producer that gave its segment back while the pool closed
+        // freed it itself (`put`'s fence), if `close` missed it.
+        assert_eq!(pool.pooled_bytes(), 0, "a segment left in a closed pool");
         assert_eq!(budget.used(), 0, "every segment given back once");
     });
     assert!(
@@ -379,6 +378,38 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
 
 /// Executions in which a producer took a pooled segment.
 static POOLED_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `put` racing `close`: a thread gives a segment to the pool while the
+/// session's end closes it. Whichever order their steps take (put loads
+/// `open` before the close and its CAS lands after the close's scan), the
+/// segment is freed once and nothing stays in the closed pool: either the
+/// close's scan sees the word, or the put sees `open` false after its SeqCst
+/// fence and takes the word back.
+#[test]
+fn loom_tests_a_segment_put_while_the_pool_closes_is_freed_once() {
+    use crate::record::ring::{alloc_mapped, free_mapped, PAGE};
+    let words = PAGE / 8;
+    let bytes = segment_bytes(words);
+    loom::model(move || {
+        let budget = Budget::leaked(u64::MAX);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        assert!(budget.try_take(bytes));
+        let base = alloc_mapped(words).unwrap() as usize;
+        let putter = thread::spawn(move || {
+            let base = base as *mut crate::record::sync::AtomicU64;
+            if !pool.put(budget, base, words) {
+                // SAFETY: ours (made above), not pooled, freed once.
+                unsafe { free_mapped(base, words) };
+                budget.give_back(bytes);
+            }
+        });
+        pool.close(budget);
+        putter.join().unwrap();
+        assert_eq!(pool.pooled_bytes(), 0, "a segment left in a closed pool");
+        assert_eq!(budget.used(), 0, "the segment given back once");
+    });
+}
 
 /// A ring of 8 words growing to 32 while its consumer makes a spare: the
 /// producer's growth and the consumer's `prepare_spare` both take from the

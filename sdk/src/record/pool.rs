@@ -1,7 +1,8 @@
 //! The pool of mapped-in ring segments (one per budget: the process-wide
 //! one's in a session): segments rings give up (outgrown ones once
-//! drained, spares given back, rings of exited threads) are kept here, their pages still mapped in, and a growing ring
-//! takes one of the size it wants instead of mapping a new one. Memory must
+//! drained, spares given back, rings of exited threads) are kept here,
+//! their pages still mapped in, and a growing ring takes one of the size it
+//! wants instead of mapping a new one. Memory must
 //! be zeroed by someone before its first write; in 4 KiB pages that costs
 //! more per byte than a recording thread takes to fill it (measured in a VM:
 //! ~330 us per MiB against ~600 us per MiB of records), so a thread whose
@@ -41,7 +42,7 @@ use crate::record::budget::Budget;
 use crate::record::ring::{
     alloc_mapped, free_mapped, map_in_segment, pack_segment, segment_bytes, unpack_segment, PAGE,
 };
-use crate::record::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::record::sync::{fence, AtomicBool, AtomicU64, Ordering};
 // Counters that order nothing (the segments are handed over by `words`
 // alone): std's atomics even under loom, outside the models.
 use std::sync::atomic::{AtomicU64 as PlainU64, Ordering as Plain};
@@ -85,7 +86,9 @@ pub(crate) struct Pool {
     since: [PlainU64; CLASSES * SLOTS],
     /// Bytes pooled now (approximate while segments move: a soft cap).
     bytes: PlainU64,
-    /// Segments are kept only while a session is open.
+    /// Segments are kept only while a session is open. SeqCst with a fence
+    /// in `put` and `close`, so that a segment put while the pool closes is
+    /// seen by one of them (see `put`).
     open: AtomicBool,
     /// When a ring was last made or grew (ms, `now_ms`): the stock's idle
     /// time.
@@ -172,10 +175,12 @@ impl Pool {
     }
 
     /// Stops keeping segments and gives back every pooled one (a session
-    /// stopped). A segment put back by a thread racing with this is given
-    /// back by the next `close` or `trim`.
+    /// stopped), including one a thread puts meanwhile (see `put`).
     pub(crate) fn close(&self, budget: &Budget) {
-        self.open.store(false, Ordering::Relaxed);
+        self.open.store(false, Ordering::SeqCst);
+        // Pairs with `put`'s fence: either its slot's word is seen below,
+        // or it sees `open` false and frees the segment itself.
+        fence(Ordering::SeqCst);
         self.free_all(budget);
     }
 
@@ -294,7 +299,19 @@ impl Pool {
             // Release: pairs with `take`'s Acquire; our writes to the
             // segment (and its mapping in) happen before its next owner's.
             match self.words[i].compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // The pool may have closed since `open` was loaded
+                    // above, its scan missing our word. Pairs with
+                    // `close`'s fence: either close sees our word, or we see
+                    // `open` false here; then whoever wins the word (we,
+                    // `close`, a taker) frees it. The segment is no longer
+                    // the caller's either way.
+                    fence(Ordering::SeqCst);
+                    if !self.open.load(Ordering::Relaxed) {
+                        self.free_slot(budget, i);
+                    }
+                    return true;
+                }
                 Err(_) => {
                     self.bytes.fetch_sub(bytes, Plain::Relaxed);
                 }
@@ -357,7 +374,8 @@ impl Pool {
         freed
     }
 
-    /// Flusher: stocks one segment of each size a ring grows through from
+    /// `Builder::start` (and the flusher, through `stock_until`, after a
+    /// growth): stocks one segment of each size a ring grows through from
     /// its first 1 KiB (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
     /// first, mapped in here, while the bounds allow: the first growths of
     /// a thread then take pooled pages. Returns the bytes newly stocked.
