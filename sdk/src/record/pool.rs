@@ -169,7 +169,8 @@ impl Pool {
         self.open.store(true, Ordering::Relaxed);
     }
 
-    /// A ring was made or grew: the stock is in use (see `trim`).
+    /// The flusher saw a ring made or grown: the stock is in use (see
+    /// `trim`). Not called by recording threads.
     pub(crate) fn touch(&self) {
         self.touched.store(now_ms(), Plain::Relaxed);
     }
@@ -220,8 +221,8 @@ impl Pool {
         self.taken.load(Plain::Relaxed)
     }
 
-    /// Bytes stocked so far (monotonic).
-    #[cfg(any(test, ringtrace_loom))]
+    /// Bytes stocked so far (monotonic; the session's tests).
+    #[cfg(all(test, feature = "enable"))]
     pub(crate) fn stocked(&self) -> u64 {
         self.stocked.load(Plain::Relaxed)
     }

@@ -533,7 +533,6 @@ impl Ring {
     ) -> Option<Ring> {
         let max_words = words_for(max_bytes);
         let initial = words_for(initial_bytes).min(max_words);
-        budget.pool().touch();
         // A cold path: pooled segments are given back if the budget is short.
         if !budget.try_take_cold(segment_bytes(initial)) {
             return None;
@@ -753,7 +752,6 @@ impl Ring {
         // records; mapping in keeps every value (`prefault`). Nothing relies
         // on zeroed storage (under loom, a reused segment's words are
         // initialised atomics holding their last values, as here).
-        self.budget.pool().touch();
         let taken = self
             .take_spare(want)
             .or_else(|| self.budget.pool().take(want, self.pool_max(want)));

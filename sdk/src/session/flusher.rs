@@ -236,6 +236,7 @@ impl Flusher {
             let shared = shared.clone();
             GROWTH.set_waker(Some(Box::new(move || shared.wake())));
         }
+        let mut last_in_use = (None, u64::MAX);
         // Events of threads without a ring counted and not yet marked.
         let mut no_ring_pending = 0;
         loop {
@@ -283,6 +284,14 @@ impl Flusher {
             // grew, which its thread may need within microseconds.
             if !stopping {
                 spares.tend_if_grown(&rings, full);
+            }
+            // The stock's idle clock: a ring made (a new newest sequence)
+            // or grown since the last pass. Kept here, off the threads'
+            // first events (whose stack depth `tests/memory.rs` measures).
+            let in_use = (rings.iter().map(|tr| tr.seq_id).max(), GROWTH.count());
+            if in_use != last_in_use {
+                last_in_use = in_use;
+                REGISTRY.budget.pool().touch();
             }
             REGISTRY.budget.pool().trim(REGISTRY.budget);
             let mut gone = Vec::new();

@@ -535,6 +535,7 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "enable")]
     use crate::record::registry::REGISTRY;
 
     /// The next flusher spawn fails (tests of `start`'s error path).
