@@ -90,8 +90,8 @@ pub(crate) struct Pool {
     /// in `put` and `close`, so that a segment put while the pool closes is
     /// seen by one of them (see `put`).
     open: AtomicBool,
-    /// When a ring was last made or grew (ms, `now_ms`): the stock's idle
-    /// time.
+    /// When the flusher last saw a ring made or grown (ms, `now_ms`;
+    /// `touch`): the stock's idle time.
     touched: PlainU64,
     /// The largest segment of the session's rings, in slots.
     largest: PlainU64,
