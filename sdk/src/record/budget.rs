@@ -117,6 +117,22 @@ impl Budget {
         self.used().saturating_add(bytes) <= self.limit.load(Ordering::Relaxed)
     }
 
+    /// `try_take` on a cold path (a thread's first ring, a growth the pool
+    /// did not serve): if refused, gives pooled segments back to make room
+    /// (`Pool::give_back_for`: system calls) and asks once more. The pool
+    /// must never hold the memory a thread needs to record at all.
+    pub(crate) fn try_take_cold(&self, bytes: u64) -> bool {
+        self.try_take(bytes) || self.take_from_pool(bytes)
+    }
+
+    /// `try_take_cold`'s fallback, out of line: a thread's first event
+    /// must not touch more of its stack for it (see `tests/memory.rs`).
+    #[cold]
+    #[inline(never)]
+    fn take_from_pool(&self, bytes: u64) -> bool {
+        self.pool.give_back_for(self, bytes) > 0 && self.try_take(bytes)
+    }
+
     /// Gives back `bytes` taken earlier.
     pub(crate) fn give_back(&self, bytes: u64) {
         let before = self.used.fetch_sub(bytes, Ordering::Relaxed);

@@ -365,10 +365,9 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
         if took.fold(false, |a, b| a | b) {
             POOLED_TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        // A producer that gave its segment back after the close left it
-        // pooled in a closed pool only if it checked `open` before the
-        // close: the next close (the next session's end) frees it.
-        pool.close(budget);
+        // A producer that gave its segment back while the pool closed
+        // freed it itself (`put`'s fence), if `close` missed it.
+        assert_eq!(pool.pooled_bytes(), 0, "a segment left in a closed pool");
         assert_eq!(budget.used(), 0, "every segment given back once");
     });
     assert!(
@@ -380,24 +379,76 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
 /// Executions in which a producer took a pooled segment.
 static POOLED_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// A ring of 8 words growing to 32 while its consumer makes a spare: the
-/// producer's growth and the consumer's `prepare_spare` both take from the
-/// pool, which holds one segment of the size both want (32 words, with stale
-/// words of an earlier owner in it): they race for its word. Whoever wins a pooled word owns that
-/// segment; records arrive whole and in order (none of the stale words),
-/// and at the end the pool and the ring give every byte back once.
+/// `put` racing `close`: a thread gives a segment to the pool while the
+/// session's end closes it. Whichever order their steps take (put loads
+/// `open` before the close and its CAS lands after the close's scan), the
+/// segment is freed once and nothing stays in the closed pool: either the
+/// close's scan sees the word, or the put sees `open` false after its SeqCst
+/// fence and takes the word back.
 #[test]
-fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too() {
-    use crate::record::ring::alloc_mapped;
-    loom::model(|| {
+fn loom_tests_a_segment_put_while_the_pool_closes_is_freed_once() {
+    use crate::record::ring::{alloc_mapped, free_mapped, PAGE};
+    let words = PAGE / 8;
+    let bytes = segment_bytes(words);
+    loom::model(move || {
         let budget = Budget::leaked(u64::MAX);
         let pool = budget.pool();
         pool.open(usize::MAX);
-        assert!(budget.try_take(segment_bytes(32)));
-        let base = alloc_mapped(32).unwrap();
-        own(base, 32, 7); // stale words
-        assert!(pool.put(budget, base, 32));
+        assert!(budget.try_take(bytes));
+        let base = alloc_mapped(words).unwrap() as usize;
+        let putter = thread::spawn(move || {
+            let base = base as *mut crate::record::sync::AtomicU64;
+            if !pool.put(budget, base, words) {
+                // SAFETY: ours (made above), not pooled, freed once.
+                unsafe { free_mapped(base, words) };
+                budget.give_back(bytes);
+            }
+        });
+        pool.close(budget);
+        putter.join().unwrap();
+        assert_eq!(pool.pooled_bytes(), 0, "a segment left in a closed pool");
+        assert_eq!(budget.used(), 0, "the segment given back once");
+    });
+}
+
+/// Fills a segment with what a reused one holds: records of an earlier
+/// ring that look whole (`[hdr(TEST, 3, 99), 99, 99002]`, repeated from
+/// slot 0), which `decode` would take for record 99 if any came out.
+fn fill_stale(base: *mut crate::record::sync::AtomicU64, words: usize) {
+    use crate::record::sync::Ordering::Relaxed;
+    // SAFETY: the caller owns the segment of `words` slots at `base` (just
+    // made, not yet pooled): alive for this call.
+    let slots = unsafe { std::slice::from_raw_parts(base, words) };
+    let record = [make_header(KIND_TEST, 3, 99), 99, 99 * 1000 + 2];
+    for (i, w) in slots.iter().enumerate() {
+        w.store(record[i % 3], Relaxed);
+    }
+}
+
+/// A ring of 8 words growing to 32 while its consumer makes a spare and a
+/// third thread (a ring that gave its segment up) puts a 32-word segment
+/// holding stale records into the pool: the producer's growth and the
+/// consumer's `prepare_spare` both take from the pool, and race for its
+/// word with the put (Release) and with each other (Acquire CASes); whoever
+/// wins owns that segment, and whoever loses maps its own. Records arrive
+/// whole and in order, none of the stale ones among them, and at the end the
+/// pool and the ring give every byte back once.
+#[test]
+fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too() {
+    use crate::record::ring::alloc_mapped;
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let budget = Budget::leaked(u64::MAX);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
         let ring = Arc::new(Ring::growable(8, 32, false, budget));
+        let giver = thread::spawn(move || {
+            assert!(budget.try_take(segment_bytes(32)));
+            let base = alloc_mapped(32).unwrap();
+            fill_stale(base, 32);
+            assert!(pool.put(budget, base, 32));
+        });
         let p = {
             let ring = ring.clone();
             thread::spawn(move || {
@@ -411,12 +462,23 @@ fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too()
         let mut seen = 0;
         ring.drain(&mut out, usize::MAX, &mut seen);
         p.join().unwrap();
+        giver.join().unwrap();
         ring.drain(&mut out, usize::MAX, &mut seen);
         let (ids, lost) = decode(&out);
         assert_eq!(ids, vec![1, 2, 3, 4]);
         assert_eq!(lost, 0);
+        if pool.taken() > 0 {
+            RING_POOLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         drop(ring);
         pool.close(budget);
         assert_eq!(budget.used(), 0, "every segment given back once");
     });
+    assert!(
+        RING_POOLED.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no execution took the pooled segment"
+    );
 }
+
+/// Executions of the ring + pool model in which the pooled segment was taken.
+static RING_POOLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -1,7 +1,8 @@
 //! The pool of mapped-in ring segments (one per budget: the process-wide
 //! one's in a session): segments rings give up (outgrown ones once
-//! drained, spares given back, rings of exited threads) are kept here, their pages still mapped in, and a growing ring
-//! takes one of the size it wants instead of mapping a new one. Memory must
+//! drained, spares given back, rings of exited threads) are kept here,
+//! their pages still mapped in, and a growing ring takes one of the size it
+//! wants instead of mapping a new one. Memory must
 //! be zeroed by someone before its first write; in 4 KiB pages that costs
 //! more per byte than a recording thread takes to fill it (measured in a VM:
 //! ~330 us per MiB against ~600 us per MiB of records), so a thread whose
@@ -20,25 +21,31 @@
 //! system call, so a recording thread's growth path may take from it.
 //!
 //! Bounds: a pooled segment stays taken from the budget (so the budget's
-//! bound on memory holds, pool included). A segment is kept only while the
-//! budget keeps as much again free (it must not hold the last memory
-//! another thread needs) and the pool holds at most an eighth of the
-//! budget; else it is unmapped. `Builder::start` stocks one segment of each
-//! size a ring grows through (4 KiB to 1 MiB, ascending, within those
-//! bounds and the session's largest ring); the flusher restocks a size a
-//! growth took, keeps each size's first slot (the stock) while the session
-//! runs, gives back the others after [`POOL_IDLE_MS`] unused, and the
-//! session empties the pool at stop. Outside a session the pool is closed:
-//! nothing is kept.
+//! bound on memory holds, pool included). The pool holds at most an eighth
+//! of the budget, and only while the budget keeps as much again (an eighth)
+//! free: it must not hold the last memory another thread needs. When less
+//! is free, `put` and `stock` keep nothing, the flusher's next `trim` gives
+//! every pooled segment back (the stock included), and a thread whose first
+//! ring or unpooled growth the budget refuses gives pooled segments back
+//! itself and asks once more (`Budget::try_take_cold`); the recording hot
+//! path never does. `Builder::start` stocks one segment of each size a ring
+//! grows through (4 KiB to 1 MiB, ascending, within those bounds and the
+//! session's largest ring) when the session writes a file (with system
+//! tracing only, call sites stay off until a tracing session starts: no
+//! stock then); the flusher restocks a size a growth took. `trim` gives
+//! back each size's second slot after [`POOL_IDLE_MS`] unused, and its
+//! first (the stock) after [`STOCK_IDLE_MS`] without a ring made or grown
+//! (a process that stopped recording holds no stock); the session empties
+//! the pool at stop. Outside a session the pool is closed: nothing is kept.
 
 use crate::record::budget::Budget;
 use crate::record::ring::{
     alloc_mapped, free_mapped, map_in_segment, pack_segment, segment_bytes, unpack_segment, PAGE,
 };
-use crate::record::sync::{AtomicU64, Ordering};
-// Counters and a flag that order nothing (the segments are handed over by
-// `words` alone): std's atomics even under loom, outside the models.
-use std::sync::atomic::{AtomicBool as PlainBool, AtomicU64 as PlainU64, Ordering as Plain};
+use crate::record::sync::{fence, AtomicBool, AtomicU64, Ordering};
+// Counters that order nothing (the segments are handed over by `words`
+// alone): std's atomics even under loom, outside the models.
+use std::sync::atomic::{AtomicU64 as PlainU64, Ordering as Plain};
 
 /// Segments per class: one kept as stock, one more for a thread that gives
 /// one back while another is pooled.
@@ -59,6 +66,13 @@ pub(crate) const CLASSES: usize = ((POOL_MAX_BYTES / 8).trailing_zeros() - MIN_C
 /// stock excepted): the threads that grew have stopped growing.
 pub(crate) const POOL_IDLE_MS: u64 = 1000;
 
+/// The stock (each class's first slot) is given back after this long
+/// without a ring made or grown: the process stopped recording (or never
+/// started: system tracing with no tracing session). Long enough that a
+/// service recording in bursts keeps its first laps free of page faults;
+/// the flusher restocks after the next growth.
+pub(crate) const STOCK_IDLE_MS: u64 = 10_000;
+
 /// Part of the budget the pool may hold (`limit / POOL_SHARE`).
 const POOL_SHARE: u64 = 8;
 
@@ -72,16 +86,23 @@ pub(crate) struct Pool {
     since: [PlainU64; CLASSES * SLOTS],
     /// Bytes pooled now (approximate while segments move: a soft cap).
     bytes: PlainU64,
-    /// Segments are kept only while a session is open.
-    open: PlainBool,
+    /// Segments are kept only while a session is open. SeqCst with a fence
+    /// in `put` and `close`, so that a segment put while the pool closes is
+    /// seen by one of them (see `put`).
+    open: AtomicBool,
+    /// When the flusher last saw a ring made or grown (ms, `now_ms`;
+    /// `touch`): the stock's idle time.
+    touched: PlainU64,
     /// The largest segment of the session's rings, in slots.
     largest: PlainU64,
     /// Segments taken from the pool (monotonic; tests).
     taken: PlainU64,
+    /// Bytes stocked (monotonic; tests).
+    stocked: PlainU64,
 }
 
 /// Milliseconds since the first call (a coarse clock for idle times).
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     EPOCH
         .get_or_init(std::time::Instant::now)
@@ -105,9 +126,11 @@ macro_rules! new_pool {
             words: new_pool!(@words),
             since: [IDLE; CLASSES * SLOTS],
             bytes: PlainU64::new(0),
-            open: PlainBool::new(false),
+            open: new_pool!(@open),
+            touched: PlainU64::new(0),
             largest: PlainU64::new(0),
             taken: PlainU64::new(0),
+            stocked: PlainU64::new(0),
         }
     }};
     (@words) => {{
@@ -122,6 +145,9 @@ macro_rules! new_pool {
             std::array::from_fn(|_| AtomicU64::new(0))
         }
     }};
+    (@open) => {
+        AtomicBool::new(false)
+    };
 }
 
 impl Pool {
@@ -139,23 +165,66 @@ impl Pool {
     /// `largest` slots: `stock` makes none bigger).
     pub(crate) fn open(&self, largest: usize) {
         self.largest.store(largest as u64, Plain::Relaxed);
-        self.open.store(true, Plain::Relaxed);
+        self.touch();
+        self.open.store(true, Ordering::Relaxed);
+    }
+
+    /// The flusher saw a ring made or grown: the stock is in use (see
+    /// `trim`). Not called by recording threads.
+    pub(crate) fn touch(&self) {
+        self.touched.store(now_ms(), Plain::Relaxed);
     }
 
     /// Stops keeping segments and gives back every pooled one (a session
-    /// stopped). A segment put back by a thread racing with this is given
-    /// back by the next `close` or `trim`.
+    /// stopped), including one a thread puts meanwhile (see `put`).
     pub(crate) fn close(&self, budget: &Budget) {
-        self.open.store(false, Plain::Relaxed);
-        for i in 0..CLASSES * SLOTS {
-            self.free_slot(budget, i);
+        self.open.store(false, Ordering::SeqCst);
+        // Pairs with `put`'s fence: either its slot's word is seen below,
+        // or it sees `open` false and frees the segment itself.
+        fence(Ordering::SeqCst);
+        self.free_all(budget);
+    }
+
+    /// Gives back every pooled segment; returns their bytes.
+    fn free_all(&self, budget: &Budget) -> u64 {
+        (0..CLASSES * SLOTS)
+            .map(|i| self.free_slot(budget, i))
+            .sum()
+    }
+
+    /// Whether the budget is short: less than an eighth of it is free
+    /// (beyond what the pool holds, which is in `used`). The pool then
+    /// keeps nothing.
+    fn short(budget: &Budget) -> bool {
+        !budget.has_room(budget.limit() / POOL_SHARE)
+    }
+
+    /// A cold path the budget refused `bytes` (a thread's first ring, a
+    /// growth the pool could not serve): gives pooled segments back,
+    /// largest first, until that much is free or the pool is empty.
+    /// Returns the bytes given back. Takes the pooled words with a CAS each
+    /// and unmaps (system calls): never on the recording hot path.
+    pub(crate) fn give_back_for(&self, budget: &Budget, bytes: u64) -> u64 {
+        let mut freed = 0;
+        for i in (0..CLASSES * SLOTS).rev() {
+            if budget.has_room(bytes) {
+                break;
+            }
+            freed += self.free_slot(budget, i);
         }
+        freed
     }
 
     /// Segments taken so far (monotonic).
     #[cfg(any(test, ringtrace_loom))]
     pub(crate) fn taken(&self) -> u64 {
         self.taken.load(Plain::Relaxed)
+    }
+
+    /// Bytes stocked so far (monotonic; the session's tests).
+    #[cfg(all(test, feature = "enable"))]
+    pub(crate) fn stocked(&self) -> u64 {
+        self.stocked.load(Plain::Relaxed)
     }
 
     /// Bytes pooled now.
@@ -211,8 +280,8 @@ impl Pool {
             return false;
         };
         let bytes = segment_bytes(words);
-        if !self.open.load(Plain::Relaxed)
-            || !budget.has_room(bytes)
+        if !self.open.load(Ordering::Relaxed)
+            || Pool::short(budget)
             || self.bytes.load(Plain::Relaxed) + bytes > budget.limit() / POOL_SHARE
         {
             return false;
@@ -231,7 +300,19 @@ impl Pool {
             // Release: pairs with `take`'s Acquire; our writes to the
             // segment (and its mapping in) happen before its next owner's.
             match self.words[i].compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // The pool may have closed since `open` was loaded
+                    // above, its scan missing our word. Pairs with
+                    // `close`'s fence: either close sees our word, or we see
+                    // `open` false here; then whoever wins the word (we,
+                    // `close`, a taker) frees it. The segment is no longer
+                    // the caller's either way.
+                    fence(Ordering::SeqCst);
+                    if !self.open.load(Ordering::Relaxed) {
+                        self.free_slot(budget, i);
+                    }
+                    return true;
+                }
                 Err(_) => {
                     self.bytes.fetch_sub(bytes, Plain::Relaxed);
                 }
@@ -240,15 +321,16 @@ impl Pool {
         false
     }
 
-    /// Frees slot `i`'s segment, if any, giving its bytes back.
-    fn free_slot(&self, budget: &Budget, i: usize) -> bool {
+    /// Frees slot `i`'s segment, if any, giving its bytes back; returns
+    /// them.
+    fn free_slot(&self, budget: &Budget, i: usize) -> u64 {
         let w = self.words[i].load(Ordering::Relaxed);
         if w == 0
             || self.words[i]
                 .compare_exchange(w, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
-            return false;
+            return 0;
         }
         let (base, words) = unpack_segment(w);
         self.bytes.fetch_sub(segment_bytes(words), Plain::Relaxed);
@@ -257,24 +339,34 @@ impl Pool {
         // contract) and leaves it here once.
         unsafe { free_mapped(base, words) };
         budget.give_back(segment_bytes(words));
-        true
+        segment_bytes(words)
     }
 
-    /// Flusher: gives back the segments pooled for `POOL_IDLE_MS` or more,
-    /// but for each class's first slot (the stock). Returns how many.
+    /// Flusher: gives back the segments pooled for [`POOL_IDLE_MS`] or
+    /// more, but for each class's first slot (the stock), given back after
+    /// [`STOCK_IDLE_MS`] without a ring made or grown; everything when the
+    /// budget is short. Returns how many.
     pub(crate) fn trim(&self, budget: &Budget) -> usize {
         self.trim_at(budget, now_ms())
     }
 
     /// `trim` at time `now` (`now_ms`).
-    fn trim_at(&self, budget: &Budget, now: u64) -> usize {
+    pub(crate) fn trim_at(&self, budget: &Budget, now: u64) -> usize {
+        let short = Pool::short(budget);
+        let touched = self.touched.load(Plain::Relaxed);
         let mut freed = 0;
         for class in 0..CLASSES {
-            for s in 1..SLOTS {
+            for s in 0..SLOTS {
                 let i = class * SLOTS + s;
+                let since = self.since[i].load(Plain::Relaxed);
+                let idle = if s == 0 {
+                    now.saturating_sub(since.max(touched)) >= STOCK_IDLE_MS
+                } else {
+                    now.saturating_sub(since) >= POOL_IDLE_MS
+                };
                 if self.words[i].load(Ordering::Relaxed) != 0
-                    && now.saturating_sub(self.since[i].load(Plain::Relaxed)) >= POOL_IDLE_MS
-                    && self.free_slot(budget, i)
+                    && (short || idle)
+                    && self.free_slot(budget, i) > 0
                 {
                     freed += 1;
                 }
@@ -283,7 +375,8 @@ impl Pool {
         freed
     }
 
-    /// Flusher: stocks one segment of each size a ring grows through from
+    /// `Builder::start` (and the flusher, through `stock_until`, after a
+    /// growth): stocks one segment of each size a ring grows through from
     /// its first 1 KiB (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
     /// first, mapped in here, while the bounds allow: the first growths of
     /// a thread then take pooled pages. Returns the bytes newly stocked.
@@ -309,9 +402,9 @@ impl Pool {
                 break; // no ring of the session grows to it
             }
             let bytes = segment_bytes(words);
-            // As a spare: only while as much again stays free after it.
-            if !self.open.load(Plain::Relaxed)
-                || !budget.has_room(bytes.saturating_mul(2))
+            // Only while an eighth of the budget stays free after it.
+            if !self.open.load(Ordering::Relaxed)
+                || !budget.has_room(bytes.saturating_add(budget.limit() / POOL_SHARE))
                 || self.bytes.load(Plain::Relaxed) + bytes > budget.limit() / POOL_SHARE
                 || !budget.try_take(bytes)
             {
@@ -323,6 +416,7 @@ impl Pool {
             };
             if self.put(budget, base, words) {
                 stocked += bytes;
+                self.stocked.fetch_add(bytes, Plain::Relaxed);
             } else {
                 // SAFETY: just mapped above, never shared, freed once.
                 unsafe { free_mapped(base, words) };
@@ -448,14 +542,85 @@ mod tests {
         let later = now_ms() + POOL_IDLE_MS;
         assert_eq!(pool.trim_at(budget, later), 1, "the second 4 KiB");
         assert_eq!(budget.used(), stocked, "the stock is kept");
+
+        // The stock too, once no ring was made or grew for STOCK_IDLE_MS.
+        pool.touch();
+        let touched = now_ms();
+        assert_eq!(
+            pool.trim_at(budget, touched + STOCK_IDLE_MS - 2),
+            0,
+            "a ring grew within STOCK_IDLE_MS"
+        );
+        assert_eq!(pool.trim_at(budget, touched + STOCK_IDLE_MS + 2), 4);
+        assert_eq!(pool.pooled_bytes(), 0);
+        assert_eq!(budget.used(), 0, "an idle process holds no stock");
         pool.close(budget);
-        assert_eq!(budget.used(), 0);
 
         // Rings of 64 KiB at most: nothing bigger is stocked.
         let budget = Budget::leaked(32 << 20);
         let pool = budget.pool();
         pool.open(64 << 10 >> 3);
         assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
+        pool.close(budget);
+        assert_eq!(budget.used(), 0);
+    }
+
+    /// The reviewer's repro: the budget full but for 512 bytes, the stock
+    /// held 84 KiB the first 1 KiB ring of a new thread could not get.
+    /// Now its cold path gives pooled segments back and asks again.
+    #[test]
+    fn review_the_stock_starves_a_new_ring_when_the_budget_is_full() {
+        use crate::record::ring::Ring;
+        let budget = Budget::leaked(1 << 20); // an eighth: 128 KiB
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
+        let rest = budget.limit() - budget.used();
+        assert!(budget.try_take(rest - 512)); // other threads fill the budget
+        let starved = Ring::new(1 << 10, 1 << 20, false, budget).is_none();
+        let trimmed = pool.trim_at(budget, now_ms() + 3600 * 1000);
+        let pooled = pool.pooled_bytes();
+        budget.give_back(rest - 512);
+        pool.close(budget);
+        assert!(
+            !starved || pooled == 0,
+            "a 1 KiB first ring refused while the pool holds {pooled} bytes (trim gave back {trimmed} segments)"
+        );
+        assert!(!starved, "the pool gave way");
+        assert_eq!(budget.used(), 0);
+    }
+
+    /// A ring made while the budget is short takes what the pool gives
+    /// back, the smallest part of it that makes room (largest segments
+    /// first), and the pool keeps nothing more while the budget is short:
+    /// the flusher's trim gives back the rest, the stock included, and
+    /// neither `stock` nor `put` keeps any.
+    #[test]
+    fn a_short_budget_empties_the_pool_and_nothing_is_restocked() {
+        use crate::record::ring::Ring;
+        let budget = Budget::leaked(1 << 20);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
+        let rest = budget.limit() - budget.used();
+        assert!(budget.try_take(rest - 512));
+        let ring = Ring::new(1 << 10, 1 << 20, false, budget).expect("the pool gives way");
+        assert_eq!(
+            pool.pooled_bytes(),
+            (4 + 16) << 10,
+            "only the 64 KiB given back"
+        );
+        assert_eq!(pool.trim_at(budget, now_ms()), 2, "short: the stock goes");
+        assert_eq!(pool.pooled_bytes(), 0);
+        assert_eq!(pool.stock(budget), 0, "short: no restock");
+        let seg = segment(budget, PAGE_WORDS);
+        assert!(!pool.put(budget, seg, PAGE_WORDS), "short: nothing kept");
+        // SAFETY: mapped above, not pooled, freed once.
+        unsafe { free_mapped(seg, PAGE_WORDS) };
+        budget.give_back(segment_bytes(PAGE_WORDS));
+        drop(ring);
+        budget.give_back(rest - 512);
+        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10, "room again");
         pool.close(budget);
         assert_eq!(budget.used(), 0);
     }

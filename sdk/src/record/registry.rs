@@ -248,7 +248,8 @@ impl Registry {
         };
         // Built outside the lock: the flusher takes it every few milliseconds
         // (and a flight recorder's ring is big, see `Ring::new`).
-        if !self.budget.try_take(THREAD_BYTES) {
+        // Cold: the pool gives its segments back rather than starve a thread.
+        if !self.budget.try_take_cold(THREAD_BYTES) {
             return None;
         }
         let Some(ring) = Ring::new(

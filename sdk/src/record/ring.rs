@@ -533,7 +533,8 @@ impl Ring {
     ) -> Option<Ring> {
         let max_words = words_for(max_bytes);
         let initial = words_for(initial_bytes).min(max_words);
-        if !budget.try_take(segment_bytes(initial)) {
+        // A cold path: pooled segments are given back if the budget is short.
+        if !budget.try_take_cold(segment_bytes(initial)) {
             return None;
         }
         Some(Ring::build(initial, max_words, overwrite, budget))
@@ -760,7 +761,9 @@ impl Ring {
             // segment is mapped in.
             Some((base, words)) => (base, words, spare_is_mapped(words), true),
             None => {
-                if !self.budget.try_take(segment_bytes(want)) {
+                // Cold: pooled segments of other sizes are given back if
+                // the budget refuses (system calls, on this slow path only).
+                if !self.budget.try_take_cold(segment_bytes(want)) {
                     return None;
                 }
                 let mapped = is_mapped(made, want);
@@ -1940,5 +1943,38 @@ mod tests {
             pool.close(budget);
             assert_eq!(budget.used(), 0);
         }
+    }
+
+    /// A growth the pool cannot serve (4 MiB, above its largest class)
+    /// while the budget has room only with the pool's stock given back:
+    /// the growing thread gives it back and grows (before: the growth was
+    /// refused and the record dropped while the pool held 1.33 MiB).
+    #[test]
+    fn a_growth_past_the_pool_takes_back_the_stock_when_the_budget_is_short() {
+        let budget = Budget::leaked(16 << 20);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        let stock = pool.stock(budget);
+        assert_eq!(stock, (4 + 16 + 64 + 256 + 1024) << 10);
+        let ring = Ring::growable(1 << 17, 1 << 19, false, budget); // 1 MiB to 4 MiB
+                                                                    // Other threads leave 3 MiB free: the 4 MiB segment fits only with
+                                                                    // the stock given back.
+        let others = budget.limit() - budget.used() - (3 << 20);
+        assert!(budget.try_take(others));
+        let mut id = 0;
+        while ring.capacity_words() < 1 << 19 {
+            assert!(
+                write(&ring, id, 3),
+                "record {id} dropped while the pool holds {} bytes",
+                pool.pooled_bytes()
+            );
+            id += 1;
+        }
+        assert!(pool.pooled_bytes() < stock, "the stock gave way");
+        assert_eq!(ring.dropped(), 0);
+        drop(ring);
+        budget.give_back(others);
+        pool.close(budget);
+        assert_eq!(budget.used(), 0);
     }
 }

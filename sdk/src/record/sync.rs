@@ -2,12 +2,12 @@
 //! under `--cfg ringtrace_loom` so that loom explores only our own code.
 
 #[cfg(not(ringtrace_loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 #[cfg(not(ringtrace_loom))]
 pub(crate) use std::sync::Arc;
 
 #[cfg(ringtrace_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 #[cfg(ringtrace_loom)]
 pub(crate) use loom::sync::Arc;
 

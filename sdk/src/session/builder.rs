@@ -238,10 +238,15 @@ impl Builder {
     /// through (4, 16, 64, 256 KiB, 1 MiB, none past
     /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread);
     /// 1.33 MiB at the defaults, which costs `start` the time to map it in:
-    /// about 0.4 ms in a VM), and the segments rings give up, kept for
-    /// the next thread that grows and given back after a second unused.
+    /// about 0.4 ms in a VM; none with system tracing only, where nothing
+    /// records until a tracing session starts), and the segments rings
+    /// give up, kept for the next thread that grows and given back after a
+    /// second unused. The stock is given back after 10 s in which no
+    /// thread's ring was made or grew, and restocked after the next growth.
     /// The pool only holds memory while as much again stays free in the
-    /// budget, and is emptied when the session stops.
+    /// budget: under memory pressure it is given back (a thread the budget
+    /// refuses a ring or a growth first takes back what the pool holds),
+    /// and it is emptied when the session stops.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
         self.budget_bytes = bytes;
         self

@@ -110,6 +110,8 @@ pub(crate) struct Flusher {
     pub(crate) interval: Duration,
     /// Rotations and dumps (`capture`).
     pub(crate) windows: Windows,
+    /// `GROWTH`'s count before the session's call sites were on.
+    pub(crate) growth_at_start: u64,
 }
 
 #[derive(Default)]
@@ -133,19 +135,30 @@ struct SpareState {
 /// pass of the flusher can take milliseconds).
 struct Spares {
     seen: u64,
+    /// `GROWTH`'s count when the pool was last restocked (at the session's
+    /// start: what `start` stocked, if anything).
+    stocked: u64,
     rings: IdMap<u32, SpareState>,
 }
 
 impl Spares {
     /// Tends the spares if a ring grew since the last look (or if `all`).
+    /// Not while stopping: the spares and the stock would be given back at
+    /// once.
     fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool) {
         let grown = GROWTH.count();
         if grown != self.seen || all {
             self.seen = grown;
             tend_spares(rings, &mut self.rings);
+        }
+        if grown != self.stocked {
+            self.stocked = grown;
             // Sizes a growth emptied are stocked again, here rather than
             // on a recording thread's first lap; a ring that grows
             // meanwhile gets its spare first (the next pass stocks on).
+            // Only after a growth: a stock given back idle stays so until
+            // rings grow again (and none is made in system-tracing-only
+            // mode until a tracing session turns call sites on).
             REGISTRY
                 .budget
                 .pool()
@@ -173,6 +186,7 @@ impl Flusher {
             recorder_bytes,
             interval,
             mut windows,
+            growth_at_start,
         } = self;
         let (mut encoder, mut sink) = match output {
             Some((e, s)) => (Some(e), Some(s)),
@@ -214,12 +228,14 @@ impl Flusher {
         // Rings may have grown before this thread ran: look at once.
         let mut spares = Spares {
             seen: u64::MAX,
+            stocked: growth_at_start,
             rings: IdMap::default(),
         };
         {
             let shared = shared.clone();
             GROWTH.set_waker(Some(Box::new(move || shared.wake())));
         }
+        let mut last_in_use = (None, u64::MAX);
         // Events of threads without a ring counted and not yet marked.
         let mut no_ring_pending = 0;
         loop {
@@ -265,7 +281,17 @@ impl Flusher {
             REGISTRY.snapshot(&mut rings);
             // First, before draining: the next segment of each ring that
             // grew, which its thread may need within microseconds.
-            spares.tend_if_grown(&rings, full);
+            if !stopping {
+                spares.tend_if_grown(&rings, full);
+            }
+            // The stock's idle clock: a ring made (a new newest sequence)
+            // or grown since the last pass. Kept here, off the threads'
+            // first events (whose stack depth `tests/memory.rs` measures).
+            let in_use = (rings.iter().map(|tr| tr.seq_id).max(), GROWTH.count());
+            if in_use != last_in_use {
+                last_in_use = in_use;
+                REGISTRY.budget.pool().touch();
+            }
             REGISTRY.budget.pool().trim(REGISTRY.budget);
             let mut gone = Vec::new();
             for tr in &rings {
@@ -330,7 +356,9 @@ impl Flusher {
                         sys.batch(&mut ctx, &batch);
                     }
                     write_if_full(&mut sink, &mut out);
-                    spares.tend_if_grown(&rings, false);
+                    if !stopping {
+                        spares.tend_if_grown(&rings, false);
+                    }
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
                         break;

@@ -177,7 +177,11 @@ impl Builder {
         // at once grows through its first sizes within microseconds, before
         // the flusher runs, and would map them in itself (~340 us of page
         // faults per MiB in 4 KiB pages). Costs start() that time, once.
-        REGISTRY.budget.pool().stock(REGISTRY.budget);
+        // Not with system tracing only: call sites stay off until a tracing
+        // session starts, maybe never; the flusher stocks after a growth.
+        if file_output {
+            REGISTRY.budget.pool().stock(REGISTRY.budget);
+        }
         let shared = Arc::new(Shared::new());
         let process = {
             let mut p = ProcessInfo::current(self.process_name);
@@ -211,14 +215,17 @@ impl Builder {
             recorder_bytes,
             interval: self.flush_interval.max(Duration::from_millis(1)),
             windows: capture::Windows::new(path.clone()),
+            growth_at_start: crate::record::ring::GROWTH.count(),
         };
+        #[cfg(test)]
+        if tests::FAIL_FLUSHER_SPAWN.swap(false, Ordering::Relaxed) {
+            drop(flusher);
+            return Err(abandon_start(recorder_bytes, "a test's failure"));
+        }
         let handle = std::thread::Builder::new()
             .name("ringtrace-flusher".into())
             .spawn(move || flusher.run())
-            .map_err(|e| {
-                REGISTRY.close();
-                Error::Flusher(format!("cannot start the flusher thread: {e}"))
-            })?;
+            .map_err(|e| abandon_start(recorder_bytes, e))?;
         let producer = match link {
             Some(link) => {
                 let l = link.clone();
@@ -271,6 +278,15 @@ impl Builder {
             stopped: false,
         })
     }
+}
+
+/// Undoes a start whose flusher could not be spawned: the rings and the
+/// pool (`Registry::close`) and the flight recorder's store, which the
+/// flusher would have given back when it ended.
+fn abandon_start(recorder_bytes: u64, e: impl std::fmt::Display) -> Error {
+    REGISTRY.close();
+    REGISTRY.budget.give_back(recorder_bytes);
+    Error::Flusher(format!("cannot start the flusher thread: {e}"))
 }
 
 struct Session {
@@ -517,16 +533,80 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     b.start().map(Some)
 }
 
-#[cfg(all(test, feature = "enable"))]
+#[cfg(test)]
 mod tests {
+    #[cfg(feature = "enable")]
     use crate::record::registry::REGISTRY;
+
+    /// The next flusher spawn fails (tests of `start`'s error path).
+    pub(super) static FAIL_FLUSHER_SPAWN: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
+    /// One session at a time across the unit tests that start one.
+    #[cfg(feature = "enable")]
+    static SESSIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A flight recorder whose flusher cannot be spawned gives its store
+    /// (half the budget) back, and the pool its stock: the budget ends where
+    /// it was (before: half the budget stayed taken for good).
+    #[cfg(feature = "enable")]
+    #[test]
+    fn a_start_whose_flusher_fails_gives_the_budget_back() {
+        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let before = REGISTRY.budget.used();
+        FAIL_FLUSHER_SPAWN.store(true, std::sync::atomic::Ordering::Relaxed);
+        let started = crate::builder()
+            .writer(crate::MemoryBuffer::new())
+            .overwrite(true)
+            .buffer_bytes(8 << 20)
+            .start();
+        assert!(matches!(started, Err(crate::Error::Flusher(_))));
+        assert_eq!(REGISTRY.budget.used(), before, "every byte given back");
+    }
+
+    /// With system tracing only, nothing records until a tracing session
+    /// turns call sites on (maybe never): `start` stocks no pool. And a
+    /// session that recorded nothing restocks nothing, its stopping pass
+    /// included (before: every full pass, the stop's too, stocked again
+    /// what the pool missed, just before stop emptied it).
+    #[cfg(feature = "enable")]
+    #[test]
+    fn no_stock_without_a_file_and_none_restocked_at_stop() {
+        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let budget = REGISTRY.budget;
+        let pool = budget.pool();
+        let before = budget.used();
+        let guard = crate::builder().system_tracing(true).start().unwrap();
+        assert_eq!(pool.pooled_bytes(), 0, "no stock with system tracing only");
+        guard.stop().unwrap();
+        assert_eq!(budget.used(), before);
+
+        let guard = crate::builder()
+            .writer(crate::MemoryBuffer::new())
+            .flush_interval(std::time::Duration::from_secs(3600))
+            .start()
+            .unwrap();
+        // A segment taken from the stock, not by a growth: a full pass of
+        // the old flusher restocked it.
+        let (base, words) = pool.take(512, 512).expect("the 4 KiB stock");
+        let stocked = pool.stocked();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        guard.stop().unwrap();
+        assert_eq!(pool.stocked(), stocked, "nothing stocked up to the stop");
+        // SAFETY: taken from the pool above (mapped, ours), freed once.
+        unsafe { crate::record::ring::free_mapped(base, words) };
+        budget.give_back(crate::record::ring::segment_bytes(words));
+        assert_eq!(budget.used(), before);
+    }
 
     /// A session stocks the pool at start; a thread that records enough to
     /// grow its ring takes its segments from there (and gives them back
     /// after), and stop gives every byte back: the budget ends where it
-    /// was before the session. (The only unit test that starts a session.)
+    /// was before the session.
+    #[cfg(feature = "enable")]
     #[test]
     fn a_session_stocks_the_pool_and_gives_the_budget_back_at_stop() {
+        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
         let budget = REGISTRY.budget;
         let before = budget.used();
         let guard = crate::builder()
