@@ -14,6 +14,7 @@ use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
 use crate::record::registry::with_current;
 use fields::{push_str, with_scratch, Visitor};
+pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, Inline, SpanData};
 use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
@@ -35,7 +36,16 @@ pub(crate) trait SpanStore {
 /// move), or `None` when its category is off (then it is not recorded at all).
 #[inline]
 pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>) {
-    let info = site_info(attrs.metadata());
+    new_span_with(attrs, site_info(attrs.metadata()), state)
+}
+
+/// As [`new_span_into`], with the call site already looked up.
+#[inline]
+pub(crate) fn new_span_with(
+    attrs: &Attributes<'_>,
+    info: &'static SiteInfo,
+    state: &mut Option<SpanData>,
+) {
     if !info.full.is_enabled() {
         *state = None;
         return;
@@ -61,6 +71,13 @@ pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>
 /// Whether spans and events of this call site are recorded now.
 pub(crate) fn enabled(meta: &'static Metadata<'static>) -> bool {
     site_info(meta).full.is_enabled()
+}
+
+/// The call site of `meta` if its spans and events are recorded now.
+#[inline]
+pub(crate) fn enabled_site(meta: &'static Metadata<'static>) -> Option<&'static SiteInfo> {
+    let info = site_info(meta);
+    info.full.is_enabled().then_some(info)
 }
 
 /// As [`enabled`], for metadata that may not be `'static`: a call site not
