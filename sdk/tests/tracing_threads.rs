@@ -467,3 +467,50 @@ fn layer_spans_past_its_map_in_place_made_entered_and_closed_on_two_threads() {
     );
     assert!(seen.values().all(|&n| n == 1), "each once");
 }
+
+#[test]
+fn layer_slots_of_spans_with_values_on_the_heap_are_reused_with_fresh_values() {
+    // A closed span's slot goes back unlocked, its state as it was; a span
+    // with more values than a state keeps inline (ten fields: twenty words)
+    // leaves them on the heap, so the next span in that slot must get a new
+    // state, not the old one reset. Spans of both kinds alternate on one
+    // thread (which reuses its last freed slot first), each with its own
+    // values in the trace.
+    let _s = serial();
+    let trace = scratch("layer-reuse").join("reuse.pftrace");
+    let (dispatch, guard) = start(&trace, Via::Layer);
+    dispatcher::with_default(&dispatch, || {
+        for i in 0..200u64 {
+            if i % 2 == 0 {
+                let (a, b, c, d, e) = (i, i + 1, i + 2, i + 3, i + 4);
+                let (f, g, h, j, k) = (i + 5, i + 6, i + 7, i + 8, i + 9);
+                info_span!(target: "app", "wide", a, b, c, d, e, f, g, h, j, k).in_scope(|| {});
+            } else {
+                info_span!(target: "app", "narrow", a = i).in_scope(|| {});
+            }
+        }
+    });
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    let wide: Vec<_> = slices.iter().filter(|s| s.name == "wide").collect();
+    let narrow: Vec<_> = slices.iter().filter(|s| s.name == "narrow").collect();
+    assert_eq!((wide.len(), narrow.len()), (100, 100));
+    for s in wide {
+        let a = s.args["a"].as_u64().unwrap();
+        for (n, k) in ["a", "b", "c", "d", "e", "f", "g", "h", "j", "k"]
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(
+                s.args[k].as_u64(),
+                Some(a + n as u64),
+                "{k} of {:?}",
+                s.args
+            );
+        }
+    }
+    for s in narrow {
+        assert_eq!(s.args.as_object().unwrap().len(), 1, "{:?}", s.args);
+        assert_eq!(s.args["a"].as_u64().unwrap() % 2, 1);
+    }
+}

@@ -75,10 +75,16 @@ impl SpanMap {
         self.ids.get(id)
     }
 
+    /// Span `id` closed; `settled`: its state has nothing left to write or
+    /// to count (`bridge::close`), so its slot goes back unlocked.
     #[inline]
-    fn remove(&self, id: u64) {
+    fn remove(&self, id: u64, settled: bool) {
         if let Some(slot) = self.ids.remove(id) {
-            free(slot);
+            if settled {
+                SPAN_STATES.recycle(slot); // the map entry was its only way in
+            } else {
+                free(slot);
+            }
         }
     }
 }
@@ -123,8 +129,8 @@ impl RingtraceLayer {
 
     #[inline(never)]
     fn close(&self, id: &Id) {
-        bridge::close(&self.spans, id);
-        self.spans.remove(id.into_u64());
+        let settled = bridge::close(&self.spans, id);
+        self.spans.remove(id.into_u64(), settled);
     }
 }
 

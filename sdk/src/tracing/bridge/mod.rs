@@ -52,11 +52,13 @@ pub(crate) fn new_span_with(
     }
     let created = ticks();
     let data = match state {
-        Some(data) => {
-            data.reset(info, created); // a freed slot's state, kept (see `reusable`)
+        // A freed slot's state, kept (see `reusable`), reset in place.
+        Some(data) if data.reusable() => {
+            data.reset(info, created);
             data
         }
-        None => state.insert(SpanData::new(info, created)),
+        // None, or a recycled slot's state holding heap memory: replaced.
+        _ => state.insert(SpanData::new(info, created)),
     };
     if attrs.values().is_empty() {
         data.site = info.site(0); // fields declared `Empty`: no arg names
@@ -157,7 +159,14 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
                 data.begin_async(tr); // entered on a second thread
             }
             entered.session = tr.session;
-            if let Some(depth) = data.tracking(|d| d.begin_slice(tr, ts)) {
+            // A begin clears the fields pending for the next end: with none
+            // pending, `END_PENDING` cannot change and needs no tracking.
+            let depth = if data.dirty_is_clear() {
+                data.begin_slice(tr, ts)
+            } else {
+                data.tracking(|d| d.begin_slice(tr, ts))
+            };
+            if let Some(depth) = depth {
                 entered.depth = depth;
                 entered.recorded = true;
             }
@@ -211,10 +220,13 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
 }
 
 /// Span `id` closes (its last handle dropped): an async span's range ends,
-/// flows no slice end carried are written.
-pub(crate) fn close(store: &impl SpanStore, id: &Id) {
+/// flows no slice end carried are written. Returns `true` if no span had
+/// anything to write: then this one's state has nothing left to write or to
+/// count (not async, no flows, no fields pending), whatever other threads
+/// do, since its own changes came before its close and counted there.
+pub(crate) fn close(store: &impl SpanStore, id: &Id) -> bool {
     if END_PENDING.load(Ordering::Relaxed) == 0 && ASYNC_LIVE.load(Ordering::Relaxed) == 0 {
-        return; // no span is async or has flows: nothing to write
+        return true; // no span is async or has flows: nothing to write
     }
     let ts = ticks();
     store.with_data(id, |data| {
@@ -237,6 +249,7 @@ pub(crate) fn close(store: &impl SpanStore, id: &Id) {
             layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, fixed, &());
         });
     });
+    false
 }
 
 /// Span `id` exits while the spans of `above` (entered after it, on this

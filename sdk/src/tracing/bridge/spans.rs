@@ -137,6 +137,12 @@ impl SpanData {
         self.async_id != 0 || !self.flows.is_empty()
     }
 
+    /// Whether no field was recorded since the last begin.
+    #[inline]
+    pub(super) fn dirty_is_clear(&self) -> bool {
+        self.dirty == 0
+    }
+
     fn end_pending(&self) -> bool {
         self.dirty != 0 || !self.flows.is_empty()
     }
