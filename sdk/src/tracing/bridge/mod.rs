@@ -52,8 +52,9 @@ pub(crate) fn new_span_with(
     }
     let created = ticks();
     let data = match state {
-        // A freed slot's state, kept (see `reusable`), reset in place.
-        Some(data) if data.reusable() => {
+        // A freed slot's state, kept (see `reusable`; a recycled one owns
+        // nothing else to write or count), reset in place.
+        Some(data) if !data.owns_heap() => {
             data.reset(info, created);
             data
         }
