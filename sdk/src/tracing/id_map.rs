@@ -6,7 +6,8 @@
 //! removal clears the key with a store. No probe runs past its group, so a
 //! removal leaves no tombstone. A key whose group is full goes to an
 //! overflow map, sharded, behind locks, grown to the peak of its entries and
-//! reused (no allocation per span), looked at only while it holds entries.
+//! reused (no allocation per span), looked at only while it holds entries
+//! (one count for all its shards).
 //!
 //! What makes this enough: `tracing` orders the callbacks of one span (its
 //! handle is shared between threads with synchronisation, its close follows
@@ -27,9 +28,16 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::AtomicUsize;
 
 /// Entries per group: one cache line of keys.
+#[cfg(not(ringtrace_loom))]
 const GROUP: usize = 8;
 /// Groups in the table (a power of two): 4,096 entries, 64 KiB per layer.
+#[cfg(not(ringtrace_loom))]
 const GROUPS: usize = 512;
+// Under loom: one group of two, so that the model's keys meet in it.
+#[cfg(ringtrace_loom)]
+const GROUP: usize = 2;
+#[cfg(ringtrace_loom)]
+const GROUPS: usize = 1;
 /// Shards of the overflow map: spans of different threads rarely meet on a lock.
 const SHARDS: usize = 32;
 
@@ -53,6 +61,10 @@ struct Shard {
 /// must keep to (one span's callbacks ordered by `tracing`).
 pub(crate) struct IdMap {
     groups: Box<[Group]>,
+    /// Entries in all the overflow shards, changed under a shard's lock:
+    /// while it is 0 (the usual case) a key not in its group is not in the
+    /// map, found with one load.
+    overflowed: CachePadded<AtomicUsize>,
     overflow: Box<[CachePadded<Shard>]>,
 }
 
@@ -93,6 +105,7 @@ impl IdMap {
                     values: std::array::from_fn(|_| AtomicU64::new(0)),
                 })
                 .collect(),
+            overflowed: CachePadded::new(AtomicUsize::new(0)),
             overflow: (0..SHARDS)
                 .map(|_| {
                     CachePadded::new(Shard {
@@ -153,6 +166,9 @@ impl IdMap {
                 return Some(v.load(Ordering::Relaxed));
             }
         }
+        if self.overflowed.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None; // as in `overflow_remove`
+        }
         let shard = self.shard(key);
         if shard.len.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return None;
@@ -185,14 +201,21 @@ impl IdMap {
         shard
             .len
             .store(map.len(), std::sync::atomic::Ordering::Relaxed);
+        if old.is_none() {
+            self.overflowed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         old
     }
 
     #[inline]
     fn overflow_remove(&self, key: u64) -> Option<u64> {
-        let shard = self.shard(key);
         // Relaxed: a key's entry is inserted and removed by callbacks that
         // `tracing` orders; only other keys' updates can be unseen here.
+        if self.overflowed.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let shard = self.shard(key);
         if shard.len.load(std::sync::atomic::Ordering::Relaxed) == 0 {
             return None;
         }
@@ -207,16 +230,26 @@ impl IdMap {
         shard
             .len
             .store(map.len(), std::sync::atomic::Ordering::Relaxed);
+        if old.is_some() {
+            self.overflowed
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         old
     }
 
     /// Entries in the overflow map.
     #[cfg(test)]
     fn overflowed(&self) -> usize {
-        self.overflow
+        let n = self
+            .overflow
             .iter()
             .map(|s| s.len.load(std::sync::atomic::Ordering::Relaxed))
-            .sum()
+            .sum();
+        assert_eq!(
+            self.overflowed.load(std::sync::atomic::Ordering::Relaxed),
+            n
+        );
+        n
     }
 }
 
@@ -308,5 +341,38 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(map.overflowed(), 0);
+    }
+}
+
+/// The hand-over of an entry between threads: one thread's key removed
+/// while another's insert takes the entry (or the other one) for its key.
+/// Run with the other loom models (`loom_tests` in `record/`).
+#[cfg(all(test, ringtrace_loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    #[test]
+    fn an_entry_freed_on_one_thread_is_taken_on_another_with_its_new_value() {
+        loom::model(|| {
+            let map = Arc::new(IdMap::new());
+            let m = map.clone();
+            let t = thread::spawn(move || {
+                assert_eq!(m.insert(2, 20), None);
+                assert_eq!(m.get(2), Some(20));
+                // Read before the entry can be taken for key 4.
+                assert_eq!(m.remove(2), Some(20));
+            });
+            assert_eq!(map.insert(3, 30), None);
+            assert_eq!(map.remove(3), Some(30));
+            assert_eq!(map.insert(4, 40), None);
+            assert_eq!(map.get(4), Some(40));
+            t.join().unwrap();
+            assert_eq!(map.get(2), None);
+            assert_eq!(map.get(3), None);
+            assert_eq!(map.get(4), Some(40));
+            assert_eq!(map.overflowed(), 0, "two keys at most: both in the group");
+        });
     }
 }
