@@ -119,7 +119,10 @@ impl IdMap {
 
     #[inline]
     fn group(&self, key: u64) -> &Group {
-        &self.groups[(hash(key) >> (64 - GROUPS.trailing_zeros())) as usize]
+        // The hash's top bits (rotated down: no shift by 64 when there is
+        // one group, as under loom).
+        let top = hash(key).rotate_left(GROUPS.trailing_zeros()) as usize;
+        &self.groups[top & (GROUPS - 1)]
     }
 
     #[inline]
