@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use tracing::dispatcher::{self, Dispatch};
 use tracing::{info, info_span};
+use tracing_subscriber::layer::SubscriberExt;
 
 // ---------------------------------------------------------------------------
 // Spans across threads and out of stack order
@@ -402,4 +403,114 @@ fn subscriber_frees_every_span() {
     guard.stop().unwrap();
     let (slices, _) = decode(&trace);
     assert_eq!(slices.iter().filter(|s| s.name == "s").count(), 6 * 8 * 250);
+}
+
+#[test]
+fn layer_spans_past_its_map_in_place_made_entered_and_closed_on_two_threads() {
+    // The layer's map of registry ids holds 4,096 spans in place and the
+    // rest in an overflow map: 6,000 spans alive at once, made on six
+    // threads, half entered there, half entered and closed on the main
+    // thread; three rounds, so the registry reuses the ids of closed spans.
+    // Every span is recorded once, with its own fields, none left unstored.
+    let _s = serial();
+    let trace = scratch("layer-many").join("many.pftrace");
+    let (layer, guard) = ringtrace::layer()
+        .output(&trace)
+        .buffer_bytes_per_thread(16 << 20)
+        .buffer_bytes(256 << 20)
+        .build()
+        .unwrap();
+    let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+    let not_stored = ringtrace::RingtraceLayer::spans_not_stored();
+    const THREADS: u64 = 6;
+    const SPANS: u64 = 1000;
+    for round in 0..3u64 {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let d = dispatch.clone();
+                std::thread::spawn(move || {
+                    dispatcher::with_default(&d, || {
+                        let spans: Vec<_> = (0..SPANS)
+                            .map(|i| info_span!(target: "app", "live", round, t, i))
+                            .collect();
+                        for s in &spans[..SPANS as usize / 2] {
+                            s.in_scope(|| {});
+                        }
+                        spans
+                    })
+                })
+            })
+            .collect();
+        // Every thread's spans are alive until all are joined.
+        let all: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        dispatcher::with_default(&dispatch, || {
+            for spans in &all {
+                for s in &spans[SPANS as usize / 2..] {
+                    s.in_scope(|| {});
+                }
+            }
+            drop(all);
+        });
+    }
+    assert_eq!(ringtrace::RingtraceLayer::spans_not_stored(), not_stored);
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    let mut seen = BTreeMap::new();
+    for s in slices.iter().filter(|s| s.name == "live" && !s.instant) {
+        let key = ["round", "t", "i"].map(|k| s.args[k].as_u64().unwrap());
+        *seen.entry(key).or_insert(0) += 1;
+    }
+    assert_eq!(
+        seen.len() as u64,
+        3 * THREADS * SPANS,
+        "every span recorded"
+    );
+    assert!(seen.values().all(|&n| n == 1), "each once");
+}
+
+#[test]
+fn layer_slots_of_spans_with_values_on_the_heap_are_reused_with_fresh_values() {
+    // A closed span's slot goes back unlocked, its state as it was; a span
+    // with more values than a state keeps inline (ten fields: twenty words)
+    // leaves them on the heap, so the next span in that slot must get a new
+    // state, not the old one reset. Spans of both kinds alternate on one
+    // thread (which reuses its last freed slot first), each with its own
+    // values in the trace.
+    let _s = serial();
+    let trace = scratch("layer-reuse").join("reuse.pftrace");
+    let (dispatch, guard) = start(&trace, Via::Layer);
+    dispatcher::with_default(&dispatch, || {
+        for i in 0..200u64 {
+            if i % 2 == 0 {
+                let (a, b, c, d, e) = (i, i + 1, i + 2, i + 3, i + 4);
+                let (f, g, h, j, k) = (i + 5, i + 6, i + 7, i + 8, i + 9);
+                info_span!(target: "app", "wide", a, b, c, d, e, f, g, h, j, k).in_scope(|| {});
+            } else {
+                info_span!(target: "app", "narrow", a = i).in_scope(|| {});
+            }
+        }
+    });
+    guard.stop().unwrap();
+    let (slices, _) = decode(&trace);
+    let wide: Vec<_> = slices.iter().filter(|s| s.name == "wide").collect();
+    let narrow: Vec<_> = slices.iter().filter(|s| s.name == "narrow").collect();
+    assert_eq!((wide.len(), narrow.len()), (100, 100));
+    for s in wide {
+        let a = s.args["a"].as_u64().unwrap();
+        for (n, k) in ["a", "b", "c", "d", "e", "f", "g", "h", "j", "k"]
+            .iter()
+            .enumerate()
+        {
+            assert_eq!(
+                s.args[k].as_u64(),
+                Some(a + n as u64),
+                "{k} of {:?}",
+                s.args
+            );
+        }
+    }
+    for s in narrow {
+        assert_eq!(s.args.as_object().unwrap().len(), 1, "{:?}", s.args);
+        assert_eq!(s.args["a"].as_u64().unwrap() % 2, 1);
+    }
 }

@@ -18,7 +18,9 @@
 //!
 //! Environment: `PEERS_QUICK=1` for a smoke run; `PEERS_DIR` for the trace
 //! files (default: the system temp directory); `PEERS_ONLY=puffin,fastrace`
-//! for a subset (ringtrace always runs: it is the base of the ratios).
+//! for a subset (ringtrace always runs: it is the base of the ratios; the
+//! keys: puffin, fastrace, perfetto-recorder, tracy, perfetto-sdk, registry,
+//! registry-layer, tracing-chrome, tracing-perfetto, tracing-perfetto-sdk).
 
 use std::hint::black_box;
 use std::io::Write;
@@ -536,6 +538,29 @@ mod tr {
         };
         let dispatch = tracing::Dispatch::new(
             tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO),
+        );
+        workloads(cfg, &mut p, &dispatch, || {});
+        p
+    }
+
+    /// A layer that does nothing.
+    struct NoopLayer;
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
+
+    /// The floor of every layer as the layers here are set up: the registry
+    /// with a layer that does nothing behind the same per-layer INFO filter
+    /// (which adds the filter's per-span state and a registry look-up on
+    /// each enter, exit and close).
+    pub fn registry_noop_layer(cfg: &Cfg) -> Peer {
+        let mut p = Peer {
+            name: "(floor) registry + a layer that does nothing, behind the same per-layer filter",
+            tracing_layer: true,
+            ..Default::default()
+        };
+        let dispatch = tracing::Dispatch::new(
+            tracing_subscriber::registry()
+                .with(NoopLayer.with_filter(tracing_subscriber::filter::LevelFilter::INFO)),
         );
         workloads(cfg, &mut p, &dispatch, || {});
         p
@@ -1121,6 +1146,7 @@ fn run_peer(key: &str, cfg: &Cfg) -> Option<Peer> {
         "ringtrace-layer" => tr::ringtrace_layer(cfg),
         "ringtrace-subscriber" => tr::ringtrace_subscriber(cfg),
         "registry" => tr::registry_only(cfg),
+        "registry-layer" => tr::registry_noop_layer(cfg),
         "tracing-chrome" => tr::chrome(cfg),
         "tracing-perfetto" => tr::perfetto(cfg),
         #[cfg(feature = "perfetto-sdk")]
@@ -1218,6 +1244,7 @@ fn main() {
         "ringtrace-layer",
         "ringtrace-subscriber",
         "registry",
+        "registry-layer",
         "tracing-chrome",
         "tracing-perfetto",
     ]);

@@ -1,20 +1,16 @@
 //! `RingtraceLayer`: ringtrace as a `tracing_subscriber::Layer`. Its span
 //! state lives in ringtrace's span table (`span_table`, shared with the
 //! subscriber), found through a map of the registry's span ids to table ids
-//! (not in the registry's per-span extension maps, which box every value and
-//! look it up by type). The state stays in its slot from the span's creation
+//! (`id_map`: lock-free on its common path; not the registry's per-span
+//! extension maps, which box every value and look it up by type). The state stays in its slot from the span's creation
 //! to its close, and the slot's state is reused by a later span: a span's
 //! hundreds of bytes are never moved.
 
 use super::bridge::{self, SpanData, SpanStore};
+use super::id_map::IdMap;
 use super::sealed;
 use super::span_table::SPAN_STATES;
-use crossbeam_utils::CachePadded;
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::Context;
@@ -46,86 +42,29 @@ impl fmt::Debug for RingtraceLayer {
     }
 }
 
-/// Shards of the span map: spans of different threads rarely meet on a lock.
-const SHARDS: usize = 32;
-
-/// The layer's live spans: registry span id to id in `SPAN_STATES`, a map
-/// per shard, each behind its own lock on cache lines of its own. Ids are
-/// the registry's (unique among its live spans, reused after a close: the
-/// entry is removed at the close), so the map belongs to one layer, hence
-/// one registry. A map grows to the peak of live spans and is then reused:
-/// no allocation per span.
+/// The layer's live spans: the registry's span ids (unique among its live
+/// spans, reused after a close, when the entry is removed) to ids in
+/// `SPAN_STATES`; one map per layer, hence per registry.
 struct SpanMap {
-    shards: Box<[CachePadded<Shard>]>,
-}
-
-type IdMap = HashMap<u64, u64, BuildHasherDefault<IdHash>>;
-
-struct Shard {
-    /// Entries in `map`, written under its lock, read without it: an empty
-    /// shard (every span when the categories are off) is not locked at all.
-    len: AtomicUsize,
-    map: Mutex<IdMap>,
-}
-
-/// Hashes a span id (already unique) with one multiply; the high bits, which
-/// the map and the shard choice use, depend on every bit of the id.
-#[derive(Default)]
-struct IdHash(u64);
-
-impl Hasher for IdHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
+    ids: IdMap,
 }
 
 impl SpanMap {
     fn new() -> SpanMap {
-        SpanMap {
-            shards: (0..SHARDS)
-                .map(|_| {
-                    CachePadded::new(Shard {
-                        len: AtomicUsize::new(0),
-                        map: Mutex::new(HashMap::default()),
-                    })
-                })
-                .collect(),
-        }
+        SpanMap { ids: IdMap::new() }
     }
 
+    /// Records span `id` of call site `info` (its category is on): its
+    /// state is made in a slot of `SPAN_STATES`, fields visited there
+    /// (before the map is written: a `Debug` impl may make spans).
     #[inline]
-    fn shard(&self, id: u64) -> &Shard {
-        let mut h = IdHash::default();
-        h.write_u64(id);
-        &self.shards[(h.finish() >> 59) as usize % SHARDS]
-    }
-
-    /// Records span `id` (its category is on): its state is made in a slot
-    /// of `SPAN_STATES`. The fields are visited there, before the map is
-    /// locked (a `Debug` impl may make spans).
-    fn insert(&self, id: u64, attrs: &Attributes<'_>) {
+    fn insert(&self, id: u64, attrs: &Attributes<'_>, info: &'static bridge::SiteInfo) {
         let Some(slot) = SPAN_STATES.insert(attrs.metadata(), |state| {
-            bridge::new_span_into(attrs, state)
+            bridge::new_span_with(attrs, info, state)
         }) else {
             return; // over 10^9 spans alive: not recorded (the table counts it)
         };
-        let shard = self.shard(id);
-        let old = {
-            let mut map = shard.map.lock();
-            let old = map.insert(id, slot);
-            shard.len.store(map.len(), Ordering::Relaxed);
-            old
-        };
-        if let Some(old) = old {
+        if let Some(old) = self.ids.insert(id, slot) {
             free(old); // a stale entry (a close this layer did not see)
         }
     }
@@ -133,29 +72,19 @@ impl SpanMap {
     /// The table id of span `id`, if it is recorded.
     #[inline]
     fn slot(&self, id: u64) -> Option<u64> {
-        let shard = self.shard(id);
-        // Relaxed: a span's entry is inserted and removed by callbacks on
-        // that span, which `tracing` orders (the span's handle is shared
-        // with synchronisation); only other spans' updates can be unseen.
-        if shard.len.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        shard.map.lock().get(&id).copied()
+        self.ids.get(id)
     }
 
-    fn remove(&self, id: u64) {
-        let shard = self.shard(id);
-        if shard.len.load(Ordering::Relaxed) == 0 {
-            return; // as in `slot`
-        }
-        let slot = {
-            let mut map = shard.map.lock();
-            let slot = map.remove(&id);
-            shard.len.store(map.len(), Ordering::Relaxed);
-            slot
-        };
-        if let Some(slot) = slot {
-            free(slot);
+    /// Span `id` closed; `settled`: its state has nothing left to write or
+    /// to count (`bridge::close`), so its slot goes back unlocked.
+    #[inline]
+    fn remove(&self, id: u64, settled: bool) {
+        if let Some(slot) = self.ids.remove(id) {
+            if settled {
+                SPAN_STATES.recycle(slot); // the map entry was its only way in
+            } else {
+                free(slot);
+            }
         }
     }
 }
@@ -176,14 +105,42 @@ impl SpanStore for SpanMap {
     }
 }
 
+/// The callbacks, out of line and not generic: compiled once, here, so the
+/// registry's and the per-layer filter's code around each call (instantiated
+/// in the user's crate) stays small enough to be inlined.
+impl RingtraceLayer {
+    #[inline(never)]
+    fn new_span(&self, attrs: &Attributes<'_>, id: &Id) {
+        // The call site is looked up once, for the check and the state.
+        if let Some(info) = bridge::enabled_site(attrs.metadata()) {
+            self.spans.insert(id.into_u64(), attrs, info);
+        }
+    }
+
+    #[inline(never)]
+    fn enter(&self, id: &Id) {
+        bridge::enter(&self.spans, id, false);
+    }
+
+    #[inline(never)]
+    fn exit(&self, id: &Id) {
+        bridge::exit(&self.spans, id);
+    }
+
+    #[inline(never)]
+    fn close(&self, id: &Id) {
+        let settled = bridge::close(&self.spans, id);
+        self.spans.remove(id.into_u64(), settled);
+    }
+}
+
 impl<S> Layer<S> for RingtraceLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    #[inline]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
-        if bridge::enabled(attrs.metadata()) {
-            self.spans.insert(id.into_u64(), attrs);
-        }
+        self.new_span(attrs, id);
     }
 
     fn on_record(&self, id: &Id, values: &SpanValues<'_>, _ctx: Context<'_, S>) {
@@ -194,21 +151,24 @@ where
         bridge::follows_from(&self.spans, id, follows);
     }
 
+    #[inline]
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         bridge::event(event);
     }
 
+    #[inline]
     fn on_enter(&self, id: &Id, _ctx: Context<'_, S>) {
-        bridge::enter(&self.spans, id, false);
+        self.enter(id);
     }
 
+    #[inline]
     fn on_exit(&self, id: &Id, _ctx: Context<'_, S>) {
-        bridge::exit(&self.spans, id);
+        self.exit(id);
     }
 
+    #[inline]
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
-        bridge::close(&self.spans, &id);
-        self.spans.remove(id.into_u64());
+        self.close(&id);
     }
 }
 

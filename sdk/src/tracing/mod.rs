@@ -97,6 +97,7 @@
 
 mod bridge;
 mod builder;
+mod id_map;
 mod layer;
 mod span_table;
 mod subscriber;

@@ -239,6 +239,7 @@ impl<T> SpanTable<T> {
     /// A freed slot keeps a state `keep` accepts, for the next span `insert`
     /// puts there to reuse in place; else the state is moved out and
     /// dropped, after the slot's lock is released.
+    #[inline]
     pub(crate) fn release(
         &'static self,
         id: u64,
@@ -269,6 +270,26 @@ impl<T> SpanTable<T> {
                 Release::Freed
             }
             Some(r) => r,
+        }
+    }
+
+    /// Frees span `id`'s slot without locking it: the slot goes to this
+    /// thread's free list as it is, and the `insert` that takes it next
+    /// makes it a new span (a new generation; `init` resets or replaces the
+    /// old state). For the layer, whose table ids never leave it: once its
+    /// map entry is removed nothing looks the id up, and the caller knows
+    /// the state has nothing to write or to count when dropped (not async,
+    /// no flows, no fields pending). Until the slot is reused, an id forged
+    /// to match it still finds the old state; heap memory the state holds
+    /// (values past the inline ones) is freed then too.
+    ///
+    /// Must be called once per id, and never with [`release`](Self::release)
+    /// or [`remove`](Self::remove) for the same id: a slot listed twice
+    /// would be given to two spans.
+    #[inline]
+    pub(crate) fn recycle(&'static self, id: u64) {
+        if let Some(index) = (id as u32).checked_sub(1) {
+            self.give_back(index);
         }
     }
 

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! The recording thread's count is in the `.out-01` file. Modes: `registry`
-//! (no layer), `subscriber`, `layer`, `subscriber-off` and `layer-off`
+//! (no layer), `noop-layer` (a layer that does nothing, behind the per-layer
+//! filter the layer gets: the floor of every layer), `subscriber`, `layer`, `subscriber-off` and `layer-off`
 //! (every category off); each in a `Dispatch` with an INFO level filter
 //! (per-layer for the layer), as `benches/peers` sets them. Loops: `span`
 //! (`info_span!(..).entered()` dropped), `int` (the same with an int field),
@@ -24,6 +25,12 @@ use tracing_subscriber::prelude::*;
 /// none is dropped: a dropped record costs less than a written one.
 const RING: usize = 64 << 20;
 
+/// A layer that does nothing: what the registry and a per-layer filter cost
+/// any layer before it does its own work.
+struct NoopLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = "usage: tracing_loops MODE N [span|int|event|debug]";
@@ -36,6 +43,9 @@ fn main() {
         "registry" => {
             tracing::Dispatch::new(tracing_subscriber::registry().with(LevelFilter::INFO))
         }
+        "noop-layer" => tracing::Dispatch::new(
+            tracing_subscriber::registry().with(NoopLayer.with_filter(LevelFilter::INFO)),
+        ),
         "subscriber" | "subscriber-off" => {
             let mut b = ringtrace::subscriber()
                 .output(&path)

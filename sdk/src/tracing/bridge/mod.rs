@@ -14,6 +14,7 @@ use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
 use crate::record::registry::with_current;
 use fields::{push_str, with_scratch, Visitor};
+pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, Inline, SpanData};
 use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
@@ -35,18 +36,30 @@ pub(crate) trait SpanStore {
 /// move), or `None` when its category is off (then it is not recorded at all).
 #[inline]
 pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>) {
-    let info = site_info(attrs.metadata());
+    new_span_with(attrs, site_info(attrs.metadata()), state)
+}
+
+/// As [`new_span_into`], with the call site already looked up.
+#[inline]
+pub(crate) fn new_span_with(
+    attrs: &Attributes<'_>,
+    info: &'static SiteInfo,
+    state: &mut Option<SpanData>,
+) {
     if !info.full.is_enabled() {
         *state = None;
         return;
     }
     let created = ticks();
     let data = match state {
-        Some(data) => {
-            data.reset(info, created); // a freed slot's state, kept (see `reusable`)
+        // A freed slot's state, kept (see `reusable`; a recycled one owns
+        // nothing else to write or count), reset in place.
+        Some(data) if !data.owns_heap() => {
+            data.reset(info, created);
             data
         }
-        None => state.insert(SpanData::new(info, created)),
+        // None, or a recycled slot's state holding heap memory: replaced.
+        _ => state.insert(SpanData::new(info, created)),
     };
     if attrs.values().is_empty() {
         data.site = info.site(0); // fields declared `Empty`: no arg names
@@ -61,6 +74,13 @@ pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>
 /// Whether spans and events of this call site are recorded now.
 pub(crate) fn enabled(meta: &'static Metadata<'static>) -> bool {
     site_info(meta).full.is_enabled()
+}
+
+/// The call site of `meta` if its spans and events are recorded now.
+#[inline]
+pub(crate) fn enabled_site(meta: &'static Metadata<'static>) -> Option<&'static SiteInfo> {
+    let info = site_info(meta);
+    info.full.is_enabled().then_some(info)
 }
 
 /// As [`enabled`], for metadata that may not be `'static`: a call site not
@@ -140,7 +160,14 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
                 data.begin_async(tr); // entered on a second thread
             }
             entered.session = tr.session;
-            if let Some(depth) = data.tracking(|d| d.begin_slice(tr, ts)) {
+            // A begin clears the fields pending for the next end: with none
+            // pending, `END_PENDING` cannot change and needs no tracking.
+            let depth = if data.dirty_is_clear() {
+                data.begin_slice(tr, ts)
+            } else {
+                data.tracking(|d| d.begin_slice(tr, ts))
+            };
+            if let Some(depth) = depth {
                 entered.depth = depth;
                 entered.recorded = true;
             }
@@ -194,10 +221,13 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
 }
 
 /// Span `id` closes (its last handle dropped): an async span's range ends,
-/// flows no slice end carried are written.
-pub(crate) fn close(store: &impl SpanStore, id: &Id) {
+/// flows no slice end carried are written. Returns `true` if no span had
+/// anything to write: then this one's state has nothing left to write or to
+/// count (not async, no flows, no fields pending), whatever other threads
+/// do, since its own changes came before its close and counted there.
+pub(crate) fn close(store: &impl SpanStore, id: &Id) -> bool {
     if END_PENDING.load(Ordering::Relaxed) == 0 && ASYNC_LIVE.load(Ordering::Relaxed) == 0 {
-        return; // no span is async or has flows: nothing to write
+        return true; // no span is async or has flows: nothing to write
     }
     let ts = ticks();
     store.with_data(id, |data| {
@@ -220,6 +250,7 @@ pub(crate) fn close(store: &impl SpanStore, id: &Id) {
             layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, fixed, &());
         });
     });
+    false
 }
 
 /// Span `id` exits while the spans of `above` (entered after it, on this

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use tracing::Metadata;
 
 /// What ringtrace knows of one `tracing` callsite.
-pub(super) struct SiteInfo {
+pub(crate) struct SiteInfo {
     meta: &'static Metadata<'static>,
     /// Field names, in the callsite's field order.
     names: Vec<&'static str>,

@@ -107,11 +107,14 @@ impl SpanData {
     /// moving one out of its slot and back in cost more than the rest of a
     /// span's life.
     pub(crate) fn reusable(&self) -> bool {
-        !self.end_pending()
-            && self.async_id == 0
-            && self.flows.capacity() == 0
-            && !self.words.spilled()
-            && !self.ranges.spilled()
+        !self.end_pending() && self.async_id == 0 && !self.owns_heap()
+    }
+
+    /// Whether the state holds heap memory (values past the inline ones,
+    /// flows' room).
+    #[inline]
+    pub(super) fn owns_heap(&self) -> bool {
+        self.flows.capacity() != 0 || self.words.spilled() || self.ranges.spilled()
     }
 
     /// Makes a [`reusable`](Self::reusable) state that of a new span, in
@@ -135,6 +138,12 @@ impl SpanData {
     /// or flows no slice end carried.
     pub(crate) fn must_close(&self) -> bool {
         self.async_id != 0 || !self.flows.is_empty()
+    }
+
+    /// Whether no field was recorded since the last begin.
+    #[inline]
+    pub(super) fn dirty_is_clear(&self) -> bool {
+        self.dirty == 0
     }
 
     fn end_pending(&self) -> bool {
