@@ -244,11 +244,12 @@ fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) -> bool {
         // their length byte only.
         let left = PAGE - pos % PAGE;
         if left > m {
-            let (start, limit) = (i, i + (left - m) as usize);
-            while i + 1 < buf.len() {
-                let body = buf[i + 1];
+            let (start, limit) = (i, (i + (left - m) as usize).min(buf.len()));
+            // One bound for both: the page's limit and the buffer's end.
+            let within = &buf[..limit];
+            while let Some(&body) = within.get(i + 1) {
                 let end = i + 2 + body as usize;
-                if body >= 0x80 || end > limit || end > buf.len() {
+                if body >= 0x80 || end > limit {
                     break;
                 }
                 i = end;
