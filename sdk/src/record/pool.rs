@@ -359,7 +359,7 @@ impl Pool {
     /// more, but for each class's first slot (the stock), given back after
     /// [`STOCK_IDLE_MS`] without a ring made or grown; everything when the
     /// budget is short. Returns how many.
-    #[cfg(test)]
+    #[cfg(all(test, not(ringtrace_loom)))]
     pub(crate) fn trim(&self, budget: &Budget) -> usize {
         self.trim_at(budget, now_ms())
     }
