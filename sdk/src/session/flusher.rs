@@ -222,8 +222,11 @@ impl Flusher {
             }
         }
         write_out(&mut sink, &mut out);
-        let mut last_full = Instant::now();
-        let mut last_snapshot = Instant::now();
+        // When the next full pass and the next clock snapshot are due (a
+        // compare per pass; none past what an `Instant` can hold).
+        let start_at = Instant::now();
+        let mut next_full = start_at.checked_add(interval);
+        let mut next_snapshot = start_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
         let mut flush_seen = 0;
         // Rings may have grown before this thread ran: look at once.
         let mut spares = Spares {
@@ -265,13 +268,12 @@ impl Flusher {
             // A flight recorder drains the rings as often (into the
             // recorder); it writes out on flush, at stop and into a dump.
             let dump = stopping || window || flush_req != flush_seen;
-            let full =
-                dump || system_full || pass_at.saturating_duration_since(last_full) >= interval;
+            let full = dump || system_full || next_full.is_some_and(|at| pass_at >= at);
             // While a dump's window is open, records go straight to its file.
             let dumping = windows.dumping();
             if full {
                 cal.refresh();
-                last_full = pass_at;
+                next_full = pass_at.checked_add(interval);
             }
             if let (true, Some(rec), Some(e)) = (dump, recorder.as_mut(), encoder.as_deref_mut()) {
                 // What the recorder holds is older than what the rings hold:
@@ -442,8 +444,8 @@ impl Flusher {
                     sys.note_lost_no_ring(&mut ctx, now, count);
                 }
             }
-            if pass_at.saturating_duration_since(last_snapshot) >= CLOCK_SNAPSHOT_PERIOD {
-                last_snapshot = pass_at;
+            if next_snapshot.is_some_and(|at| pass_at >= at) {
+                next_snapshot = pass_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
                 let mut ctx = ctx!();
                 if let Some(e) = encoder.as_deref_mut() {
                     e.tick(&mut ctx, &mut out);
