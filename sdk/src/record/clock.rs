@@ -59,7 +59,8 @@ pub(crate) struct Calibration {
     first: (u64, u64),
     /// Latest point; conversions are anchored here.
     last: (u64, u64),
-    /// The rate, ns per tick, in fixed point: `int + frac / 2^64`. Integer
+    /// The rate, ns per tick, in fixed point: `int + frac / 2^64` (1 and 0
+    /// without the TSC: `to_ns` relies on `int` not being 0). Integer
     /// arithmetic in `to_ns`, which runs once per event in the flusher: the
     /// high half of one 64x64 multiply (and one more while the rate is 1 ns
     /// per tick or more) against int/float conversions.
@@ -156,12 +157,11 @@ impl Calibration {
     /// BOOTTIME nanoseconds of a tick reading.
     #[inline]
     pub(crate) fn to_ns(&self, ticks: u64) -> u64 {
-        if !self.tsc {
-            return ticks;
-        }
         // The usual rate, converted per event by the flusher: under a
         // nanosecond per tick (a TSC above 1 GHz). The same arithmetic as
-        // below, with one branch on the side of the anchor.
+        // below, with one branch on the side of the anchor. Ticks that are
+        // BOOTTIME ns already have `int` 1: the one test sends them out of
+        // line too.
         if self.int == 0 {
             let (anchor, anchor_ns) = self.last;
             let part = |d: u64| ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64;
@@ -177,6 +177,9 @@ impl Calibration {
     /// [`Self::to_ns`] at any rate.
     #[inline(never)]
     fn to_ns_any(&self, ticks: u64) -> u64 {
+        if !self.tsc {
+            return ticks;
+        }
         // |ticks - anchor| * rate, rounded half away from zero, then
         // added to or taken from the anchor's ns (clamped at 0 and u64::MAX).
         let (anchor, anchor_ns) = self.last;
@@ -223,6 +226,24 @@ mod tests {
                 t + 50_000 >= before && t <= after + 50_000,
                 "{before} {t} {after}"
             );
+        }
+    }
+
+    /// Without the TSC, ticks are BOOTTIME ns and come out as they are,
+    /// on both sides of the anchor and at the ends of the range (the check
+    /// is off the usual rate's path: `to_ns_any`).
+    #[test]
+    fn boottime_ticks_are_ns() {
+        let now = crate::sys::boottime_ns();
+        let cal = Calibration {
+            tsc: false,
+            first: (now, now),
+            last: (now, now),
+            int: 1,
+            frac: 0,
+        };
+        for t in [0, 1, now - 1, now, now + 1, now + (1 << 40), u64::MAX] {
+            assert_eq!(cal.to_ns(t), t);
         }
     }
 

@@ -93,6 +93,10 @@ pub(crate) struct Pool {
     /// When the flusher last saw a ring made or grown (ms, `now_ms`;
     /// `touch`): the stock's idle time.
     touched: PlainU64,
+    /// No slot is idle before this (ms): `trim` looks at none until then
+    /// (it runs every pass of the flusher, every 5 ms). Set by `trim`'s
+    /// scan, lowered by `put` to its slot's time.
+    due: PlainU64,
     /// The largest segment of the session's rings, in slots.
     largest: PlainU64,
     /// Segments taken from the pool (monotonic; tests).
@@ -103,10 +107,13 @@ pub(crate) struct Pool {
 
 /// Milliseconds since the first call (a coarse clock for idle times).
 pub(crate) fn now_ms() -> u64 {
+    ms_at(std::time::Instant::now())
+}
+
+/// `now_ms` at `t` (the flusher reads the clock once per pass).
+pub(crate) fn ms_at(t: std::time::Instant) -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
+    t.saturating_duration_since(*EPOCH.get_or_init(std::time::Instant::now))
         .as_millis() as u64
 }
 
@@ -128,6 +135,7 @@ macro_rules! new_pool {
             bytes: PlainU64::new(0),
             open: new_pool!(@open),
             touched: PlainU64::new(0),
+            due: PlainU64::new(0),
             largest: PlainU64::new(0),
             taken: PlainU64::new(0),
             stocked: PlainU64::new(0),
@@ -296,7 +304,12 @@ impl Pool {
             // have pages never touched: mapped in now, while it is ours.
             map_in_segment(base, words);
             self.bytes.fetch_add(bytes, Plain::Relaxed);
-            self.since[i].store(now_ms(), Plain::Relaxed);
+            let since = now_ms();
+            self.since[i].store(since, Plain::Relaxed);
+            // Before the word is published: a scan that sees the word sees
+            // `due` at most this slot's time (one racing with us may raise
+            // `due` past it again: then it is trimmed a pass late).
+            self.due.fetch_min(since + POOL_IDLE_MS, Plain::Relaxed);
             // Release: pairs with `take`'s Acquire; our writes to the
             // segment (and its mapping in) happen before its next owner's.
             match self.words[i].compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed) {
@@ -346,32 +359,45 @@ impl Pool {
     /// more, but for each class's first slot (the stock), given back after
     /// [`STOCK_IDLE_MS`] without a ring made or grown; everything when the
     /// budget is short. Returns how many.
+    #[cfg(all(test, not(ringtrace_loom)))]
     pub(crate) fn trim(&self, budget: &Budget) -> usize {
         self.trim_at(budget, now_ms())
     }
 
-    /// `trim` at time `now` (`now_ms`).
+    /// `trim` at time `now` (`now_ms`). Before the earliest time a pooled
+    /// segment can be idle, and with the budget not short, it looks at no
+    /// slot: most passes of the flusher.
     pub(crate) fn trim_at(&self, budget: &Budget, now: u64) -> usize {
         let short = Pool::short(budget);
+        if !short && now < self.due.load(Plain::Relaxed) {
+            return 0;
+        }
         let touched = self.touched.load(Plain::Relaxed);
+        // Slots filled after this scan are idle POOL_IDLE_MS after it at
+        // the earliest (`put` lowers `due` to its own slot's time anyway);
+        // the stock's time only moves later with `touched`.
+        let mut due = now + POOL_IDLE_MS;
         let mut freed = 0;
         for class in 0..CLASSES {
             for s in 0..SLOTS {
                 let i = class * SLOTS + s;
+                if self.words[i].load(Ordering::Relaxed) == 0 {
+                    continue;
+                }
                 let since = self.since[i].load(Plain::Relaxed);
-                let idle = if s == 0 {
-                    now.saturating_sub(since.max(touched)) >= STOCK_IDLE_MS
+                let idle_at = if s == 0 {
+                    since.max(touched) + STOCK_IDLE_MS
                 } else {
-                    now.saturating_sub(since) >= POOL_IDLE_MS
+                    since + POOL_IDLE_MS
                 };
-                if self.words[i].load(Ordering::Relaxed) != 0
-                    && (short || idle)
-                    && self.free_slot(budget, i) > 0
-                {
+                if (short || now >= idle_at) && self.free_slot(budget, i) > 0 {
                     freed += 1;
+                } else {
+                    due = due.min(idle_at);
                 }
             }
         }
+        self.due.store(due, Plain::Relaxed);
         freed
     }
 
@@ -561,6 +587,40 @@ mod tests {
         let pool = budget.pool();
         pool.open(64 << 10 >> 3);
         assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
+        pool.close(budget);
+        assert_eq!(budget.used(), 0);
+    }
+
+    /// `trim` skips its scan until the earliest time a slot can be idle,
+    /// and a segment put after a scan lowers that time: it is still given
+    /// back POOL_IDLE_MS after it was put, not at the scan's later guess.
+    #[test]
+    fn trim_scans_from_the_earliest_idle_time_a_put_included() {
+        let budget = Budget::leaked(4 << 20);
+        let pool = budget.pool();
+        pool.open(usize::MAX);
+        pool.stock(budget);
+        let t0 = now_ms();
+        // A scan an hour ahead: the stock goes, and the empty pool's next
+        // scan is set an hour ahead too.
+        assert_eq!(pool.trim_at(budget, t0 + 3600 * 1000), 4);
+        assert_eq!(pool.pooled_bytes(), 0);
+        let seg = segment(budget, PAGE_WORDS);
+        assert!(pool.put(budget, seg, PAGE_WORDS));
+        let seg = segment(budget, PAGE_WORDS);
+        assert!(pool.put(budget, seg, PAGE_WORDS), "a second 4 KiB");
+        let put_at = now_ms();
+        assert_eq!(pool.trim_at(budget, put_at), 0, "not idle yet");
+        assert_eq!(
+            pool.trim_at(budget, put_at + POOL_IDLE_MS + 2),
+            1,
+            "the second 4 KiB, idle a second after it was put"
+        );
+        assert_eq!(
+            pool.pooled_bytes(),
+            segment_bytes(PAGE_WORDS),
+            "the stock slot stays"
+        );
         pool.close(budget);
         assert_eq!(budget.used(), 0);
     }

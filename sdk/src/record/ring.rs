@@ -1126,7 +1126,7 @@ impl Ring {
             let mut copied = tail;
             while pos < head && (pos - tail) < max_words as u64 {
                 if pos >= next_start {
-                    seg.copy(copied, pos, out);
+                    seg.copy(copied, pos, out, !overwrite);
                     copied = pos;
                     index += 1;
                     seg = SegmentView::of(self.slot(index));
@@ -1146,7 +1146,7 @@ impl Ring {
                 }
                 pos += len;
             }
-            seg.copy(copied, pos, out);
+            seg.copy(copied, pos, out, !overwrite);
             let mut from = tail;
             loop {
                 if from == pos {
@@ -1225,6 +1225,10 @@ impl Ring {
     }
 }
 
+/// Words per plain copy of published records (2 KiB; see `copy`).
+#[cfg(not(ringtrace_loom))]
+const COPY_CHUNK_WORDS: usize = 256;
+
 /// The consumer's view of one segment while it copies records out.
 struct SegmentView {
     base: *const AtomicU64,
@@ -1242,13 +1246,53 @@ impl SegmentView {
     /// Appends the words at positions `from..to` (at most the segment's
     /// length) to `out`: as at most two runs of slots, before and after
     /// the point where the positions wrap, each copied without masking.
+    /// `published`: the ring is in drop mode and `to` is at most the head
+    /// the caller loaded (Acquire), so no slot of `from..to` is written
+    /// while it is read, and the runs are copied as plain memory (vector
+    /// moves, not a load and a store per word).
     #[inline(always)]
-    fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>) {
+    fn copy(&self, from: u64, to: u64, out: &mut Vec<u64>, published: bool) {
         let slots = self.mask as usize + 1;
         let mut pos = from;
         while pos < to {
             let i = (pos & self.mask) as usize;
             let n = ((to - pos) as usize).min(slots - i);
+            // Loom checks the atomic loads (its atomics are not plain memory).
+            #[cfg(not(ringtrace_loom))]
+            if published {
+                // At most 2 KiB per copy: glibc copies those with vector
+                // moves, larger ones with `rep movsb` (fast on hardware
+                // too, but callgrind, which measures the flusher, counts
+                // it per byte).
+                let n = n.min(COPY_CHUNK_WORDS);
+                out.reserve(n);
+                let len = out.len();
+                // SAFETY: `base`/`mask` are a made, not yet freed segment's
+                // storage and length minus one, as in `word`; slots
+                // `i..i + n` are inside it (`i + n <= slots`). `AtomicU64`
+                // has `u64`'s layout. No race: in drop mode the producer
+                // writes only at and past `head` (it never moves the tail;
+                // `prefault_more` neither: it maps in from `prefaulted`,
+                // never below the head, to the segment's first lap's end),
+                // and these slots lie below the head whose Release store
+                // published them (our Acquire load), and are written again
+                // only after we move the tail past them (after this copy).
+                // `out` has room for `n` more (reserved above), does not
+                // overlap the ring, and `len + n` words are initialised
+                // after the copy.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.base.add(i).cast::<u64>(),
+                        out.as_mut_ptr().add(len),
+                        n,
+                    );
+                    out.set_len(len + n);
+                }
+                pos += n as u64;
+                continue;
+            }
+            #[cfg(ringtrace_loom)]
+            let _ = published;
             // SAFETY: `base`/`mask` are a made, not yet freed segment's
             // storage and length minus one, as in `word`; slots
             // `i..i + n` are inside it (`i + n <= slots`), and a shared

@@ -222,8 +222,11 @@ impl Flusher {
             }
         }
         write_out(&mut sink, &mut out);
-        let mut last_full = Instant::now();
-        let mut last_snapshot = Instant::now();
+        // When the next full pass and the next clock snapshot are due (a
+        // compare per pass; none past what an `Instant` can hold).
+        let start_at = Instant::now();
+        let mut next_full = start_at.checked_add(interval);
+        let mut next_snapshot = start_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
         let mut flush_seen = 0;
         // Rings may have grown before this thread ran: look at once.
         let mut spares = Spares {
@@ -249,6 +252,8 @@ impl Flusher {
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
             }
+            // The pass's one clock read (interval, snapshot, pool's idle).
+            let pass_at = Instant::now();
             let stopping = shared.stop.load(Ordering::Acquire);
             let flush_req = shared.flush_requested.load(Ordering::Acquire);
             let system_full = match system.as_mut() {
@@ -263,12 +268,12 @@ impl Flusher {
             // A flight recorder drains the rings as often (into the
             // recorder); it writes out on flush, at stop and into a dump.
             let dump = stopping || window || flush_req != flush_seen;
-            let full = dump || system_full || last_full.elapsed() >= interval;
+            let full = dump || system_full || next_full.is_some_and(|at| pass_at >= at);
             // While a dump's window is open, records go straight to its file.
             let dumping = windows.dumping();
             if full {
                 cal.refresh();
-                last_full = Instant::now();
+                next_full = pass_at.checked_add(interval);
             }
             if let (true, Some(rec), Some(e)) = (dump, recorder.as_mut(), encoder.as_deref_mut()) {
                 // What the recorder holds is older than what the rings hold:
@@ -292,7 +297,10 @@ impl Flusher {
                 last_in_use = in_use;
                 REGISTRY.budget.pool().touch();
             }
-            REGISTRY.budget.pool().trim(REGISTRY.budget);
+            REGISTRY
+                .budget
+                .pool()
+                .trim_at(REGISTRY.budget, crate::record::pool::ms_at(pass_at));
             let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();
@@ -436,8 +444,8 @@ impl Flusher {
                     sys.note_lost_no_ring(&mut ctx, now, count);
                 }
             }
-            if last_snapshot.elapsed() >= CLOCK_SNAPSHOT_PERIOD {
-                last_snapshot = Instant::now();
+            if next_snapshot.is_some_and(|at| pass_at >= at) {
+                next_snapshot = pass_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
                 let mut ctx = ctx!();
                 if let Some(e) = encoder.as_deref_mut() {
                     e.tick(&mut ctx, &mut out);

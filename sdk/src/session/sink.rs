@@ -154,8 +154,9 @@ impl Sink {
         }
         if let Some(units) = self.units {
             self.laid_out.clear();
-            lay_out(buf, self.written, units, &mut self.laid_out);
-            std::mem::swap(buf, &mut self.laid_out);
+            if lay_out(buf, self.written, units, &mut self.laid_out) {
+                std::mem::swap(buf, &mut self.laid_out);
+            }
         }
         match self.out.write_all(buf) {
             Ok(()) => self.written += buf.len() as u64,
@@ -207,33 +208,48 @@ impl Sink {
 ///
 /// The bytes between two paddings are copied in one piece. This runs on the
 /// flusher for every byte of the trace, so it looks at as little as it can:
-/// Perfetto packets are stepped over by their length prefix; JSON, where
+/// Perfetto packets are stepped over by their length prefix, and not at all
+/// once the rest of `buf` ends well before the next boundary; JSON, where
 /// padding of one byte always fits, is looked at only around each boundary.
-fn lay_out(buf: &[u8], offset: u64, units: Units, out: &mut Vec<u8>) {
-    out.reserve(buf.len() + buf.len() / PAGE as usize * 8 + 16);
+///
+/// Returns false, with nothing appended, when `buf` needs no padding: it is
+/// written as it is (most of the flusher's writes, a few KiB each, cross no
+/// boundary), not copied.
+fn lay_out(buf: &[u8], offset: u64, units: Units, out: &mut Vec<u8>) -> bool {
     match units {
-        Units::Json => lay_out_json(buf, offset, out),
+        Units::Json => {
+            out.reserve(buf.len() + buf.len() / PAGE as usize * 8 + 16);
+            lay_out_json(buf, offset, out);
+            true
+        }
         Units::Perfetto => lay_out_packets(buf, offset, out),
     }
 }
 
 /// [`lay_out`] for framed packets: each packet's place is decided in turn.
-fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
+fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) -> bool {
     let m = min_pad(Units::Perfetto);
     let bad_rest = |rest: u64| rest != 0 && rest < m;
     let mut pos = offset;
     let (mut i, mut run) = (0, 0);
+    let mut padded = false;
     while i < buf.len() {
+        // The rest ends at least `m` bytes before the next boundary: so does
+        // each of its packets (none is large), none needs padding.
+        if (buf.len() - i) as u64 + m <= PAGE - pos % PAGE {
+            break;
+        }
         // Packets with a one-byte length that end at least `m` bytes before
         // the next boundary need no padding: step over them, looking at
         // their length byte only.
         let left = PAGE - pos % PAGE;
         if left > m {
-            let (start, limit) = (i, i + (left - m) as usize);
-            while i + 1 < buf.len() {
-                let body = buf[i + 1];
+            let (start, limit) = (i, (i + (left - m) as usize).min(buf.len()));
+            // One bound for both: the page's limit and the buffer's end.
+            let within = &buf[..limit];
+            while let Some(&body) = within.get(i + 1) {
                 let end = i + 2 + body as usize;
-                if body >= 0x80 || end > limit || end > buf.len() {
+                if body >= 0x80 || end > limit {
                     break;
                 }
                 i = end;
@@ -258,6 +274,10 @@ fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
             0
         };
         if gap > 0 {
+            if !padded {
+                padded = true;
+                out.reserve(buf.len() + buf.len() / PAGE as usize * 8 + 16);
+            }
             out.extend_from_slice(&buf[run..i]);
             run = i;
             pos += pad(out, gap, Units::Perfetto);
@@ -265,7 +285,10 @@ fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
         pos += len;
         i = end;
     }
-    out.extend_from_slice(&buf[run..]);
+    if padded {
+        out.extend_from_slice(&buf[run..]);
+    }
+    padded
 }
 
 /// [`lay_out`] for JSON events (each after the first starts with `,\n`).
@@ -350,11 +373,15 @@ fn pad(out: &mut Vec<u8>, gap: u64, units: Units) -> u64 {
             // One packet `0a L [tag(55) L2 zeros]`: 5 + L2 bytes while both
             // lengths take one byte (up to 129), 7 + L2 with two-byte lengths
             // (from 135); 130 to 134 are split in two.
+            // Written whole (no scratch buffer: a pad comes every few pages).
             let mut packet = |total: u64| {
                 let body = if total <= 129 { total - 5 } else { total - 7 };
-                crate::encode::protowire::nested(out, 1, |p| {
-                    crate::encode::protowire::bytes(p, PAD_FIELD as u32, &vec![0u8; body as usize]);
-                });
+                let field = crate::encode::protowire::varint_len(body) as u64 + body;
+                out.push(0x0a);
+                crate::encode::protowire::varint(out, 2 + field);
+                crate::encode::protowire::varint(out, PAD_FIELD << 3 | 2);
+                crate::encode::protowire::varint(out, body);
+                out.resize(out.len() + body as usize, 0);
             };
             match gap {
                 5..=129 => packet(gap),
@@ -466,7 +493,7 @@ mod tests {
         // Starts that keep the layout's rule (never one byte left in a page).
         for start in [0u64, 5, 4000, 4091] {
             let mut out = Vec::new();
-            lay_out(&events, start, Units::Perfetto, &mut out);
+            lay_out_or_copy(&events, start, Units::Perfetto, &mut out);
             // Cut the file at each page boundary: every prefix parses as a
             // Trace (field 2 skipped), and the whole holds every packet.
             let file = out;
@@ -526,7 +553,7 @@ mod tests {
         for start in [0u64, 3, 4095] {
             // The file starts with `start` spaces (whitespace before `[`).
             let mut file = vec![b' '; start as usize];
-            lay_out(&json, start, Units::Json, &mut file);
+            lay_out_or_copy(&json, start, Units::Json, &mut file);
             let mut count = 0;
             let mut boundary = PAGE;
             while (boundary as usize) < file.len() {
@@ -587,6 +614,13 @@ mod tests {
         }
     }
 
+    /// What `Sink::write` writes: `buf` laid out, or `buf` itself.
+    fn lay_out_or_copy(buf: &[u8], offset: u64, units: Units, out: &mut Vec<u8>) {
+        if !lay_out(buf, offset, units, out) {
+            out.extend_from_slice(buf);
+        }
+    }
+
     /// Random streams of units of every size class (tiny, typical, near a
     /// page, over a page), written from random offsets in several writes:
     /// the same file as the reference, byte for byte.
@@ -631,7 +665,9 @@ mod tests {
                 let mut pos = offset;
                 while at < stream.len() {
                     let mut end = at;
-                    let want = at + rand(20_000) as usize;
+                    // Writes of a few KiB too, as the flusher's passes.
+                    let most = if round % 3 == 0 { 3_000 } else { 20_000 };
+                    let want = at + rand(most) as usize;
                     while end < stream.len() && (end == at || end < want) {
                         end += match units {
                             Units::Json => json_unit_len(&stream[end..]),
@@ -639,7 +675,7 @@ mod tests {
                         };
                     }
                     let before = fast.len();
-                    lay_out(&stream[at..end], pos, units, &mut fast);
+                    lay_out_or_copy(&stream[at..end], pos, units, &mut fast);
                     lay_out_unit_by_unit(&stream[at..end], pos, units, &mut slow);
                     pos += (fast.len() - before) as u64;
                     at = end;
