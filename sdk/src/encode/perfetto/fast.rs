@@ -195,11 +195,7 @@ impl Spare<'_> {
                 return;
             }
         };
-        let win = &mut self.buf[self.n..self.n + 24];
-        win[..8].write_copy_of_slice(&head.to_le_bytes());
-        win[6..14].write_copy_of_slice(&a.to_le_bytes());
-        win[14..22].write_copy_of_slice(&b.to_le_bytes());
-        self.n += 6 + n;
+        self.two_words_string(head, a, b, n);
     }
 
     /// A string annotation of up to 16 bytes: `head` (as in
