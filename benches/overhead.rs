@@ -498,12 +498,12 @@ fn first_lap(dir: &std::path::Path, reps: usize, iters: u64) -> (Sample, Sample,
         first.push(t.elapsed().as_nanos() as f64);
         scope_static(1); // registers the site
         let before = thread_usage();
-        let (f, sys, _) = before;
+        let (f, sys, _, _) = before;
         let t = Instant::now();
         scope_static(iters);
         lap.push(t.elapsed().as_nanos() as f64 / iters as f64);
         let after = thread_usage();
-        let (f2, sys2, _) = after;
+        let (f2, sys2, _, _) = after;
         lap_detail("fresh session", *lap.last().unwrap(), before, after);
         faults.push((f2 - f) as f64);
         system.push((sys2 - sys) as f64);
@@ -555,9 +555,11 @@ fn first_lap_of_new_threads(dir: &std::path::Path, reps: usize, iters: u64) -> (
 }
 
 /// Page faults (minor and major) the calling thread has taken, its time in
-/// the kernel in us, and its involuntary context switches (preemptions: on
-/// a shared machine, what makes a lap's wall clock noisy).
-fn thread_usage() -> (i64, i64, i64) {
+/// the kernel in us (sampled: coarse in a VM), its involuntary context
+/// switches (preemptions: on a shared machine, what makes a lap's wall
+/// clock noisy) and its voluntary ones (waits: a lock, a page being mapped
+/// in by another thread).
+fn thread_usage() -> (i64, i64, i64, i64) {
     // SAFETY: an all-zero `rusage` is a valid value (integers and timevals).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `ru` is a valid, writable `rusage`; RUSAGE_THREAD asks about
@@ -565,20 +567,22 @@ fn thread_usage() -> (i64, i64, i64) {
     let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     assert_eq!(rc, 0, "getrusage(RUSAGE_THREAD)");
     let sys = ru.ru_stime.tv_sec * 1_000_000 + ru.ru_stime.tv_usec;
-    (ru.ru_minflt + ru.ru_majflt, sys, ru.ru_nivcsw)
+    (ru.ru_minflt + ru.ru_majflt, sys, ru.ru_nivcsw, ru.ru_nvcsw)
 }
 
 /// `RINGTRACE_BENCH_ONLY=first-lap`: each lap's numbers on stderr too.
 static LAP_DETAIL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Prints one lap's numbers if `LAP_DETAIL`.
-fn lap_detail(what: &str, ns: f64, before: (i64, i64, i64), after: (i64, i64, i64)) {
+fn lap_detail(what: &str, ns: f64, before: (i64, i64, i64, i64), after: (i64, i64, i64, i64)) {
     if LAP_DETAIL.load(Ordering::Relaxed) {
         eprintln!(
-            "{what}: {ns:.2} ns, {} faults, {} us in the kernel, {} involuntary switches",
+            "{what}: {ns:.2} ns, {} faults, {} us in the kernel, {} involuntary switches, \
+             {} waits",
             after.0 - before.0,
             after.1 - before.1,
-            after.2 - before.2
+            after.2 - before.2,
+            after.3 - before.3
         );
     }
 }

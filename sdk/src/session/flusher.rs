@@ -30,8 +30,12 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(5);
 /// How often a global clock snapshot is written.
 const CLOCK_SNAPSHOT_PERIOD: Duration = Duration::from_secs(1);
-/// Words drained per ring visit, so one busy ring cannot starve the others.
-const DRAIN_CHUNK_WORDS: usize = 1 << 16;
+/// How long `Shared::wait_parked` yields its CPU before it sleeps between
+/// looks (a flusher slow to start on a loaded machine).
+const PARK_SPIN: Duration = Duration::from_millis(2);
+/// Words drained at a time (128 KiB, ~0.1 ms of encoding): between two
+/// chunks the flusher makes ready the spare of a ring that grew meanwhile.
+const DRAIN_CHUNK_WORDS: usize = 1 << 14;
 
 /// State shared between the session handle and the flusher thread.
 pub(crate) struct Shared {
@@ -43,6 +47,9 @@ pub(crate) struct Shared {
     pub(crate) wake_cv: Condvar,
     /// Capture windows asked of the flusher (`capture`).
     pub(crate) requests: Mutex<Requests>,
+    /// Set once the flusher has come to wait for work (or has ended):
+    /// `start` returns only then (`Shared::wait_parked`).
+    parked: AtomicBool,
 }
 
 impl Shared {
@@ -55,6 +62,32 @@ impl Shared {
             wake: Mutex::new(()),
             wake_cv: Condvar::new(),
             requests: Mutex::new(Requests::default()),
+            parked: AtomicBool::new(false),
+        }
+    }
+
+    /// Returns once the flusher has run up to its first wait for work and
+    /// sleeps there (or has ended). `start` calls it so that the flusher is
+    /// a thread that sleeps, not one just made and queued: a new thread is
+    /// queued on its parent's CPU, and measured here it then waited there a
+    /// scheduler tick (4 ms) and took that CPU from the recording thread,
+    /// its first lap in a fresh session, while the other CPU idled. A
+    /// thread that sleeps is placed anew when it is woken. This thread
+    /// yields its CPU until the flusher has released `wake` in its wait
+    /// (a flusher queued behind us runs and parks; one on another CPU is
+    /// waited for); after a while it sleeps between looks instead. Also puts
+    /// the flusher's start-up work (header, buffers) in `start`.
+    pub(crate) fn wait_parked(&self) {
+        let since = Instant::now();
+        loop {
+            if self.parked.load(Ordering::Acquire) && self.wake.try_lock().is_some() {
+                return;
+            }
+            if since.elapsed() < PARK_SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
     }
 
@@ -143,19 +176,25 @@ struct Spares {
 
 impl Spares {
     /// Tends the spares if a ring grew since the last look (or if `all`).
+    /// Restocks the pool (`restock`: at a pass's start) only once a look
+    /// finds no new growth: while a ring is growing its spares come first,
+    /// and mapping in the stock (~0.4 ms for 1 MiB of 4 KiB pages) or a
+    /// drain chunk in between made a fresh thread's 4 MiB spare late by
+    /// that much (measured: the thread then mapped its segment itself).
     /// Not while stopping: the spares and the stock would be given back at
     /// once.
-    fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool) {
+    fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool, restock: bool) {
         let grown = GROWTH.count();
-        if grown != self.seen || all {
+        let quiet = grown == self.seen;
+        if !quiet || all {
             self.seen = grown;
             tend_spares(rings, &mut self.rings);
         }
-        if grown != self.stocked {
+        if restock && quiet && grown != self.stocked {
             self.stocked = grown;
             // Sizes a growth emptied are stocked again, here rather than
             // on a recording thread's first lap; a ring that grows
-            // meanwhile gets its spare first (the next pass stocks on).
+            // meanwhile gets its spare first (a later pass stocks on).
             // Only after a growth: a stock given back idle stays so until
             // rings grow again (and none is made in system-tracing-only
             // mode until a tracing session turns call sites on).
@@ -249,6 +288,7 @@ impl Flusher {
                     && shared.requests.lock().is_empty()
                     && GROWTH.count() == spares.seen
                 {
+                    shared.parked.store(true, Ordering::Release);
                     shared.wake_cv.wait_for(&mut g, POLL);
                 }
             }
@@ -287,7 +327,7 @@ impl Flusher {
             // First, before draining: the next segment of each ring that
             // grew, which its thread may need within microseconds.
             if !stopping {
-                spares.tend_if_grown(&rings, full);
+                spares.tend_if_grown(&rings, full, true);
             }
             // The stock's idle clock: a ring made (a new newest sequence)
             // or grown since the last pass. Kept here, off the threads'
@@ -365,7 +405,7 @@ impl Flusher {
                     }
                     write_if_full(&mut sink, &mut out);
                     if !stopping {
-                        spares.tend_if_grown(&rings, false);
+                        spares.tend_if_grown(&rings, false, false);
                     }
                     budget = budget.saturating_sub(words.len().max(1));
                     if budget == 0 {
@@ -539,6 +579,8 @@ struct Finally(StdArc<Shared>);
 
 impl Drop for Finally {
     fn drop(&mut self) {
+        // A flusher that ended (a panic) before it parked releases `start`.
+        self.0.parked.store(true, Ordering::Release);
         GROWTH.set_waker(None);
         crate::session::capture::close_requests(&self.0);
         *self.0.flush_done.lock() = u64::MAX;
