@@ -156,17 +156,40 @@ fn main() {
         Layer,
     }
     let rows: [(&str, Via, Session); 6] = [
-        ("`log`, filtered out (`debug!` under an INFO max level)", Via::Filtered, Session::None),
-        ("`log` → a logger that does nothing (floor)", Via::Log(NOTHING), Session::None),
-        ("`log` → `ringtrace::log`", Via::Log(RINGTRACE), Session::Plain),
+        (
+            "`log`, filtered out (`debug!` under an INFO max level)",
+            Via::Filtered,
+            Session::None,
+        ),
+        (
+            "`log` → a logger that does nothing (floor)",
+            Via::Log(NOTHING),
+            Session::None,
+        ),
+        (
+            "`log` → `ringtrace::log`",
+            Via::Log(RINGTRACE),
+            Session::Plain,
+        ),
         ("`ringtrace::trace_log!`", Via::TraceLog, Session::Plain),
-        ("`log` → tracing-log → ringtrace subscriber", Via::Log(TRACING_LOG), Session::Subscriber),
-        ("`log` → tracing-log → ringtrace layer", Via::Log(TRACING_LOG), Session::Layer),
+        (
+            "`log` → tracing-log → ringtrace subscriber",
+            Via::Log(TRACING_LOG),
+            Session::Subscriber,
+        ),
+        (
+            "`log` → tracing-log → ringtrace layer",
+            Via::Log(TRACING_LOG),
+            Session::Layer,
+        ),
     ];
 
     let mut results: Vec<(&str, [Sample; 2])> = Vec::new();
     for (label, via, kind) in rows {
-        let mut samples = [Sample { median: 0.0, min: 0.0 }; 2];
+        let mut samples = [Sample {
+            median: 0.0,
+            min: 0.0,
+        }; 2];
         let mut lost = 0;
         for (k, static_message) in [false, true].into_iter().enumerate() {
             if let Via::Log(mode) = via {

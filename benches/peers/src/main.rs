@@ -814,9 +814,9 @@ mod fr {
             let mut out = OUT.lock().unwrap();
             if let Some(w) = out.as_mut() {
                 for s in spans {
-                    let _ = write!(
+                    let _ = writeln!(
                         w,
-                        "{{\"name\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":1,\"tid\":{}}},\n",
+                        "{{\"name\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":1,\"tid\":{}}},",
                         s.name,
                         s.begin_time_unix_ns as f64 / 1e3,
                         s.duration_ns as f64 / 1e3,

@@ -352,11 +352,13 @@ mod thread_local_access {
     /// `tracing` bridge's site cache) from the process-wide budget; false if
     /// it has no room. Given back with `give_back_thread_state` when the
     /// state is freed.
+    #[cfg(feature = "tracing")]
     pub(crate) fn take_thread_state(bytes: u64) -> bool {
         REGISTRY.budget.try_take(bytes)
     }
 
     /// Gives back what `take_thread_state` took.
+    #[cfg(feature = "tracing")]
     pub(crate) fn give_back_thread_state(bytes: u64) {
         REGISTRY.budget.give_back(bytes)
     }

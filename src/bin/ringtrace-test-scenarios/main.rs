@@ -694,8 +694,40 @@ async fn traced_async(n: u32) -> Result<u32, std::io::Error> {
     Ok(n)
 }
 
+/// Pending on its first poll, ready on the second (wakes no one: the caller
+/// polls again).
+struct PendingOnce(bool);
+
+impl std::future::Future for PendingOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+}
+
+/// An async call whose two polls run on two threads, for certain (a
+/// runtime's work stealing may or may not move a task).
+#[ringtrace::trace(category = "async")]
+async fn polled_on_two_threads() -> u32 {
+    PendingOnce(false).await;
+    5
+}
+
+/// Polls `fut` once with a waker that does nothing.
+fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(fut).poll(&mut cx)
+}
+
 /// `#[trace]` on free fns, methods, a fn with args, and async fns polled on a
-/// multi-threaded runtime.
+/// multi-threaded runtime and handed from one thread to another.
 fn attribute(trace: &str) -> Value {
     let guard = ringtrace::builder().output(trace).start().unwrap();
     let a = traced_free(1);
@@ -723,8 +755,19 @@ fn attribute(trace: &str) -> Value {
         (sum, traced_async(3).await.unwrap())
     });
     drop(rt);
+    let mut handed = Box::pin(polled_on_two_threads());
+    assert!(
+        poll_once(&mut handed).is_pending(),
+        "first poll, on this thread"
+    );
+    let five = thread::spawn(move || match poll_once(&mut handed) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => unreachable!("PendingOnce is ready at its second poll"),
+    })
+    .join()
+    .unwrap();
     let stats = guard.stop().unwrap();
-    json!({"results": [a, b, c as u64, m, sum, ok], "tasks": tasks, "events_lost": stats.events_lost})
+    json!({"results": [a, b, c as u64, m, sum, ok, five], "tasks": tasks, "events_lost": stats.events_lost})
 }
 
 /// A worker thread panics inside nested scopes; the program goes on.
