@@ -33,6 +33,9 @@ const CLOCK_SNAPSHOT_PERIOD: Duration = Duration::from_secs(1);
 /// How long `Shared::wait_parked` yields its CPU before it sleeps between
 /// looks (a flusher slow to start on a loaded machine).
 const PARK_SPIN: Duration = Duration::from_millis(2);
+/// How long `Shared::wait_parked` waits at most (`start` then returns with
+/// the flusher still on its way: only the first events' timing is at stake).
+const PARK_WAIT: Duration = Duration::from_millis(250);
 /// Words drained at a time (128 KiB, ~0.1 ms of encoding): between two
 /// chunks the flusher makes ready the spare of a ring that grew meanwhile.
 const DRAIN_CHUNK_WORDS: usize = 1 << 14;
@@ -67,23 +70,29 @@ impl Shared {
     }
 
     /// Returns once the flusher has run up to its first wait for work and
-    /// sleeps there (or has ended). `start` calls it so that the flusher is
-    /// a thread that sleeps, not one just made and queued: a new thread is
-    /// queued on its parent's CPU, and measured here it then waited there a
-    /// scheduler tick (4 ms) and took that CPU from the recording thread,
-    /// its first lap in a fresh session, while the other CPU idled. A
-    /// thread that sleeps is placed anew when it is woken. This thread
-    /// yields its CPU until the flusher has released `wake` in its wait
-    /// (a flusher queued behind us runs and parks; one on another CPU is
-    /// waited for); after a while it sleeps between looks instead. Also puts
-    /// the flusher's start-up work (header, buffers) in `start`.
+    /// sleeps there (or has ended), or after [`PARK_WAIT`] at most. `start`
+    /// calls it so that the flusher is a thread that sleeps, not one just
+    /// made and queued: a new thread is queued on its parent's CPU, and
+    /// measured here it then waited there a scheduler tick (4 ms) and took
+    /// that CPU from the recording thread, its first lap in a fresh session,
+    /// while the other CPU idled. A thread that sleeps is placed anew when
+    /// it is woken. This thread yields its CPU until the flusher has
+    /// released `wake` in its wait (a flusher queued behind us runs and
+    /// parks; one on another CPU is waited for), then sleeps between looks.
+    /// Bounded: before it parks the flusher writes the trace's first bytes,
+    /// and a writer that blocks (a pipe nobody reads) or a system tracing
+    /// handshake that hangs must not hold `start` up.
     pub(crate) fn wait_parked(&self) {
         let since = Instant::now();
         loop {
             if self.parked.load(Ordering::Acquire) && self.wake.try_lock().is_some() {
                 return;
             }
-            if since.elapsed() < PARK_SPIN {
+            let waited = since.elapsed();
+            if waited >= PARK_WAIT {
+                return;
+            }
+            if waited < PARK_SPIN {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(100));

@@ -44,8 +44,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 impl Builder {
-    /// Starts recording: creates the output, starts the flusher thread and
-    /// replaces the process-wide category filter with this builder's. The
+    /// Starts recording: creates the output, starts the flusher thread
+    /// (and returns once it has written the trace's first bytes and waits
+    /// for work, 0.1 ms here, or after 250 ms at most: a writer that
+    /// blocks does not hold `start` up) and replaces the process-wide
+    /// category filter with this builder's. The
     /// session is process-global and records until the returned guard is
     /// dropped or [stopped](TraceGuard::stop); the trace is also finished at
     /// `exit` (including `std::process::exit` and the return from `main`).
@@ -590,6 +593,46 @@ mod tests {
             );
             guard.stop().unwrap();
         }
+    }
+
+    /// `start` waits for the flusher a bounded time: a writer that blocks
+    /// (here until the test opens it) holds the flusher in its first write,
+    /// before it ever waits for work, and `start` returns all the same.
+    #[cfg(feature = "enable")]
+    #[test]
+    fn start_does_not_wait_for_a_writer_that_blocks() {
+        use std::sync::{mpsc, Arc, Condvar, Mutex};
+        struct Gate(Arc<(Mutex<bool>, Condvar)>);
+        impl std::io::Write for Gate {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let (open, cv) = &*self.0;
+                let mut open = open.lock().unwrap();
+                while !*open {
+                    open = cv.wait(open).unwrap();
+                }
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let open = || {
+            *gate.0.lock().unwrap() = true;
+            gate.1.notify_all();
+        };
+        let (tx, rx) = mpsc::channel();
+        let writer = Gate(gate.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(crate::builder().writer(writer).start());
+        });
+        let started = rx.recv_timeout(std::time::Duration::from_secs(10));
+        open(); // lets the flusher (and a `start` still waiting) go on
+        let guard = started
+            .expect("start returned while the writer blocked")
+            .unwrap();
+        guard.stop().unwrap();
     }
 
     /// With system tracing only, nothing records until a tracing session
