@@ -36,6 +36,22 @@ use tracing_subscriber::prelude::*;
 #[derive(Clone, Copy, Debug)]
 struct Sample {
     median: f64,
+    /// Median CPU time of the whole process (every thread: a tracer's
+    /// background thread too) per iteration over a repetition and the
+    /// untimed work after it (`between`: the drain, the writer's flush);
+    /// NaN where not measured (two threads at once).
+    cpu: f64,
+}
+
+/// CPU time the whole process has used, every thread (ns).
+fn process_cpu_ns() -> f64 {
+    // SAFETY: an all-zero `timespec` is a valid value (two integers).
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid, writable `timespec`; the clock id is a
+    // constant every Linux has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -84,14 +100,18 @@ fn calibrate(cfg: &Cfg, f: &mut dyn FnMut(u64), between: &mut dyn FnMut()) -> u6
 fn bench(cfg: &Cfg, mut f: impl FnMut(u64), mut between: impl FnMut()) -> Sample {
     let iters = calibrate(cfg, &mut f, &mut between);
     let mut v = Vec::new();
+    let mut cpu = Vec::new();
     for _ in 0..cfg.reps {
+        let c = process_cpu_ns();
         let t = Instant::now();
         f(iters);
         v.push(t.elapsed().as_nanos() as f64 / iters as f64);
         between();
+        cpu.push((process_cpu_ns() - c) / iters as f64);
     }
     Sample {
         median: median(&mut v),
+        cpu: median(&mut cpu),
     }
 }
 
@@ -161,6 +181,7 @@ fn two_threads<G: 'static>(
     }
     Sample {
         median: median(&mut all),
+        cpu: f64::NAN,
     }
 }
 
@@ -1317,6 +1338,31 @@ fn main() {
             cell(p.two, b.3),
             cell(p.enter_exit, b.4),
             cell(p.event, b.5),
+        );
+    }
+    println!();
+    println!(
+        "CPU of every thread per scope (or span, or event), ns: the whole process's CPU time over \
+         a repetition and the untimed drain after it (a tracer's background thread included), \
+         median of the repetitions; in parentheses the ratio as above."
+    );
+    println!();
+    println!("| peer | scope, static name | one int arg | tracing: enter/exit existing span | tracing: event |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    let cpu_cell = |s: Option<Sample>, b: Option<Sample>| match (s, b) {
+        (Some(s), Some(b)) => format!("{:.1} ({:.1}x)", s.cpu, s.cpu / b.cpu),
+        (Some(s), None) => format!("{:.1}", s.cpu),
+        (None, _) => "n/a".into(),
+    };
+    for p in &peers {
+        let b = base(p.tracing_layer);
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            p.name,
+            cpu_cell(p.scope, b.0),
+            cpu_cell(p.scope_arg, b.1),
+            cpu_cell(p.enter_exit, b.4),
+            cpu_cell(p.event, b.5),
         );
     }
     println!();
