@@ -213,9 +213,12 @@ impl Builder {
     /// grows (at least four times larger each time) while the thread records
     /// faster than the flusher drains it, up to this size, as long as
     /// [`buffer_bytes`](Builder::buffer_bytes) has room (the smaller segment
-    /// it outgrew is freed once drained). The same holds in flight-recorder
-    /// mode ([`overwrite`](Builder::overwrite)), where growing copies the
-    /// records not yet drained into the new segment. More than 1 TiB makes
+    /// it outgrew is freed once drained). A ring never shrinks: a thread
+    /// that was busy once keeps its largest segment, counted in
+    /// [`buffer_bytes`](Builder::buffer_bytes), until it exits. The same
+    /// holds in flight-recorder mode ([`overwrite`](Builder::overwrite)),
+    /// where growing copies the records not yet drained into the new
+    /// segment. More than 1 TiB makes
     /// [`start`](Builder::start) fail with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
     pub fn buffer_bytes_per_thread(mut self, bytes: usize) -> Self {
         self.buffer_bytes = bytes;
