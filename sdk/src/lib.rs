@@ -105,7 +105,7 @@
 //! | --- | --- | --- |
 //! | `enable` | on | the instrumentation itself; off, every macro and `#[trace]` expand to nothing |
 //! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
-//! | `log` | off | [`log`](mod@log): records of the `log` crate recorded as log instants |
+//! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

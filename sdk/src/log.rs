@@ -1,4 +1,4 @@
-//! `log` → ringtrace (feature `log`): records of the [`log`](::log) crate
+//! `log` → ringtrace (feature `log`): records of the [`log`] crate
 //! become log instants, exactly as [`trace_log!`](crate::trace_log) writes
 //! them: in Perfetto an INSTANT with a `LogMessage` (body, source location,
 //! priority), in Chrome JSON an `i` event named `log` with args `message`,
