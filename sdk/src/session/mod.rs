@@ -44,14 +44,17 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 impl Builder {
-    /// Starts recording: creates the output, starts the flusher thread
-    /// (and returns once that thread has written the trace's first bytes
-    /// and waits for work, typically within a fraction of a millisecond, or
-    /// after 250 ms at most: a writer that blocks does not hold `start` up)
-    /// and replaces the process-wide category filter with this builder's. The
-    /// session is process-global and records until the returned guard is
-    /// dropped or [stopped](TraceGuard::stop); the trace is also finished at
-    /// `exit` (including `std::process::exit` and the return from `main`).
+    /// Starts recording: creates the output (a file already at the path is
+    /// truncated, which for a big one takes the file system some
+    /// milliseconds), calibrates the clock (it spins 2 ms where events are
+    /// stamped with the TSC), starts the flusher thread (and returns once
+    /// that thread has written the trace's first bytes and waits for work,
+    /// typically within a fraction of a millisecond, or after 250 ms at
+    /// most: a writer that blocks does not hold `start` up) and replaces
+    /// the process-wide category filter with this builder's. The session is
+    /// process-global and records until the returned guard is dropped or
+    /// [stopped](TraceGuard::stop); the trace is also finished at `exit`
+    /// (including `std::process::exit` and the return from `main`).
     ///
     /// # Examples
     ///
