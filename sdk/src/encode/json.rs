@@ -831,13 +831,54 @@ fn escape_of(b: u8, buf: &mut [u8; 6]) -> &str {
     }
 }
 
-/// As [`escape_into`] for a recorded string, read from its words.
+/// As [`escape_into`] for a recorded string, read from its words: a word
+/// with no byte to escape (the usual case) is copied whole after one test
+/// of its eight bytes at once; only a word that has one goes byte by byte.
 #[inline]
 fn escape_words(l: &mut Line, s: &StrWords<'_>) {
     l.0.push(b'"');
-    l.0.reserve(s.len());
-    s.for_each_chunk(|c| escape_raw(l, c));
+    l.0.reserve(s.len() + 8);
+    s.for_each_word(|w, n| {
+        let bytes = w.to_le_bytes();
+        // The bytes past the string's end (in its last word) read as
+        // spaces, which need no escape.
+        let tail = if n == 8 { 0 } else { u64::MAX << (8 * n) };
+        if escapes_in((w & !tail) | (SPACES & tail)) {
+            escape_raw(l, &bytes[..n]);
+        } else {
+            // The whole word, a copy of fixed size (one store, where a copy
+            // of `n` bytes is a call to memcpy), cut back to the string.
+            l.0.extend_from_slice(&bytes);
+            l.0.truncate(l.0.len() - (8 - n));
+        }
+    });
     l.0.push(b'"');
+}
+
+/// Eight copies of a byte value `b`, one per byte of a word.
+const fn each_byte(b: u8) -> u64 {
+    0x0101_0101_0101_0101 * b as u64
+}
+
+const SPACES: u64 = each_byte(b' ');
+
+/// Whether a word's eight bytes hold one that [`needs_escape`] picks,
+/// tested on all eight at once. `(x - each_byte(k)) & !x` has a top bit
+/// set if and only if some byte of `x` is below `k` (`k` up to 0x80): the
+/// lowest such byte borrows into its own top bit; with none, no byte
+/// borrows, and a byte whose difference reaches 0x80 is one whose top bit
+/// `!x` clears. A byte equal to `c` is a byte of `x ^ each_byte(c)` below
+/// 1. Bytes of 0x80 and up (UTF-8 beyond ASCII) never count, as in
+/// [`needs_escape`].
+#[inline]
+fn escapes_in(w: u64) -> bool {
+    const TOP: u64 = each_byte(0x80);
+    let below = |x: u64, k: u8| x.wrapping_sub(each_byte(k)) & !x;
+    let control = below(w, 0x20);
+    let quote = below(w ^ each_byte(b'"'), 1);
+    let backslash = below(w ^ each_byte(b'\\'), 1);
+    let delete = below(w ^ each_byte(0x7f), 1);
+    (control | quote | backslash | delete) & TOP != 0
 }
 
 /// Whether byte `b` of UTF-8 text needs an escape in a JSON string.
@@ -1111,6 +1152,85 @@ mod tests {
             assert_eq!(got, want.into_string());
             let back: String = serde_json::from_str(&got).unwrap();
             assert_eq!(back, s);
+        }
+    }
+
+    #[test]
+    fn a_word_test_finds_exactly_the_bytes_to_escape() {
+        // Every byte value at every position of words whose other bytes are
+        // drawn from values near the edges (0x1f/0x20, the quote, the
+        // backslash, 0x7f/0x80) and at random.
+        const EDGES: [u8; 14] = [
+            0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7e, 0x7f, 0x80, 0xff,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let plain_byte = |r: u64| {
+            if r & 1 == 0 {
+                EDGES[(r >> 1) as usize % EDGES.len()]
+            } else {
+                (r >> 8) as u8
+            }
+        };
+        for round in 0..2_000 {
+            let mut bytes = [0u8; 8];
+            for b in &mut bytes {
+                *b = plain_byte(next());
+            }
+            if round % 2 == 0 {
+                // Half the rounds: no other byte to escape.
+                for b in &mut bytes {
+                    if needs_escape(*b) {
+                        *b = b'a';
+                    }
+                }
+            }
+            for pos in 0..8 {
+                for v in 0..=255u8 {
+                    let mut w = bytes;
+                    w[pos] = v;
+                    assert_eq!(
+                        escapes_in(u64::from_le_bytes(w)),
+                        w.iter().any(|&b| needs_escape(b)),
+                        "{w:02x?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn recorded_strings_of_every_length_with_an_escape_anywhere() {
+        // Each byte an escape may be, and a character beyond ASCII, at each
+        // position of strings that end at every offset of a word.
+        use crate::record::args::TraceValue;
+        let odd: Vec<String> = (0..0x80u8)
+            .map(|b| (b as char).to_string())
+            .chain(["é".to_string(), "😀".to_string()])
+            .collect();
+        for len in 0..=20 {
+            for pos in 0..len {
+                for c in &odd {
+                    let s: String = (0..len)
+                        .map(|i| if i == pos { c.as_str() } else { "x" })
+                        .collect();
+                    let mut words = Vec::new();
+                    s.as_str().encode(&mut words);
+                    let mut got = Line::default();
+                    value_into(&mut got, &mut ArgReader::new(&words), 0);
+                    let got = got.into_string();
+                    let mut want = Line::default();
+                    escape_into(&mut want, &s);
+                    assert_eq!(got, want.into_string());
+                    let back: String = serde_json::from_str(&got).unwrap();
+                    assert_eq!(back, s);
+                }
+            }
         }
     }
 

@@ -395,18 +395,18 @@ impl<'a> StrWords<'a> {
         self.words
     }
 
-    /// The bytes, word by word: `f` gets each word's bytes (the last one cut
-    /// to the string's end). Stops early at the end of `words`.
+    /// The bytes, word by word: `f` gets each word and how many of its bytes
+    /// (little-endian, from the lowest) are the string's: 8, but fewer in
+    /// the last one. Stops early at the end of `words`.
     #[inline]
-    pub(crate) fn for_each_chunk(&self, mut f: impl FnMut(&[u8])) {
+    pub(crate) fn for_each_word(&self, mut f: impl FnMut(u64, usize)) {
         let mut left = self.len;
-        for w in self.words {
+        for &w in self.words {
             if left == 0 {
                 break;
             }
-            let b = w.to_le_bytes();
             let n = left.min(8);
-            f(&b[..n]);
+            f(w, n);
             left -= n;
         }
     }
