@@ -867,9 +867,9 @@ const SPACES: u64 = each_byte(b' ');
 /// set if and only if some byte of `x` is below `k` (`k` up to 0x80): the
 /// lowest such byte borrows into its own top bit; with none, no byte
 /// borrows, and a byte whose difference reaches 0x80 is one whose top bit
-/// `!x` clears. A byte equal to `c` is a byte of `x ^ each_byte(c)` below
-/// 1. Bytes of 0x80 and up (UTF-8 beyond ASCII) never count, as in
-/// [`needs_escape`].
+/// `!x` clears. A byte equal to `c` is a byte of `x ^ each_byte(c)` that
+/// is below one. Bytes of 0x80 and up (UTF-8 beyond ASCII) never count, as
+/// in [`needs_escape`].
 #[inline]
 fn escapes_in(w: u64) -> bool {
     const TOP: u64 = each_byte(0x80);

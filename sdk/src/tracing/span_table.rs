@@ -142,51 +142,96 @@ impl<T> SpanTable<T> {
     }
 
     /// A free slot's index: this thread's, then the shared list's, then fresh.
+    /// Inlined: a span's common case is one pop from this thread's list
+    /// (the rest is out of line, cold).
+    #[inline]
     fn take_index(&'static self) -> Option<u32> {
         let local = LOCAL_FREE.try_with(|l| {
             let mut l = l.borrow_mut();
-            let l = l.get_or_insert_with(|| LocalFree {
-                slots: Vec::new(),
-                shared: &self.shared_free,
-            });
-            if !std::ptr::eq(l.shared, &self.shared_free) {
-                return self.shared_free.lock().pop(); // a second table (tests)
+            match l.as_mut() {
+                Some(local) if std::ptr::eq(local.shared, &self.shared_free) => {
+                    match local.slots.pop() {
+                        Some(index) => Some(index),
+                        None => self.refill(local),
+                    }
+                }
+                _ => self.take_first(&mut l),
             }
-            if l.slots.is_empty() {
-                let mut shared = self.shared_free.lock();
-                let n = shared.len().min(BATCH);
-                let at = shared.len() - n;
-                l.slots.extend(shared.drain(at..));
-            }
-            l.slots.pop()
         });
-        if let Ok(Some(index)) = local {
-            return Some(index);
+        match local {
+            Ok(Some(index)) => Some(index),
+            _ => self.take_fresh(),
         }
+    }
+
+    /// `take_index` with this thread's list empty: a batch from the shared
+    /// list, if it has any.
+    #[cold]
+    #[inline(never)]
+    fn refill(&'static self, local: &mut LocalFree) -> Option<u32> {
+        let mut shared = self.shared_free.lock();
+        let n = shared.len().min(BATCH);
+        let at = shared.len() - n;
+        local.slots.extend(shared.drain(at..));
+        local.slots.pop()
+    }
+
+    /// `take_index` on a thread without a list yet (it gets one), or whose
+    /// list belongs to another table (tests: the shared list only).
+    #[cold]
+    #[inline(never)]
+    fn take_first(&'static self, l: &mut Option<LocalFree>) -> Option<u32> {
+        let local = l.get_or_insert_with(|| LocalFree {
+            slots: Vec::new(),
+            shared: &self.shared_free,
+        });
+        if !std::ptr::eq(local.shared, &self.shared_free) {
+            return self.shared_free.lock().pop(); // a second table (tests)
+        }
+        self.refill(local)
+    }
+
+    /// A slot never used yet.
+    #[cold]
+    #[inline(never)]
+    fn take_fresh(&self) -> Option<u32> {
         let capacity = (FIRST_PAGE * ((1 << PAGES) - 1)) as u32;
         let index = self.fresh.fetch_add(1, Ordering::Relaxed);
         (index < capacity).then_some(index)
     }
 
+    /// Inlined as `take_index` is: one push on this thread's list.
+    #[inline]
     fn give_back(&'static self, index: u32) {
-        let kept = LOCAL_FREE.try_with(|l| {
-            match l.borrow_mut().as_mut() {
-                Some(l) if std::ptr::eq(l.shared, &self.shared_free) => {
-                    l.slots.push(index);
-                    if l.slots.len() >= 2 * BATCH {
-                        // A thread that closes more spans than it makes
-                        // (one that joins workers, say) passes them on.
-                        let at = l.slots.len() - BATCH;
-                        self.shared_free.lock().extend(l.slots.drain(at..));
-                    }
-                    true
+        let kept = LOCAL_FREE.try_with(|l| match l.borrow_mut().as_mut() {
+            Some(local) if std::ptr::eq(local.shared, &self.shared_free) => {
+                local.slots.push(index);
+                if local.slots.len() >= 2 * BATCH {
+                    self.pass_on(local);
                 }
-                _ => false,
+                true
             }
+            _ => false,
         });
         if kept != Ok(true) {
-            self.shared_free.lock().push(index); // thread exiting, or never took a slot
+            self.give_back_shared(index);
         }
+    }
+
+    /// A thread that closes more spans than it makes (one that joins
+    /// workers, say) passes slots on to the shared list.
+    #[cold]
+    #[inline(never)]
+    fn pass_on(&'static self, local: &mut LocalFree) {
+        let at = local.slots.len() - BATCH;
+        self.shared_free.lock().extend(local.slots.drain(at..));
+    }
+
+    /// A slot freed by a thread that is exiting or never took one.
+    #[cold]
+    #[inline(never)]
+    fn give_back_shared(&self, index: u32) {
+        self.shared_free.lock().push(index);
     }
 
     /// Stores a new span with one handle; its id, or `None` when the table
