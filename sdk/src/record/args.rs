@@ -628,6 +628,16 @@ mod tests {
     }
 
     #[test]
+    fn strings_of_every_length_round_trip() {
+        let text = "abcdefghijklmnopqrstuvwxyzé€😀0123456789";
+        for end in 0..=text.len() {
+            if let Some(s) = text.get(..end) {
+                assert_eq!(roundtrip(s), Value::Str(s.into()));
+            }
+        }
+    }
+
+    #[test]
     fn values_round_trip() {
         assert_eq!(roundtrip(&-5i32), Value::Int(-5));
         assert_eq!(roundtrip(&u64::MAX), Value::Uint(u64::MAX));

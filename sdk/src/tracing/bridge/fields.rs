@@ -252,6 +252,39 @@ mod tests {
         }
     }
 
+    /// Text cut in two or three pieces at every pair of places packs as the
+    /// text's bytes do, eight to a word, the last one padded with zeros.
+    #[test]
+    fn text_cut_anywhere_packs_as_its_bytes() {
+        let text = "0123456789abcdefghijé€xyz";
+        let mut expect = vec![7u64, tag(T_STR, text.len() as u64)];
+        for c in text.as_bytes().chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            expect.push(u64::from_le_bytes(w));
+        }
+        let b = text.as_bytes();
+        for i in 0..=b.len() {
+            for j in i..=b.len() {
+                let (Ok(p0), Ok(p1), Ok(p2)) = (
+                    std::str::from_utf8(&b[..i]),
+                    std::str::from_utf8(&b[i..j]),
+                    std::str::from_utf8(&b[j..]),
+                ) else {
+                    continue; // a cut inside a character
+                };
+                let mut fields = Fields {
+                    words: vec![7u64],
+                    ..Fields::default()
+                };
+                let field = TEST_META.fields().field("v").unwrap();
+                let pieces = [p0, p1, p2];
+                Visitor(&mut fields).put_fmt(&field, format_args!("{}", Pieces(&pieces)));
+                assert_eq!(fields.words, expect, "{pieces:?}");
+            }
+        }
+    }
+
     struct Pieces<'a>(&'a [&'a str]);
 
     impl fmt::Display for Pieces<'_> {
