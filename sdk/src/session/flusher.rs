@@ -135,6 +135,13 @@ pub struct Stats {
     /// during the session (at most
     /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
     pub buffer_bytes_peak: u64,
+    /// Root spans kept by whole-request sampling
+    /// ([`TracingBuilder::sample_ratio`](crate::TracingBuilder::sample_ratio)),
+    /// with everything under them; 0 without sampling.
+    pub roots_kept: u64,
+    /// Root spans not kept by whole-request sampling, with everything under
+    /// them: not recorded, and not losses.
+    pub roots_skipped: u64,
 }
 
 pub(crate) struct Flusher {

@@ -355,7 +355,13 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     }
     REGISTRY.close();
     match joined {
-        Ok((stats, None)) => Ok(stats),
+        Ok((mut stats, None)) => {
+            #[cfg(feature = "tracing")]
+            {
+                (stats.roots_kept, stats.roots_skipped) = crate::tracing::sampled_roots();
+            }
+            Ok(stats)
+        }
         Ok((_, Some(e))) => Err(Error::Io {
             path: session.path,
             source: e,
@@ -483,6 +489,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
 /// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
 /// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
+/// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only |
 ///
 /// # Examples
 ///
@@ -498,13 +505,22 @@ pub fn is_recording() -> bool {
 /// `RINGTRACE_BUFFER_BYTES` or `RINGTRACE_BUFFER_BYTES_PER_THREAD` is not a
 /// number.
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
+    match env_config(builder())? {
+        Some(b) => b.start().map(Some),
+        None => Ok(None),
+    }
+}
+
+/// `b` with the environment's configuration (`init_from_env`'s table)
+/// applied over it; `None` if `RINGTRACE_OUTPUT` is unset or empty.
+pub(crate) fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
         return Ok(None);
     };
     let system = out == "system"
         || std::env::var("RINGTRACE_SYSTEM")
             .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-    let mut b = builder().system_tracing(system);
+    let mut b = b.system_tracing(system);
     if out != "system" {
         b = b.output(PathBuf::from(out));
     }
@@ -537,7 +553,7 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
         b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));
     }
-    b.start().map(Some)
+    Ok(Some(b))
 }
 
 #[cfg(test)]

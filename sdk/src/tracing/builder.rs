@@ -1,6 +1,7 @@
 //! `layer()` and `subscriber()`: one builder for both ways in from `tracing`,
 //! taking every option of a session's [`Builder`].
 
+use super::sample::{Decide, Sampler};
 use super::sealed;
 use super::{RingtraceLayer, RingtraceSubscriber};
 use crate::session::{Builder, Error, Format, TraceGuard};
@@ -8,6 +9,7 @@ use std::fmt;
 use std::io::Write;
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Starts configuring a session recorded through a `tracing` layer.
@@ -69,7 +71,16 @@ pub fn subscriber() -> SubscriberBuilder {
 #[must_use = "nothing is recorded until `build()` is called"]
 pub struct TracingBuilder<T> {
     inner: Builder,
+    sampling: Sampling,
     kind: PhantomData<fn() -> T>,
+}
+
+/// The sampling options, until `build` makes a [`Sampler`] of them.
+#[derive(Default)]
+struct Sampling {
+    ratio: Option<f64>,
+    roots: Vec<String>,
+    decide: Option<Box<Decide>>,
 }
 
 /// Configures a session recorded through a `tracing` layer.
@@ -82,6 +93,7 @@ impl<T> From<Builder> for TracingBuilder<T> {
     fn from(inner: Builder) -> Self {
         TracingBuilder {
             inner,
+            sampling: Sampling::default(),
             kind: PhantomData,
         }
     }
@@ -178,8 +190,176 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         self.map(f)
     }
 
+    /// Keeps whole requests at a rate: each *root* span (one with no
+    /// parent) is kept with probability `ratio` (0.0 to 1.0; `0.01`: one
+    /// root in a hundred), and every span and event under it, on whatever
+    /// thread or task they run, follows its decision. A root not kept costs
+    /// about what a subscriber that does nothing costs: ringtrace reads no
+    /// clock, formats no field and writes no record for it or anything
+    /// under it.
+    ///
+    /// * A span's parent is `tracing`'s (explicit `parent:`, else the span
+    ///   entered on the thread when it is made): a task spawned inside a
+    ///   request and instrumented with a span made there, or with
+    ///   `in_current_span()`, follows the request. A span whose category is
+    ///   off takes part all the same: it passes its parent's decision on
+    ///   (and, as a root, is decided).
+    /// * Events outside any span are recorded as without sampling; events
+    ///   in a span follow the span's root.
+    /// * Roots are decided once, on the thread that makes them, with a
+    ///   per-thread random draw; [`sample_with`](Self::sample_with) decides
+    ///   instead, [`sample_roots`](Self::sample_roots) limits which roots
+    ///   are decided.
+    /// * The session's [`Stats`](crate::Stats) count the roots kept and
+    ///   skipped (`roots_kept`, `roots_skipped`), apart from losses. The
+    ///   trace says it was sampled: a process-wide instant `sampling`
+    ///   (category `ringtrace`) at the start, with the args `ratio`,
+    ///   `roots` (the patterns, comma-joined, or `*`) and `hook` (whether
+    ///   [`sample_with`](Self::sample_with) decides).
+    /// * The macros (`trace_scope!`, ...), `#[trace]` and the typed event
+    ///   API are not sampled: they record as always.
+    ///
+    /// Also set by `RINGTRACE_SAMPLE` in [`init_from_env`](Self::init_from_env).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let path = std::env::temp_dir().join("ringtrace-doc-sampled.pftrace");
+    /// let (layer, trace) = ringtrace::layer().output(&path).sample_ratio(0.01).build()?;
+    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    ///     for id in 0..1000 {
+    ///         let _request = tracing::info_span!("request", id).entered();
+    ///         tracing::info!("handled"); // kept with its request, about 10 of 1000
+    ///     }
+    /// });
+    /// let stats = trace.stop()?;
+    /// assert_eq!(stats.roots_kept + stats.roots_skipped, 1000);
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn sample_ratio(mut self, ratio: f64) -> Self {
+        self.sampling.ratio = Some(ratio);
+        self
+    }
+
+    /// Decides only the roots whose name or target matches one of
+    /// `patterns` (`prefix*` or a whole name, as categories), at the
+    /// [`sample_ratio`](Self::sample_ratio) (1.0 if none is set); other
+    /// roots are kept whole, uncounted. Replaces earlier patterns.
+    pub fn sample_roots<I, S>(mut self, patterns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.sampling.roots = patterns
+            .into_iter()
+            .map(|p| p.as_ref().to_owned())
+            .collect();
+        self
+    }
+
+    /// Your own decision for each root: `decide` gets the root span's
+    /// attributes (metadata and field values: visit them with
+    /// `attrs.record(&mut visitor)`, for example to find a trace id your
+    /// requests carry) and returns `Some(keep)`, or `None` to let the
+    /// [`sample_ratio`](Self::sample_ratio) decide (1.0 if none is set).
+    /// It runs on the thread that makes the root, at each root; keep it
+    /// short and do not make spans in it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::fmt;
+    /// use tracing::field::{Field, Visit};
+    /// // Keeps every request whose propagated trace id is a multiple of 16.
+    /// struct TraceId(Option<u64>);
+    /// impl Visit for TraceId {
+    ///     fn record_u64(&mut self, f: &Field, v: u64) {
+    ///         if f.name() == "trace_id" { self.0 = Some(v) }
+    ///     }
+    ///     fn record_debug(&mut self, _: &Field, _: &dyn fmt::Debug) {}
+    /// }
+    /// let builder = ringtrace::subscriber()
+    ///     .writer(ringtrace::MemoryBuffer::new())
+    ///     .sample_with(|attrs| {
+    ///         let mut id = TraceId(None);
+    ///         attrs.record(&mut id);
+    ///         id.0.map(|id| id % 16 == 0)
+    ///     });
+    /// # drop(builder);
+    /// ```
+    pub fn sample_with(
+        mut self,
+        decide: impl Fn(&tracing::span::Attributes<'_>) -> Option<bool> + Send + Sync + 'static,
+    ) -> Self {
+        self.sampling.decide = Some(Box::new(decide));
+        self
+    }
+
+    /// Applies the environment's configuration over this builder's, as
+    /// [`init_from_env`](crate::init_from_env) reads it, plus
+    /// `RINGTRACE_SAMPLE` (a ratio for [`sample_ratio`](Self::sample_ratio))
+    /// and `RINGTRACE_SAMPLE_ROOTS` (comma-separated patterns for
+    /// [`sample_roots`](Self::sample_roots)). Returns `None` if
+    /// `RINGTRACE_OUTPUT` is unset or empty (record nothing).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] if a number does not parse (a ratio outside
+    /// 0.0 to 1.0 included).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // RINGTRACE_OUTPUT=trace.pftrace RINGTRACE_SAMPLE=0.01 ./service
+    /// if let Some((subscriber, _trace)) = ringtrace::subscriber().init_from_env()? {
+    ///     tracing::subscriber::set_global_default(subscriber).ok();
+    /// }
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn init_from_env(self) -> Result<Option<(T, TraceGuard)>, Error> {
+        let TracingBuilder {
+            inner,
+            mut sampling,
+            ..
+        } = self;
+        let Some(inner) = crate::session::env_config(inner)? else {
+            return Ok(None);
+        };
+        if let Ok(v) = std::env::var("RINGTRACE_SAMPLE") {
+            let ratio = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|r| (0.0..=1.0).contains(r))
+                .ok_or_else(|| {
+                    Error::InvalidConfig(format!("RINGTRACE_SAMPLE={v} is not a ratio from 0 to 1"))
+                })?;
+            sampling.ratio = Some(ratio);
+        }
+        if let Ok(v) = std::env::var("RINGTRACE_SAMPLE_ROOTS") {
+            sampling.roots = v
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect();
+        }
+        TracingBuilder {
+            inner,
+            sampling,
+            kind: PhantomData,
+        }
+        .build()
+        .map(Some)
+    }
+
     fn map(self, f: impl FnOnce(Builder) -> Builder) -> Self {
-        TracingBuilder::from(f(self.inner))
+        TracingBuilder {
+            inner: f(self.inner),
+            sampling: self.sampling,
+            kind: PhantomData,
+        }
     }
 
     /// Starts the session and returns the layer (to add to a
@@ -193,7 +373,13 @@ impl<T: TracingRecorder> TracingBuilder<T> {
     /// As [`Builder::start`]: [`Error::AlreadyStarted`], [`Error::Io`],
     /// [`Error::UnknownFormat`], [`Error::NoOutput`], ...
     pub fn build(self) -> Result<(T, TraceGuard), Error> {
+        let s = self.sampling;
+        let sampler = (s.ratio.is_some() || !s.roots.is_empty() || s.decide.is_some())
+            .then(|| Arc::new(Sampler::new(s.ratio.unwrap_or(1.0), s.roots, s.decide)));
         let guard = self.inner.start()?;
-        Ok((T::from_session(), guard))
+        if let Some(sampler) = &sampler {
+            super::sample::announce(sampler);
+        }
+        Ok((T::from_session(sampler), guard))
     }
 }

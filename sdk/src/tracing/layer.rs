@@ -8,9 +8,11 @@
 
 use super::bridge::{self, SpanData, SpanStore};
 use super::id_map::IdMap;
+use super::sample::{Sampler, UNSAMPLED_SLOT};
 use super::sealed;
 use super::span_table::SPAN_STATES;
 use std::fmt;
+use std::sync::Arc;
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::Context;
@@ -23,6 +25,8 @@ use tracing_subscriber::Layer;
 /// nothing.
 pub struct RingtraceLayer {
     spans: SpanMap,
+    /// Whole-request sampling, if configured.
+    sampler: Option<Arc<Sampler>>,
 }
 
 impl RingtraceLayer {
@@ -54,6 +58,16 @@ impl SpanMap {
         SpanMap { ids: IdMap::new() }
     }
 
+    /// Marks span `id` as one ringtrace records nothing of: not kept
+    /// ([`UNSAMPLED_SLOT`]), or kept with its category off
+    /// ([`KEPT_OFF_SLOT`], so that its children know they are kept).
+    #[inline]
+    fn mark(&self, id: u64, marker: u64) {
+        if let Some(old) = self.ids.insert(id, marker) {
+            free(old);
+        }
+    }
+
     /// Records span `id` of call site `info` (its category is on): its
     /// state is made in a slot of `SPAN_STATES`, fields visited there
     /// (before the map is written: a `Debug` impl may make spans).
@@ -80,6 +94,9 @@ impl SpanMap {
     #[inline]
     fn remove(&self, id: u64, settled: bool) {
         if let Some(slot) = self.ids.remove(id) {
+            if is_marker(slot) {
+                return;
+            }
             if settled {
                 SPAN_STATES.recycle(slot); // the map entry was its only way in
             } else {
@@ -89,9 +106,31 @@ impl SpanMap {
     }
 }
 
+/// What the map holds for a span kept whose category is off: it has no
+/// slot, but its children are kept.
+const KEPT_OFF_SLOT: u64 = u64::MAX;
+
+/// Whether a map value is a marker, not a span table id.
+#[inline]
+fn is_marker(slot: u64) -> bool {
+    slot >= UNSAMPLED_SLOT
+}
+
+/// How a new span's or an event's parent was decided.
+#[derive(Clone, Copy)]
+enum Parent {
+    /// No parent this layer knows: a root.
+    Root,
+    Kept,
+    Unsampled,
+}
+
 /// Frees a span's slot; its state stays there for the next span if it
 /// owns no heap memory (`SpanData::reusable`), else it is dropped.
 fn free(slot: u64) {
+    if is_marker(slot) {
+        return;
+    }
     SPAN_STATES.release(slot, |_| false, SpanData::reusable);
 }
 
@@ -99,6 +138,9 @@ impl SpanStore for SpanMap {
     #[inline]
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R> {
         let slot = self.slot(id.into_u64())?;
+        if is_marker(slot) {
+            return None;
+        }
         SPAN_STATES
             .with(slot, |e| e.state.as_mut().map(f))
             .flatten()
@@ -117,6 +159,51 @@ impl RingtraceLayer {
         }
     }
 
+    /// `new_span` with sampling: the parent's decision, or the root's.
+    #[inline(never)]
+    fn new_span_sampled(&self, sampler: &Sampler, attrs: &Attributes<'_>, id: &Id, parent: Parent) {
+        let keep = match parent {
+            Parent::Kept => true,
+            Parent::Unsampled => false,
+            Parent::Root => sampler.keep_root(attrs),
+        };
+        if !keep {
+            self.spans.mark(id.into_u64(), UNSAMPLED_SLOT);
+        } else if let Some(info) = bridge::enabled_site(attrs.metadata()) {
+            self.spans.insert(id.into_u64(), attrs, info);
+        } else {
+            self.spans.mark(id.into_u64(), KEPT_OFF_SLOT);
+        }
+    }
+
+    /// What a span's or event's parent (if any) was decided: the nearest
+    /// ancestor this layer has an entry for (spans made before the layer
+    /// existed have none).
+    fn parent<S>(&self, parent: Option<Id>, ctx: &Context<'_, S>) -> Parent
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let Some(parent) = parent else {
+            return Parent::Root;
+        };
+        match self.spans.slot(parent.into_u64()) {
+            Some(UNSAMPLED_SLOT) => return Parent::Unsampled,
+            Some(_) => return Parent::Kept,
+            None => {}
+        }
+        let Some(span) = ctx.span(&parent) else {
+            return Parent::Root;
+        };
+        for s in span.scope().skip(1) {
+            match self.spans.slot(s.id().into_u64()) {
+                Some(UNSAMPLED_SLOT) => return Parent::Unsampled,
+                Some(_) => return Parent::Kept,
+                None => {}
+            }
+        }
+        Parent::Root
+    }
+
     #[inline(never)]
     fn enter(&self, id: &Id) {
         bridge::enter(&self.spans, id, false);
@@ -129,6 +216,10 @@ impl RingtraceLayer {
 
     #[inline(never)]
     fn close(&self, id: &Id) {
+        if self.sampler.is_some() && self.spans.slot(id.into_u64()).is_some_and(is_marker) {
+            self.spans.remove(id.into_u64(), true); // nothing was recorded
+            return;
+        }
         let settled = bridge::close(&self.spans, id);
         self.spans.remove(id.into_u64(), settled);
     }
@@ -139,8 +230,19 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     #[inline]
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
-        self.new_span(attrs, id);
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        match &self.sampler {
+            None => self.new_span(attrs, id),
+            Some(sampler) => {
+                let parent = match attrs.parent() {
+                    Some(p) => Some(p.clone()),
+                    None if attrs.is_contextual() => ctx.current_span().id().cloned(),
+                    None => None,
+                };
+                let parent = self.parent(parent, &ctx);
+                self.new_span_sampled(sampler, attrs, id, parent);
+            }
+        }
     }
 
     fn on_record(&self, id: &Id, values: &SpanValues<'_>, _ctx: Context<'_, S>) {
@@ -152,7 +254,17 @@ where
     }
 
     #[inline]
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        if self.sampler.is_some() {
+            let parent = match event.parent() {
+                Some(p) => Some(p.clone()),
+                None if event.is_contextual() => ctx.current_span().id().cloned(),
+                None => None,
+            };
+            if let Parent::Unsampled = self.parent(parent, &ctx) {
+                return; // under a root not kept
+            }
+        }
         bridge::event(event);
     }
 
@@ -173,9 +285,10 @@ where
 }
 
 impl sealed::FromSession for RingtraceLayer {
-    fn from_session() -> Self {
+    fn from_session(sampler: Option<Arc<Sampler>>) -> Self {
         RingtraceLayer {
             spans: SpanMap::new(),
+            sampler,
         }
     }
 }

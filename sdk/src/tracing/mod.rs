@@ -99,6 +99,7 @@ mod bridge;
 mod builder;
 mod id_map;
 mod layer;
+mod sample;
 mod span_table;
 mod subscriber;
 
@@ -108,9 +109,11 @@ pub use builder::{
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 
+pub(crate) use sample::roots as sampled_roots;
+
 pub(crate) mod sealed {
     /// Made once its session has started.
     pub trait FromSession {
-        fn from_session() -> Self;
+        fn from_session(sampler: Option<std::sync::Arc<super::sample::Sampler>>) -> Self;
     }
 }

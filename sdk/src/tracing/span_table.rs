@@ -13,7 +13,7 @@
 //!   lookup finds nothing.
 //! * A span id is `generation << 32 | (index + 1)`: never 0, as `tracing`
 //!   requires, and different for each reuse of a slot (until the slot's
-//!   generation wraps after 2^32 reuses).
+//!   generation wraps after 2^31 reuses: the top bit of an id stays free).
 //! * Freed slots go to the freeing thread's list and are reused by that
 //!   thread first (spans are mostly closed where they were made); a thread
 //!   that exits, or holds more than `2 * BATCH`, gives slots back to a shared
@@ -252,7 +252,8 @@ impl<T> SpanTable<T> {
             return None;
         };
         let mut e = slot.lock();
-        e.generation = e.generation.wrapping_add(1).max(1);
+        // Below 2^31: the top bit of an id is free (`sample::UNSAMPLED`).
+        e.generation = (e.generation.wrapping_add(1) & 0x7fff_ffff).max(1);
         e.refs = 1;
         e.meta = Some(meta);
         init(&mut e.state);

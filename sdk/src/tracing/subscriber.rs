@@ -19,10 +19,12 @@
 #![forbid(unsafe_code)]
 
 use super::bridge::{self, SpanData, SpanStore};
+use super::sample::{Sampler, UNSAMPLED};
 // Live spans of every `RingtraceSubscriber` (ids are process-unique): its span
 // ids are ids of the span table.
 use super::span_table::{Release, SPAN_STATES as SPANS};
 use std::fmt;
+use std::sync::Arc;
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
@@ -43,7 +45,8 @@ const NOT_STORED: u64 = u64::MAX;
 /// `Span::current()` inside such a span is its parent); else `tracing` still
 /// makes it, and ringtrace records nothing of it.
 pub struct RingtraceSubscriber {
-    _private: (),
+    /// Whole-request sampling, if configured.
+    sampler: Option<Arc<Sampler>>,
 }
 
 impl RingtraceSubscriber {
@@ -57,8 +60,8 @@ impl RingtraceSubscriber {
 }
 
 impl super::sealed::FromSession for RingtraceSubscriber {
-    fn from_session() -> Self {
-        RingtraceSubscriber { _private: () }
+    fn from_session(sampler: Option<Arc<Sampler>>) -> Self {
+        RingtraceSubscriber { sampler }
     }
 }
 
@@ -72,6 +75,9 @@ impl fmt::Debug for RingtraceSubscriber {
 impl SpanStore for RingtraceSubscriber {
     #[inline]
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R> {
+        if id.into_u64() & UNSAMPLED != 0 {
+            return None; // not kept: nothing recorded
+        }
         SPANS
             .with(id.into_u64(), |e| e.state.as_mut().map(f))
             .flatten()
@@ -103,6 +109,18 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn new_span(&self, attrs: &Attributes<'_>) -> Id {
+        if let Some(sampler) = &self.sampler {
+            if !kept(sampler, attrs) {
+                // A slot for its handles and metadata only: the state left
+                // there by the slot's last span (if any) is never read
+                // through a marked id, and a freed slot's state is one
+                // `release` may keep.
+                return match SPANS.insert(attrs.metadata(), |_| ()) {
+                    Some(id) => Id::from_u64(id | UNSAMPLED),
+                    None => Id::from_u64(NOT_STORED),
+                };
+            }
+        }
         match SPANS.insert(attrs.metadata(), |state| {
             bridge::new_span_into(attrs, state)
         }) {
@@ -120,6 +138,16 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn event(&self, event: &Event<'_>) {
+        if self.sampler.is_some() {
+            let parent = match event.parent() {
+                Some(p) => Some(p.into_u64()),
+                None if event.is_contextual() => bridge::current_entered(),
+                None => None,
+            };
+            if parent.is_some_and(|p| p & UNSAMPLED != 0) {
+                return; // under a root not kept
+            }
+        }
         bridge::event(event);
     }
 
@@ -132,11 +160,17 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn clone_span(&self, id: &Id) -> Id {
-        SPANS.with(id.into_u64(), |e| e.refs += 1);
+        SPANS.with(id.into_u64() & !UNSAMPLED, |e| e.refs += 1);
         id.clone()
     }
 
     fn try_close(&self, id: Id) -> bool {
+        if id.into_u64() & UNSAMPLED != 0 {
+            // Not kept: its slot's state (if any) is a freed span's, which
+            // has nothing to write and may stay.
+            let slot = id.into_u64() & !UNSAMPLED;
+            return SPANS.release(slot, |_| false, SpanData::reusable) == Release::Freed;
+        }
         match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
             Release::Alive => false,
             Release::Freed => true,
@@ -151,11 +185,31 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn current_span(&self) -> Current {
-        let current = bridge::current_entered()
-            .and_then(|id| SPANS.with(id, |e| e.meta).flatten().map(|m| (id, m)));
+        let current = bridge::current_entered().and_then(|id| {
+            SPANS
+                .with(id & !UNSAMPLED, |e| e.meta)
+                .flatten()
+                .map(|m| (id, m))
+        });
         match current {
             Some((id, meta)) => Current::new(Id::from_u64(id), meta),
             None => Current::none(),
         }
+    }
+}
+
+/// Whether a new span is kept: a root as `sampler` decides, any other span
+/// as its parent was (a parent ringtrace does not record because its
+/// category is off was decided all the same, and passes its decision on).
+#[inline]
+fn kept(sampler: &Sampler, attrs: &Attributes<'_>) -> bool {
+    let parent = match attrs.parent() {
+        Some(p) => Some(p.into_u64()),
+        None if attrs.is_contextual() => bridge::current_entered(),
+        None => None,
+    };
+    match parent {
+        Some(p) => p & UNSAMPLED == 0,
+        None => sampler.keep_root(attrs),
     }
 }

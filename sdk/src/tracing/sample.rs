@@ -1,0 +1,249 @@
+//! Whole-request sampling: a decision per root span (a span with no
+//! parent), followed by every span and event under it.
+//!
+//! A span not kept is marked where its id is known to ringtrace: the
+//! subscriber sets [`UNSAMPLED`] in the id it gives `tracing` (its slot in
+//! the span table holds no state, as a span whose category is off; the bit
+//! keeps its handle count and metadata working); the layer maps the
+//! registry's id to [`UNSAMPLED_SLOT`]. Entering such a span puts it on the
+//! thread's stack of entered spans, which is how a child made or an event
+//! emitted under it, on whichever thread enters it, finds it is not kept.
+//! Nothing of it reads the clock, visits a field or touches a ring.
+
+#![forbid(unsafe_code)]
+
+use crate::record::clock::ticks;
+use std::cell::Cell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tracing::span::Attributes;
+use tracing::Metadata;
+
+/// Set in the ids the subscriber gives to spans not kept (span table ids
+/// never have it: their generation stays below 2^31).
+pub(crate) const UNSAMPLED: u64 = 1 << 63;
+
+/// What the layer maps the registry's id of a span not kept to (never a
+/// span table id: generations stay below 2^31).
+pub(crate) const UNSAMPLED_SLOT: u64 = u64::MAX - 1;
+
+/// A user's decision for a root span: `Some(keep)`, or `None` to leave it
+/// to the ratio.
+pub(crate) type Decide = dyn Fn(&Attributes<'_>) -> Option<bool> + Send + Sync;
+
+/// How roots are decided: made by the `tracing` builder, shared by the
+/// layer or subscriber it builds.
+pub struct Sampler {
+    /// A root is kept when a draw of 64 random bits is below this;
+    /// `u64::MAX` with `ratio` 1: always.
+    threshold: u64,
+    pub(crate) ratio: f64,
+    /// Name or target patterns (`prefix*` or exact) of the roots decided;
+    /// empty: every root. Other roots are kept.
+    pub(crate) roots: Vec<String>,
+    pub(crate) decide: Option<Box<Decide>>,
+}
+
+impl fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sampler")
+            .field("ratio", &self.ratio)
+            .field("roots", &self.roots)
+            .field("decide", &self.decide.is_some())
+            .finish()
+    }
+}
+
+impl Sampler {
+    pub(crate) fn new(ratio: f64, roots: Vec<String>, decide: Option<Box<Decide>>) -> Sampler {
+        let ratio = if ratio.is_nan() {
+            0.0
+        } else {
+            ratio.clamp(0.0, 1.0)
+        };
+        let threshold = if ratio >= 1.0 {
+            u64::MAX
+        } else {
+            // Exact for the ratios people write (2^64 * r rounds to the
+            // nearest representable u64 below 2^64).
+            (ratio * 18_446_744_073_709_551_616.0) as u64
+        };
+        Sampler {
+            threshold,
+            ratio,
+            roots,
+            decide,
+        }
+    }
+
+    /// Whether the root span of `attrs` and its subtree are kept; counted.
+    #[inline]
+    pub(crate) fn keep_root(&self, attrs: &Attributes<'_>) -> bool {
+        let meta = attrs.metadata();
+        if !self.decides(meta) {
+            return true; // not a root this sampler decides: kept, not counted
+        }
+        let keep = match self.decide.as_ref().and_then(|d| d(attrs)) {
+            Some(keep) => keep,
+            None => self.threshold == u64::MAX || draw() < self.threshold,
+        };
+        count(keep);
+        keep
+    }
+
+    fn decides(&self, meta: &Metadata<'_>) -> bool {
+        self.roots.is_empty()
+            || self
+                .roots
+                .iter()
+                .any(|p| matches(p, meta.name()) || matches(p, meta.target()))
+    }
+}
+
+fn matches(pattern: &str, s: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => s.starts_with(prefix),
+        None => pattern == s,
+    }
+}
+
+thread_local! {
+    /// The thread's xorshift64* state; 0 until its first draw.
+    static RNG: Cell<u64> = const { Cell::new(0) };
+    /// The thread's shard of the root counts.
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// 64 random bits (xorshift64*, one state per thread: no shared line).
+#[inline]
+fn draw() -> u64 {
+    RNG.try_with(|r| {
+        let mut x = r.get();
+        if x == 0 {
+            x = seed();
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        r.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
+    .unwrap_or(0) // a thread being torn down: kept if anything is
+}
+
+#[cold]
+fn seed() -> u64 {
+    static THREADS: AtomicU64 = AtomicU64::new(0);
+    let n = THREADS.fetch_add(1, Ordering::Relaxed);
+    // Time and thread number through a splitmix64 finaliser; never 0.
+    let mut z = ticks() ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) | 1
+}
+
+/// Root counts in shards of their own cache lines: threads deciding roots
+/// at once do not share a line.
+const SHARDS: usize = 16;
+
+#[repr(align(128))]
+struct Counts {
+    kept: AtomicU64,
+    skipped: AtomicU64,
+}
+
+static COUNTS: [Counts; SHARDS] = [const {
+    Counts {
+        kept: AtomicU64::new(0),
+        skipped: AtomicU64::new(0),
+    }
+}; SHARDS];
+
+#[inline]
+fn count(keep: bool) {
+    let shard = SHARD
+        .try_with(|s| {
+            let mut i = s.get();
+            if i == usize::MAX {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                i = NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS;
+                s.set(i);
+            }
+            i
+        })
+        .unwrap_or(0);
+    let c = &COUNTS[shard];
+    let n = if keep { &c.kept } else { &c.skipped };
+    n.fetch_add(1, Ordering::Relaxed);
+}
+
+fn totals() -> (u64, u64) {
+    COUNTS.iter().fold((0, 0), |(k, s), c| {
+        (
+            k + c.kept.load(Ordering::Relaxed),
+            s + c.skipped.load(Ordering::Relaxed),
+        )
+    })
+}
+
+/// The totals when the last sampled session started.
+static BASE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
+
+/// Roots kept and skipped since the last sampled session started.
+pub(crate) fn roots() -> (u64, u64) {
+    let (k, s) = totals();
+    let base = *BASE.lock().unwrap_or_else(|e| e.into_inner());
+    (k.saturating_sub(base.0), s.saturating_sub(base.1))
+}
+
+/// The category of what ringtrace says about its own recording.
+static RINGTRACE: crate::Category = crate::Category::new("ringtrace");
+
+/// A session sampled by `sampler` started: its counts start from here, and
+/// the trace says how it is sampled (a process-wide instant).
+pub(crate) fn announce(sampler: &Sampler) {
+    *BASE.lock().unwrap_or_else(|e| e.into_inner()) = totals();
+    let roots = if sampler.roots.is_empty() {
+        "*".to_owned()
+    } else {
+        sampler.roots.join(",")
+    };
+    RINGTRACE
+        .instant("sampling")
+        .scope(crate::InstantScope::Process)
+        .arg("ratio", sampler.ratio)
+        .arg("roots", roots.as_str())
+        .arg("hook", sampler.decide.is_some())
+        .emit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_bounds_and_threshold() {
+        assert_eq!(Sampler::new(1.0, vec![], None).threshold, u64::MAX);
+        assert_eq!(Sampler::new(2.0, vec![], None).threshold, u64::MAX);
+        assert_eq!(Sampler::new(0.0, vec![], None).threshold, 0);
+        assert_eq!(Sampler::new(f64::NAN, vec![], None).threshold, 0);
+        assert_eq!(Sampler::new(0.5, vec![], None).threshold, 1 << 63);
+    }
+
+    #[test]
+    fn draws_below_a_threshold_at_its_rate() {
+        let t = Sampler::new(0.01, vec![], None).threshold;
+        let n = 200_000;
+        let kept = (0..n).filter(|_| draw() < t).count();
+        // 2,000 expected; 5 standard deviations (about 222) either side.
+        assert!((1_778..=2_222).contains(&kept), "{kept} kept of {n}");
+    }
+
+    #[test]
+    fn patterns_match_prefixes_or_whole_names() {
+        assert!(matches("http*", "http.request"));
+        assert!(matches("request", "request"));
+        assert!(!matches("request", "requests"));
+        assert!(matches("*", "anything"));
+    }
+}
