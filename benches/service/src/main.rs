@@ -13,6 +13,7 @@
 //! (default 8), `SERVICE_MODES` a comma-separated subset (untraced always
 //! runs: it is the base of the ratios), `SERVICE_DIR` for the trace files
 //! (default: the system temp directory).
+//! The `-10`, `-1` and `-0` modes sample whole requests (`sample_ratio`: 10%, 1%, none kept).
 //!
 //! What is measured, per run: wall time of the measured requests (after a
 //! warm-up), and the CPU time each thread of the process spent meanwhile
@@ -313,9 +314,16 @@ enum Mode {
     LayerOff,
     NoopSubscriber,
     NoopLayer,
+    /// Whole-request sampling: one request in ten, in a hundred, none.
+    Subscriber10,
+    Subscriber1,
+    Subscriber0,
+    Layer10,
+    Layer1,
+    Layer0,
 }
 
-const MODES: [Mode; 10] = [
+const MODES: [Mode; 16] = [
     Mode::Untraced,
     Mode::Registry,
     Mode::Subscriber,
@@ -326,6 +334,12 @@ const MODES: [Mode; 10] = [
     Mode::LayerOff,
     Mode::NoopSubscriber,
     Mode::NoopLayer,
+    Mode::Subscriber10,
+    Mode::Subscriber1,
+    Mode::Subscriber0,
+    Mode::Layer10,
+    Mode::Layer1,
+    Mode::Layer0,
 ];
 
 impl Mode {
@@ -341,6 +355,12 @@ impl Mode {
             Mode::LayerOff => "layer-off",
             Mode::NoopSubscriber => "noop-subscriber",
             Mode::NoopLayer => "noop-layer",
+            Mode::Subscriber10 => "subscriber-10",
+            Mode::Subscriber1 => "subscriber-1",
+            Mode::Subscriber0 => "subscriber-0",
+            Mode::Layer10 => "layer-10",
+            Mode::Layer1 => "layer-1",
+            Mode::Layer0 => "layer-0",
         }
     }
 
@@ -356,6 +376,22 @@ impl Mode {
             Mode::LayerOff => "ringtrace `layer()`, every category off",
             Mode::NoopSubscriber => "(floor) a subscriber that does nothing",
             Mode::NoopLayer => "(floor) registry + a layer that does nothing",
+            Mode::Subscriber10 => "ringtrace `subscriber()`, Perfetto, 10% of requests kept",
+            Mode::Subscriber1 => "ringtrace `subscriber()`, Perfetto, 1% of requests kept",
+            Mode::Subscriber0 => "ringtrace `subscriber()`, Perfetto, no request kept",
+            Mode::Layer10 => "ringtrace `layer()`, Perfetto, 10% of requests kept",
+            Mode::Layer1 => "ringtrace `layer()`, Perfetto, 1% of requests kept",
+            Mode::Layer0 => "ringtrace `layer()`, Perfetto, no request kept",
+        }
+    }
+
+    /// The share of requests kept (whole-request sampling), if sampled.
+    fn ratio(self) -> Option<f64> {
+        match self {
+            Mode::Subscriber10 | Mode::Layer10 => Some(0.1),
+            Mode::Subscriber1 | Mode::Layer1 => Some(0.01),
+            Mode::Subscriber0 | Mode::Layer0 => Some(0.0),
+            _ => None,
         }
     }
 
@@ -414,23 +450,34 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             tracing_subscriber::registry().init();
             Tracer::None
         }
-        Mode::Subscriber | Mode::Json | Mode::SubscriberOff => {
+        Mode::Subscriber
+        | Mode::Json
+        | Mode::SubscriberOff
+        | Mode::Subscriber10
+        | Mode::Subscriber1
+        | Mode::Subscriber0 => {
             let mut b = ringtrace::subscriber()
                 .output(path)
                 .buffer_bytes_per_thread(ring);
             if mode == Mode::SubscriberOff {
                 b = b.disable_categories(["*"]);
             }
+            if let Some(ratio) = mode.ratio() {
+                b = b.sample_ratio(ratio);
+            }
             let (sub, guard) = b.build().expect("ringtrace session");
             tracing::subscriber::set_global_default(sub).unwrap();
             Tracer::Ringtrace(guard)
         }
-        Mode::Layer | Mode::LayerOff => {
+        Mode::Layer | Mode::LayerOff | Mode::Layer10 | Mode::Layer1 | Mode::Layer0 => {
             let mut b = ringtrace::layer()
                 .output(path)
                 .buffer_bytes_per_thread(ring);
             if mode == Mode::LayerOff {
                 b = b.disable_categories(["*"]);
+            }
+            if let Some(ratio) = mode.ratio() {
+                b = b.sample_ratio(ratio);
             }
             let (layer, guard) = b.build().expect("ringtrace session");
             tracing_subscriber::registry().with(layer).init();

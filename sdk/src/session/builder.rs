@@ -58,6 +58,11 @@ pub(crate) enum Output {
     Writer(Box<dyn Write + Send>),
 }
 
+/// Parts kept on disk by default with [`Builder::max_file_bytes`].
+const DEFAULT_MAX_FILES: u64 = 4;
+/// The smallest part: room for a part's header and a pass's output.
+const MIN_FILE_BYTES: u64 = 64 << 10;
+
 /// Configures a session. Made by [`builder()`]; every option takes and
 /// returns the builder, and [`Builder::start`] starts recording.
 ///
@@ -96,6 +101,8 @@ pub struct Builder {
     pub(super) process_labels: Vec<String>,
     pub(super) process_sort_index: Option<i32>,
     pub(super) system_tracing: bool,
+    pub(super) max_file_bytes: Option<u64>,
+    pub(super) max_files: u64,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -157,6 +164,8 @@ pub fn builder() -> Builder {
         process_labels: Vec::new(),
         process_sort_index: None,
         system_tracing: false,
+        max_file_bytes: None,
+        max_files: DEFAULT_MAX_FILES,
     }
 }
 
@@ -252,6 +261,52 @@ impl Builder {
     /// and it is emptied when the session stops.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
         self.budget_bytes = bytes;
+        self
+    }
+
+    /// Bounds what the session keeps on disk: its file is written in
+    /// numbered parts of about `bytes` each (`trace.pftrace`, then
+    /// `trace.1.pftrace`, `trace.2.pftrace`, ... beside it), and the oldest
+    /// parts are removed so that the parts on disk never exceed `bytes`
+    /// times [`max_files`](Builder::max_files) plus one flusher pass's
+    /// output. Each part is a complete trace that loads on its own (Perfetto:
+    /// its sequences start afresh, descriptors and interned names included;
+    /// JSON: a document of its own) and every event is in exactly one part;
+    /// a scope open across the switch has its begin in one part and its end
+    /// in the next (counted in [`Stats::unmatched_ends`](crate::Stats)). A
+    /// part ends after the flusher pass that brings it within one pass's
+    /// output (the largest so far) of `bytes`, so parts stay near the limit
+    /// and rarely pass it. [`Stats::files_removed`](crate::Stats) counts the
+    /// parts removed; [`Stats::bytes_written`](crate::Stats) counts every
+    /// part. Only for a file [`output`](Builder::output) (not a writer); a
+    /// file given to [`rotate_output`](crate::rotate_output) is not cut.
+    /// Also `RINGTRACE_MAX_FILE_BYTES` in [`init_from_env`](crate::init_from_env).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join("ringtrace-doc-parts");
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// std::fs::create_dir_all(&dir)?;
+    /// let trace = ringtrace::builder()
+    ///     .output(dir.join("trace.json"))
+    ///     .max_file_bytes(1 << 20) // parts of 1 MiB,
+    ///     .max_files(8) //            8 MiB on disk at most
+    ///     .start()?;
+    /// ringtrace::trace_instant!("recorded");
+    /// trace.stop()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_file_bytes(mut self, bytes: u64) -> Self {
+        self.max_file_bytes = Some(bytes.max(MIN_FILE_BYTES));
+        self
+    }
+
+    /// Parts kept on disk with [`max_file_bytes`](Builder::max_file_bytes)
+    /// (the part being written included; default 4, at least 2). Also
+    /// `RINGTRACE_MAX_FILES` in [`init_from_env`](crate::init_from_env).
+    pub fn max_files(mut self, files: u64) -> Self {
+        self.max_files = files.max(2);
         self
     }
 

@@ -23,6 +23,7 @@
 use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
+use crate::session::disk::DiskLimit;
 use crate::session::flusher::{write_out, Shared, Stats};
 use crate::session::sink::{Sink, Units};
 use crate::session::{Error, Format, SESSION};
@@ -227,6 +228,9 @@ pub(crate) struct Windows {
     threads: HashSet<u32>,
     /// Totals of every file finished so far (written, bytes, unmatched).
     pub(crate) finished: Stats,
+    /// The session's file in parts of a bounded size (`disk`), and how a
+    /// new part is made.
+    disk: Option<(DiskLimit, Formats)>,
 }
 
 impl Windows {
@@ -239,6 +243,22 @@ impl Windows {
             lost_at_start: 0,
             threads: HashSet::new(),
             finished: Stats::default(),
+            disk: None,
+        }
+    }
+
+    /// The session's file goes on in parts bounded by `limit`.
+    pub(crate) fn with_disk_limit(mut self, limit: DiskLimit, formats: Formats) -> Windows {
+        self.disk = Some((limit, formats));
+        self
+    }
+
+    /// Parts removed to keep the disk bound, and the first error removing
+    /// one or making the next.
+    pub(crate) fn disk_report(&mut self) -> (u64, Option<std::io::Error>) {
+        match self.disk.as_mut() {
+            Some((d, _)) => (d.removed, d.remove_error.take()),
+            None => (0, None),
         }
     }
 
@@ -320,6 +340,51 @@ impl Windows {
             self.lost_at_start = lost - main.lost;
             self.threads = main.threads;
             let _ = reply.send(self.finish(dump, ctx, out));
+        }
+        if !stopping && self.dump.is_none() {
+            self.next_part(encoder, sink, ctx, lost, out);
+        }
+    }
+
+    /// With a disk limit: ends the current part if it is within one pass of
+    /// the limit, the next part taking over as a rotation's file does.
+    fn next_part(
+        &mut self,
+        encoder: &mut Option<Box<dyn Encoder>>,
+        sink: &mut Option<Sink>,
+        ctx: &mut Context<'_>,
+        lost: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let Some((limit, formats)) = self.disk.as_mut() else {
+            return;
+        };
+        // Only the session's own file is cut (not one `rotate_output` chose).
+        if self.path.as_deref() != Some(limit.base()) && !limit.is_part(self.path.as_deref()) {
+            return;
+        }
+        let Some(s) = sink.as_ref() else {
+            return;
+        };
+        let bytes = s.bytes_written() + out.len() as u64;
+        let Some(next) = limit.after_pass(bytes) else {
+            return;
+        };
+        let mut target = match formats.target(&next) {
+            Ok(t) => t,
+            Err(Error::Io { source, .. }) => {
+                limit.remove_error.get_or_insert(source);
+                return; // the current part goes on
+            }
+            Err(_) => return,
+        };
+        self.swap_in(encoder, sink, &mut target, ctx, out);
+        let old = self.switch_file(target, lost);
+        let path = old.target.path.clone();
+        let done = self.finish(old, ctx, out);
+        let written = done.as_ref().map_or(bytes, |s| s.bytes_written);
+        if let (Some((limit, _)), Some(path)) = (self.disk.as_mut(), path) {
+            limit.finished(path, written);
         }
     }
 

@@ -142,6 +142,10 @@ pub struct Stats {
     /// Root spans not kept by whole-request sampling, with everything under
     /// them: not recorded, and not losses.
     pub roots_skipped: u64,
+    /// Parts of the session's file removed to keep it within
+    /// [`Builder::max_file_bytes`](crate::Builder::max_file_bytes) times
+    /// [`max_files`](crate::Builder::max_files).
+    pub files_removed: u64,
 }
 
 pub(crate) struct Flusher {
@@ -581,9 +585,14 @@ impl Flusher {
         stats.bytes_written =
             sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
+        let (files_removed, disk_error) = windows.disk_report();
+        stats.files_removed = files_removed;
         drop(recorder);
         REGISTRY.budget.give_back(recorder_bytes);
-        (stats, sink.as_mut().and_then(Sink::take_error))
+        (
+            stats,
+            sink.as_mut().and_then(Sink::take_error).or(disk_error),
+        )
     }
 }
 

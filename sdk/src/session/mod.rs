@@ -15,6 +15,7 @@
 
 mod builder;
 pub(crate) mod capture;
+mod disk;
 mod error;
 pub(crate) mod flusher;
 mod recorder;
@@ -220,7 +221,13 @@ impl Builder {
             overwrite: self.overwrite,
             recorder_bytes,
             interval: self.flush_interval.max(Duration::from_millis(1)),
-            windows: capture::Windows::new(path.clone()),
+            windows: match (&path, self.max_file_bytes) {
+                (Some(p), Some(max)) => capture::Windows::new(path.clone()).with_disk_limit(
+                    disk::DiskLimit::new(p.clone(), max, self.max_files),
+                    formats.clone(),
+                ),
+                _ => capture::Windows::new(path.clone()),
+            },
             growth_at_start: crate::record::ring::GROWTH.count(),
         };
         #[cfg(test)]
@@ -489,6 +496,8 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
 /// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
 /// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
+/// | `RINGTRACE_MAX_FILE_BYTES` | the file in parts of about this size ([`Builder::max_file_bytes`]) |
+/// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4) |
 /// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only |
 ///
 /// # Examples
@@ -502,8 +511,8 @@ pub fn is_recording() -> bool {
 /// # Errors
 ///
 /// As [`Builder::start`], and [`Error::InvalidConfig`] if
-/// `RINGTRACE_BUFFER_BYTES` or `RINGTRACE_BUFFER_BYTES_PER_THREAD` is not a
-/// number.
+/// `RINGTRACE_BUFFER_BYTES`, `RINGTRACE_BUFFER_BYTES_PER_THREAD`,
+/// `RINGTRACE_MAX_FILE_BYTES` or `RINGTRACE_MAX_FILES` is not a number.
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     match env_config(builder())? {
         Some(b) => b.start().map(Some),
@@ -552,6 +561,12 @@ pub(crate) fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
     }
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
         b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    }
+    if let Some(n) = number("RINGTRACE_MAX_FILE_BYTES")? {
+        b = b.max_file_bytes(n);
+    }
+    if let Some(n) = number("RINGTRACE_MAX_FILES")? {
+        b = b.max_files(n);
     }
     Ok(Some(b))
 }

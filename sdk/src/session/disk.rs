@@ -1,0 +1,169 @@
+//! Disk bounded: the session's file in numbered parts of at most about
+//! [`Builder::max_file_bytes`](crate::Builder::max_file_bytes) each, the
+//! oldest removed so that the parts kept stay within the bound.
+//!
+//! A part ends after a flusher pass that brings it within one pass's output
+//! (the largest seen so far) of the limit; the switch is the one
+//! `rotate_output` makes (`capture::Windows`): the next part is a new
+//! complete file, its encoder fresh (Perfetto sequences restart with their
+//! incremental state cleared and descriptors sent again; a JSON part is a
+//! document of its own), and every event is in exactly one part. After each
+//! switch, the oldest parts are removed while the finished parts kept and a
+//! whole next part would exceed `max_file_bytes * max_files`; so the parts
+//! on disk never exceed that bound plus one pass's output (the current
+//! part's last).
+
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+/// The limit and the parts written so far (the flusher's).
+pub(crate) struct DiskLimit {
+    max_bytes: u64,
+    files: u64,
+    /// The session's path: part 0; part `n` is `stem.n.ext` beside it.
+    base: PathBuf,
+    next: u64,
+    /// Finished parts still on disk, oldest first, with their sizes.
+    kept: VecDeque<(PathBuf, u64)>,
+    /// The largest output of one pass so far, and the bytes of the current
+    /// part when the last pass ended.
+    pass_peak: u64,
+    last_bytes: u64,
+    /// Parts removed, and the first error removing one.
+    pub(crate) removed: u64,
+    pub(crate) remove_error: Option<std::io::Error>,
+}
+
+impl DiskLimit {
+    pub(crate) fn new(base: PathBuf, max_bytes: u64, files: u64) -> DiskLimit {
+        DiskLimit {
+            max_bytes,
+            files: files.max(1),
+            base,
+            next: 1,
+            kept: VecDeque::new(),
+            pass_peak: 0,
+            last_bytes: 0,
+            removed: 0,
+            remove_error: None,
+        }
+    }
+
+    /// After a pass that left the current part at `bytes`: the path of the
+    /// next part if this one ends now.
+    pub(crate) fn after_pass(&mut self, bytes: u64) -> Option<PathBuf> {
+        let pass = bytes.saturating_sub(self.last_bytes);
+        self.last_bytes = bytes;
+        self.pass_peak = self.pass_peak.max(pass);
+        if self.files < 2 || bytes.saturating_add(self.pass_peak) < self.max_bytes {
+            return None;
+        }
+        let path = part_path(&self.base, self.next);
+        self.next += 1;
+        Some(path)
+    }
+
+    /// The part at `path` was finished at `bytes`; the next one starts
+    /// empty. Removes the oldest parts past the bound.
+    pub(crate) fn finished(&mut self, path: PathBuf, bytes: u64) {
+        self.kept.push_back((path, bytes));
+        self.last_bytes = 0;
+        let bound = self.max_bytes.saturating_mul(self.files);
+        loop {
+            let total: u64 = self.kept.iter().map(|k| k.1).sum();
+            let too_many = self.kept.len() as u64 + 1 > self.files;
+            if !(too_many || total.saturating_add(self.max_bytes) > bound) {
+                break;
+            }
+            let Some((old, _)) = self.kept.pop_front() else {
+                break;
+            };
+            self.removed += 1;
+            if let Err(e) = std::fs::remove_file(&old) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    self.remove_error.get_or_insert(e);
+                }
+            }
+        }
+    }
+
+    /// The session's own path (part 0).
+    pub(crate) fn base(&self) -> &Path {
+        &self.base
+    }
+
+    /// Whether `path` is a part this limit made.
+    pub(crate) fn is_part(&self, path: Option<&Path>) -> bool {
+        // The current part is the last one made.
+        self.next > 1 && path.is_some_and(|p| part_path(&self.base, self.next - 1) == p)
+    }
+}
+
+/// Part `n` of the file at `base`: `trace.pftrace` → `trace.3.pftrace`.
+pub(crate) fn part_path(base: &Path, n: u64) -> PathBuf {
+    let stem = base.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match base.extension() {
+        Some(ext) => format!("{stem}.{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{n}"),
+    };
+    base.with_file_name(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_numbered_before_the_extension() {
+        let b = Path::new("/x/trace.pftrace");
+        assert_eq!(part_path(b, 3), Path::new("/x/trace.3.pftrace"));
+        assert_eq!(part_path(Path::new("t"), 1), Path::new("t.1"));
+    }
+
+    #[test]
+    fn a_part_ends_one_pass_before_the_limit() {
+        let mut d = DiskLimit::new("t.json".into(), 1000, 3);
+        assert_eq!(d.after_pass(300), None); // a pass of 300: 600 < 1000
+        assert_eq!(d.after_pass(600), None); // 900
+        assert_eq!(d.after_pass(700), Some("t.1.json".into())); // 700 + 300
+        d.finished("t.json".into(), 700);
+        assert_eq!(d.after_pass(650), Some("t.2.json".into())); // a pass of 650
+        let mut one = DiskLimit::new("t.json".into(), 1000, 1);
+        assert_eq!(one.after_pass(5000), None, "one file: no parts");
+    }
+
+    #[test]
+    fn the_oldest_parts_go_past_the_bound() {
+        let dir = std::env::temp_dir().join(format!("ringtrace-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = dir.join("t.json");
+        let mut d = DiskLimit::new(base.clone(), 1000, 3);
+        for n in 0..5 {
+            let p = if n == 0 {
+                base.clone()
+            } else {
+                part_path(&base, n)
+            };
+            std::fs::write(&p, b"x").unwrap();
+            // Parts of 900 bytes: two finished ones and a whole next part fit.
+            d.finished(p, 900);
+            let left: Vec<u64> = (0..=n)
+                .filter(|&i| {
+                    if i == 0 {
+                        base.exists()
+                    } else {
+                        part_path(&base, i).exists()
+                    }
+                })
+                .collect();
+            assert_eq!(left, (n.saturating_sub(1)..=n).collect::<Vec<_>>());
+        }
+        assert_eq!(d.removed, 3);
+        // Parts over the limit: only one finished part fits beside a next one.
+        d.finished(part_path(&base, 5), 1200);
+        assert_eq!(d.kept.len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
