@@ -141,6 +141,7 @@ pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use ringtrace_macros::trace;
 pub use session::flusher::Stats;
 pub use session::sink::MemoryBuffer;
+pub use session::trigger::trigger;
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,

@@ -58,6 +58,16 @@ pub(crate) enum Output {
     Writer(Box<dyn Write + Send>),
 }
 
+/// The capture options before any is set: files `capture-{n}.pftrace`.
+fn default_capture() -> crate::session::trigger::CaptureOptions {
+    crate::session::trigger::CaptureOptions {
+        pattern: "capture-{n}.pftrace".into(),
+        before: Duration::from_millis(10),
+        interval: Duration::from_secs(10),
+        files: 10,
+    }
+}
+
 /// Parts kept on disk by default with [`Builder::max_file_bytes`].
 const DEFAULT_MAX_FILES: u64 = 4;
 /// The smallest part: room for a part's header and a pass's output.
@@ -103,6 +113,7 @@ pub struct Builder {
     pub(super) system_tracing: bool,
     pub(super) max_file_bytes: Option<u64>,
     pub(super) max_files: u64,
+    pub(super) capture: Option<crate::session::trigger::CaptureOptions>,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -166,6 +177,7 @@ pub fn builder() -> Builder {
         system_tracing: false,
         max_file_bytes: None,
         max_files: DEFAULT_MAX_FILES,
+        capture: None,
     }
 }
 
@@ -307,6 +319,47 @@ impl Builder {
     /// `RINGTRACE_MAX_FILES` in [`init_from_env`](crate::init_from_env).
     pub fn max_files(mut self, files: u64) -> Self {
         self.max_files = files.max(2);
+        self
+    }
+
+    /// Flight-recorder mode: where captures go ([`trigger`](crate::trigger),
+    /// slow `tracing` spans: `TracingBuilder::capture_slow`), each a new
+    /// complete file named from `pattern`: `{n}` is the capture's number
+    /// (from 1), `{name}` its name (characters other than ASCII letters,
+    /// digits, `-` and `_` made `_`); without `{n}` the number goes before
+    /// the extension (`slow.pftrace` → `slow.1.pftrace`). The extension
+    /// picks the format. A capture holds what was recorded from
+    /// [`capture_before`](Builder::capture_before) before the window's start
+    /// (the trigger, or the slow span's creation) to its end, on every
+    /// thread; the flusher copies it from the flight recorder's store (the
+    /// session's own output still gets those events). At most one capture
+    /// per [`capture_interval`](Builder::capture_interval), at most
+    /// [`capture_files`](Builder::capture_files) files kept (the oldest
+    /// removed); [`Stats`](crate::Stats) counts captures fired and
+    /// suppressed. Without [`overwrite`](Builder::overwrite)`(true)` no
+    /// file is written.
+    pub fn capture_to(mut self, pattern: impl AsRef<Path>) -> Self {
+        let c = self.capture.get_or_insert_with(default_capture);
+        c.pattern = pattern.as_ref().to_path_buf();
+        self
+    }
+
+    /// How long before a capture's window it starts (default 10 ms).
+    pub fn capture_before(mut self, before: Duration) -> Self {
+        self.capture.get_or_insert_with(default_capture).before = before;
+        self
+    }
+
+    /// At most one capture per `interval` (default 10 s); later ones are
+    /// counted as suppressed.
+    pub fn capture_interval(mut self, interval: Duration) -> Self {
+        self.capture.get_or_insert_with(default_capture).interval = interval;
+        self
+    }
+
+    /// Capture files kept (default 10, at least 1); the oldest go.
+    pub fn capture_files(mut self, files: u64) -> Self {
+        self.capture.get_or_insert_with(default_capture).files = files.max(1);
         self
     }
 

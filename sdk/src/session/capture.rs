@@ -25,7 +25,9 @@ use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
 use crate::session::disk::DiskLimit;
 use crate::session::flusher::{write_out, Shared, Stats};
+use crate::session::recorder::Recorder;
 use crate::session::sink::{Sink, Units};
+use crate::session::trigger::{Capture, Captures};
 use crate::session::{Error, Format, SESSION};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -88,12 +90,15 @@ pub(crate) enum Request {
     Rotate(Target, Reply),
     /// Write the rings and the next `after` into this file.
     Dump(Target, Duration, Reply),
+    /// Write this window into a file of its own (`trigger`).
+    Capture(Capture),
 }
 
 impl Request {
     fn refuse(self) {
-        let (Request::Rotate(_, reply) | Request::Dump(_, _, reply)) = self;
-        let _ = reply.send(Err(Error::NotRecording));
+        if let Request::Rotate(_, reply) | Request::Dump(_, _, reply) = self {
+            let _ = reply.send(Err(Error::NotRecording));
+        }
     }
 }
 
@@ -107,6 +112,22 @@ pub(crate) struct Requests {
 impl Requests {
     pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Captures queued.
+    pub(crate) fn captures(&self) -> usize {
+        self.queue
+            .iter()
+            .filter(|r| matches!(r, Request::Capture(_)))
+            .count()
+    }
+
+    pub(crate) fn push(&mut self, r: Request) {
+        self.queue.push(r);
     }
 }
 
@@ -231,6 +252,8 @@ pub(crate) struct Windows {
     /// The session's file in parts of a bounded size (`disk`), and how a
     /// new part is made.
     disk: Option<(DiskLimit, Formats)>,
+    /// Captures (`trigger`).
+    captures: Option<Captures>,
 }
 
 impl Windows {
@@ -244,6 +267,42 @@ impl Windows {
             threads: HashSet::new(),
             finished: Stats::default(),
             disk: None,
+            captures: None,
+        }
+    }
+
+    /// Captures are written as `captures` says.
+    pub(crate) fn with_captures(mut self, captures: Captures) -> Windows {
+        self.captures = Some(captures);
+        self
+    }
+
+    /// A capture waits for this pass: it must drain every ring.
+    pub(crate) fn capture_pending(&self) -> bool {
+        self.captures.as_ref().is_some_and(Captures::pending)
+    }
+
+    /// After the pass: writes the captures waiting from the flight
+    /// recorder's store; returns the names to send to the tracing service.
+    pub(crate) fn write_captures(
+        &mut self,
+        recorder: Option<&Recorder>,
+        ctx: &mut Context<'_>,
+    ) -> Vec<String> {
+        match self.captures.as_mut() {
+            Some(c) if c.pending() => {
+                c.write(recorder, ctx);
+                std::mem::take(&mut c.to_service)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Captures written and suppressed, and the first error writing one.
+    pub(crate) fn capture_report(&mut self) -> (u64, u64, Option<std::io::Error>) {
+        match self.captures.as_mut() {
+            Some(c) => (c.fired, c.suppressed + c.refused(), c.error.take()),
+            None => (0, 0, None),
         }
     }
 
@@ -279,12 +338,30 @@ impl Windows {
         }
         let request = {
             let mut requests = shared.requests.lock();
-            if requests.queue.is_empty() {
+            // Every capture queued now is written after this pass, which
+            // takes no other request (the next one does).
+            let mut took = false;
+            while matches!(requests.queue.first(), Some(Request::Capture(_))) {
+                if let Request::Capture(c) = requests.queue.remove(0) {
+                    took = true;
+                    if let Some(captures) = self.captures.as_mut() {
+                        captures.add(c);
+                    }
+                }
+            }
+            if took || requests.queue.is_empty() {
                 return false;
             }
             requests.queue.remove(0)
         };
         match request {
+            Request::Capture(c) => {
+                // Not at the head a moment ago: taken all the same.
+                if let Some(captures) = self.captures.as_mut() {
+                    captures.add(c);
+                }
+                return false;
+            }
             Request::Rotate(target, reply) => self.rotate = Some((target, reply)),
             Request::Dump(mut target, after, reply) => {
                 self.swap_in(encoder, sink, &mut target, ctx, out);

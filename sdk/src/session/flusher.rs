@@ -146,6 +146,12 @@ pub struct Stats {
     /// [`Builder::max_file_bytes`](crate::Builder::max_file_bytes) times
     /// [`max_files`](crate::Builder::max_files).
     pub files_removed: u64,
+    /// Captures written ([`trigger`](crate::trigger), slow spans).
+    pub captures_fired: u64,
+    /// Captures not written: within
+    /// [`capture_interval`](crate::Builder::capture_interval) of the last
+    /// one, or too many queued at once.
+    pub captures_suppressed: u64,
 }
 
 pub(crate) struct Flusher {
@@ -327,8 +333,14 @@ impl Flusher {
             };
             // A flight recorder drains the rings as often (into the
             // recorder); it writes out on flush, at stop and into a dump.
+            // A capture first drains the rings into the flight recorder's
+            // store and copies its window from there: a stop or flush
+            // waits for the next pass (which writes the store out).
+            let capture = windows.capture_pending();
+            let stopping = stopping && !capture;
+            let flush_req = if capture { flush_seen } else { flush_req };
             let dump = stopping || window || flush_req != flush_seen;
-            let full = dump || system_full || next_full.is_some_and(|at| pass_at >= at);
+            let full = dump || capture || system_full || next_full.is_some_and(|at| pass_at >= at);
             // While a dump's window is open, records go straight to its file.
             let dumping = windows.dumping();
             if full {
@@ -514,6 +526,12 @@ impl Flusher {
                     sys.tick(&mut ctx);
                 }
             }
+            if capture {
+                let names = windows.write_captures(recorder.as_ref(), &mut ctx!());
+                if let Some(sys) = system.as_ref() {
+                    sys.activate_triggers(&names);
+                }
+            }
             {
                 let mut ctx = ctx!();
                 let lost = stats.events_lost + stats.events_oversized;
@@ -587,6 +605,10 @@ impl Flusher {
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
         let (files_removed, disk_error) = windows.disk_report();
         stats.files_removed = files_removed;
+        let (fired, suppressed, capture_error) = windows.capture_report();
+        stats.captures_fired = fired;
+        stats.captures_suppressed = suppressed;
+        let disk_error = disk_error.or(capture_error);
         drop(recorder);
         REGISTRY.budget.give_back(recorder_bytes);
         (

@@ -21,6 +21,7 @@ pub(crate) mod flusher;
 mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
+pub(crate) mod trigger;
 
 pub(crate) use builder::Output;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
@@ -212,6 +213,10 @@ impl Builder {
                 },
             )
         });
+        // Captures are written from the flight recorder's store; triggers
+        // also go to the tracing service.
+        let captures =
+            (self.capture.is_some() && self.overwrite && file_output) || self.system_tracing;
         let flusher = Flusher {
             shared: shared.clone(),
             output,
@@ -221,12 +226,17 @@ impl Builder {
             overwrite: self.overwrite,
             recorder_bytes,
             interval: self.flush_interval.max(Duration::from_millis(1)),
-            windows: match (&path, self.max_file_bytes) {
-                (Some(p), Some(max)) => capture::Windows::new(path.clone()).with_disk_limit(
-                    disk::DiskLimit::new(p.clone(), max, self.max_files),
-                    formats.clone(),
-                ),
-                _ => capture::Windows::new(path.clone()),
+            windows: {
+                let mut w = capture::Windows::new(path.clone());
+                if let (Some(p), Some(max)) = (&path, self.max_file_bytes) {
+                    let limit = disk::DiskLimit::new(p.clone(), max, self.max_files);
+                    w = w.with_disk_limit(limit, formats.clone());
+                }
+                if captures {
+                    let opts = self.capture.clone();
+                    w = w.with_captures(trigger::Captures::new(opts, formats.clone()));
+                }
+                w
             },
             growth_at_start: crate::record::ring::GROWTH.count(),
         };
@@ -275,6 +285,7 @@ impl Builder {
             path: path.clone(),
             formats,
             producer,
+            captures,
         });
         drop(slot);
         AT_EXIT.call_once(|| {
@@ -312,6 +323,8 @@ struct Session {
     formats: capture::Formats,
     /// System tracing's connection thread, if on.
     producer: Option<(Arc<Link>, JoinHandle<()>)>,
+    /// `trigger` queues captures (a capture file pattern or system tracing).
+    pub(crate) captures: bool,
 }
 
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));

@@ -225,6 +225,56 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Copies the records of every thread whose time `in_window` accepts
+    /// into `encoder`, oldest first, without forgetting them (a capture:
+    /// the session's own output still gets them). Returns the events copied.
+    pub(crate) fn copy_window(
+        &self,
+        encoder: &mut dyn Encoder,
+        ctx: &mut Context<'_>,
+        out: &mut Vec<u8>,
+        in_window: impl Fn(&Context<'_>, u64) -> bool,
+        mut spill: impl FnMut(&mut Vec<u8>),
+    ) -> u64 {
+        let mut picked = Vec::new();
+        let mut entry = Vec::new();
+        let mut copied = 0;
+        let mut words = self.words.iter().copied();
+        while let (Some(head), Some(_marked), Some(len)) =
+            (words.next(), words.next(), words.next())
+        {
+            entry.clear();
+            entry.extend(words.by_ref().take(len as usize));
+            picked.clear();
+            let mut i = 0;
+            while i < entry.len() {
+                let h = entry[i];
+                let n = (header_len(h) as usize).max(1).min(entry.len() - i);
+                if n >= 2 && header_kind(h) != KIND_LOST && in_window(ctx, entry[i + 1]) {
+                    picked.extend_from_slice(&entry[i..i + n]);
+                    copied += 1;
+                }
+                i += n;
+            }
+            if picked.is_empty() {
+                continue;
+            }
+            let Some(held) = self.threads.get(&((head >> 32) as u32)) else {
+                continue;
+            };
+            let batch = Batch {
+                thread: &held.thread,
+                words: &picked,
+                overwritten: 0,
+            };
+            encoder.batch(ctx, &batch, out);
+            spill(out);
+        }
+        copied
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,14 @@ pub(crate) struct SystemFeed {
 }
 
 impl SystemFeed {
+    /// Sends `ActivateTriggers` with `names` to the tracing service, if
+    /// connected (captures: `session::trigger`).
+    pub(crate) fn activate_triggers(&self, names: &[String]) {
+        if !names.is_empty() {
+            self.link.activate_triggers(names);
+        }
+    }
+
     pub(crate) fn new(link: Arc<Link>, opts: PerfettoOptions) -> SystemFeed {
         SystemFeed {
             link,

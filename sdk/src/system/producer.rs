@@ -165,6 +165,26 @@ impl Link {
         true
     }
 
+    /// `ActivateTriggers` with `names` on the live connection; false if
+    /// there is none or the service does not know the method.
+    pub(crate) fn activate_triggers(&self, names: &[String]) -> bool {
+        let mut g = self.conn.lock();
+        let Some(c) = g.as_mut() else {
+            return false;
+        };
+        if !c.methods.contains_key("ActivateTriggers") {
+            return false;
+        }
+        if c.call("ActivateTriggers", &wire::activate_triggers(names), true)
+            .is_err()
+        {
+            c.stream.shutdown();
+            *g = None;
+            return false;
+        }
+        true
+    }
+
     /// The controls queued since the last call.
     pub(crate) fn take_controls(&self, out: &mut Vec<Control>) {
         out.append(&mut self.controls.lock());

@@ -315,6 +315,15 @@ pub(crate) fn track_event_descriptor(categories: &[&str]) -> Vec<u8> {
     m
 }
 
+/// ActivateTriggersRequest `{trigger_names = 1}`.
+pub(crate) fn activate_triggers(names: &[String]) -> Vec<u8> {
+    let mut m = Vec::new();
+    for n in names {
+        string(&mut m, 1, n);
+    }
+    m
+}
+
 /// RegisterTraceWriterRequest.
 pub(crate) fn register_trace_writer(writer_id: u16, target_buffer: u32) -> Vec<u8> {
     let mut m = Vec::new();

@@ -72,6 +72,8 @@ pub fn subscriber() -> SubscriberBuilder {
 pub struct TracingBuilder<T> {
     inner: Builder,
     sampling: Sampling,
+    /// `capture_slow`'s patterns and threshold.
+    slow: Option<(Vec<String>, Duration)>,
     kind: PhantomData<fn() -> T>,
 }
 
@@ -94,6 +96,7 @@ impl<T> From<Builder> for TracingBuilder<T> {
         TracingBuilder {
             inner,
             sampling: Sampling::default(),
+            slow: None,
             kind: PhantomData,
         }
     }
@@ -296,6 +299,50 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         self
     }
 
+    /// Flight-recorder mode: each span whose name or target matches one of
+    /// `patterns` (`prefix*` or a whole name) and closes more than
+    /// `threshold` after it was created asks for a capture of its whole
+    /// life, as [`trigger`](crate::trigger) does (the capture named after
+    /// the span): the flusher writes what every thread recorded from
+    /// [`Builder::capture_before`] before the span's creation to its close
+    /// into a new file ([`Builder::capture_to`], which this needs, with
+    /// [`overwrite`](Builder::overwrite)`(true)`), at most one per
+    /// [`Builder::capture_interval`]. The recording thread only reads the
+    /// clock and queues the request, at the close of a matching span. With
+    /// [`sample_ratio`](Self::sample_ratio), a root not kept is not
+    /// recorded, so it is never captured.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = std::env::temp_dir();
+    /// let (subscriber, trace) = ringtrace::subscriber()
+    ///     .output(dir.join("ringtrace-doc-slow.pftrace"))
+    ///     .overwrite(true)
+    ///     .configure(|b| b.capture_to(dir.join("ringtrace-doc-slow-{n}.pftrace")))
+    ///     .capture_slow(["request"], Duration::from_millis(20))
+    ///     .build()?;
+    /// tracing::subscriber::with_default(subscriber, || {
+    ///     let _slow = tracing::info_span!("request").entered();
+    ///     std::thread::sleep(Duration::from_millis(25));
+    /// });
+    /// assert_eq!(trace.stop()?.captures_fired, 1);
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn capture_slow<I, S>(mut self, patterns: I, threshold: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let patterns = patterns
+            .into_iter()
+            .map(|p| p.as_ref().to_owned())
+            .collect();
+        self.slow = Some((patterns, threshold));
+        self
+    }
+
     /// Applies the environment's configuration over this builder's, as
     /// [`init_from_env`](crate::init_from_env) reads it, plus
     /// `RINGTRACE_SAMPLE` (a ratio for [`sample_ratio`](Self::sample_ratio))
@@ -321,6 +368,7 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         let TracingBuilder {
             inner,
             mut sampling,
+            slow,
             ..
         } = self;
         let Some(inner) = crate::session::env_config(inner)? else {
@@ -348,6 +396,7 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         TracingBuilder {
             inner,
             sampling,
+            slow,
             kind: PhantomData,
         }
         .build()
@@ -358,6 +407,7 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         TracingBuilder {
             inner: f(self.inner),
             sampling: self.sampling,
+            slow: self.slow,
             kind: PhantomData,
         }
     }
@@ -380,6 +430,9 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         if let Some(sampler) = &sampler {
             super::sample::announce(sampler);
         }
-        Ok((T::from_session(sampler), guard))
+        let slow = self
+            .slow
+            .map(|(patterns, t)| Arc::new(super::slow::SlowRule::new(patterns, t)));
+        Ok((T::from_session(sealed::Setup { sampler, slow }), guard))
     }
 }

@@ -10,6 +10,7 @@ use super::bridge::{self, SpanData, SpanStore};
 use super::id_map::IdMap;
 use super::sample::{Sampler, UNSAMPLED_SLOT};
 use super::sealed;
+use super::slow::SlowRule;
 use super::span_table::SPAN_STATES;
 use std::fmt;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ pub struct RingtraceLayer {
     spans: SpanMap,
     /// Whole-request sampling, if configured.
     sampler: Option<Arc<Sampler>>,
+    /// Slow spans captured, if configured.
+    slow: Option<Arc<SlowRule>>,
 }
 
 impl RingtraceLayer {
@@ -220,6 +223,20 @@ impl RingtraceLayer {
             self.spans.remove(id.into_u64(), true); // nothing was recorded
             return;
         }
+        if let Some(rule) = &self.slow {
+            let slot = self.spans.slot(id.into_u64()).filter(|s| !is_marker(*s));
+            let life = slot.and_then(|slot| {
+                SPAN_STATES
+                    .with(slot, |e| match (&e.state, e.meta) {
+                        (Some(d), Some(m)) => Some((m, d.created())),
+                        _ => None,
+                    })
+                    .flatten()
+            });
+            if let Some((meta, created)) = life {
+                rule.closed(meta, created);
+            }
+        }
         let settled = bridge::close(&self.spans, id);
         self.spans.remove(id.into_u64(), settled);
     }
@@ -285,10 +302,11 @@ where
 }
 
 impl sealed::FromSession for RingtraceLayer {
-    fn from_session(sampler: Option<Arc<Sampler>>) -> Self {
+    fn from_session(setup: sealed::Setup) -> Self {
         RingtraceLayer {
             spans: SpanMap::new(),
-            sampler,
+            sampler: setup.sampler,
+            slow: setup.slow,
         }
     }
 }

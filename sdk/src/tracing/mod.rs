@@ -100,6 +100,7 @@ mod builder;
 mod id_map;
 mod layer;
 mod sample;
+mod slow;
 mod span_table;
 mod subscriber;
 
@@ -112,8 +113,17 @@ pub use subscriber::RingtraceSubscriber;
 pub(crate) use sample::roots as sampled_roots;
 
 pub(crate) mod sealed {
+    use std::sync::Arc;
+
+    /// What a layer or subscriber is built with.
+    #[derive(Default)]
+    pub struct Setup {
+        pub(crate) sampler: Option<Arc<super::sample::Sampler>>,
+        pub(crate) slow: Option<Arc<super::slow::SlowRule>>,
+    }
+
     /// Made once its session has started.
     pub trait FromSession {
-        fn from_session(sampler: Option<std::sync::Arc<super::sample::Sampler>>) -> Self;
+        fn from_session(setup: Setup) -> Self;
     }
 }

@@ -20,6 +20,7 @@
 
 use super::bridge::{self, SpanData, SpanStore};
 use super::sample::{Sampler, UNSAMPLED};
+use super::slow::SlowRule;
 // Live spans of every `RingtraceSubscriber` (ids are process-unique): its span
 // ids are ids of the span table.
 use super::span_table::{Release, SPAN_STATES as SPANS};
@@ -47,6 +48,8 @@ const NOT_STORED: u64 = u64::MAX;
 pub struct RingtraceSubscriber {
     /// Whole-request sampling, if configured.
     sampler: Option<Arc<Sampler>>,
+    /// Slow spans captured, if configured.
+    slow: Option<Arc<SlowRule>>,
 }
 
 impl RingtraceSubscriber {
@@ -60,8 +63,11 @@ impl RingtraceSubscriber {
 }
 
 impl super::sealed::FromSession for RingtraceSubscriber {
-    fn from_session(sampler: Option<Arc<Sampler>>) -> Self {
-        RingtraceSubscriber { sampler }
+    fn from_session(setup: super::sealed::Setup) -> Self {
+        RingtraceSubscriber {
+            sampler: setup.sampler,
+            slow: setup.slow,
+        }
     }
 }
 
@@ -170,6 +176,18 @@ impl Subscriber for RingtraceSubscriber {
             // has nothing to write and may stay.
             let slot = id.into_u64() & !UNSAMPLED;
             return SPANS.release(slot, |_| false, SpanData::reusable) == Release::Freed;
+        }
+        if let Some(rule) = &self.slow {
+            // The last handle: a slow span asks for a capture.
+            let last = SPANS
+                .with(id.into_u64(), |e| match (&e.state, e.meta) {
+                    (Some(d), Some(m)) if e.refs == 1 => Some((m, d.created())),
+                    _ => None,
+                })
+                .flatten();
+            if let Some((meta, created)) = last {
+                rule.closed(meta, created);
+            }
         }
         match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
             Release::Alive => false,

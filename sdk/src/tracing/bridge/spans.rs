@@ -110,6 +110,11 @@ impl SpanData {
         !self.end_pending() && self.async_id == 0 && !self.owns_heap()
     }
 
+    /// Tick count at the span's creation.
+    pub(crate) fn created(&self) -> u64 {
+        self.created
+    }
+
     /// Whether the state holds heap memory (values past the inline ones,
     /// flows' room).
     #[inline]
