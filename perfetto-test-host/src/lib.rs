@@ -243,6 +243,10 @@ pub struct TraceConfig {
     pub page_size_kb: u32,
     /// Drop instead of overwrite when the buffer is full.
     pub discard: bool,
+    /// `trigger_config`: (mode: 1 START_TRACING, 2 STOP_TRACING,
+    /// 4 CLONE_SNAPSHOT; trigger names, each with a `stop_delay_ms` of 0;
+    /// `trigger_timeout_ms`).
+    pub triggers: Option<(u32, Vec<String>, u32)>,
 }
 
 fn varint(buf: &mut Vec<u8>, mut v: u64) {
@@ -310,6 +314,18 @@ impl TraceConfig {
             let mut inc = Vec::new();
             uint(&mut inc, 1, self.clear_period_ms as u64);
             bytes(&mut cfg, 21, &inc);
+        }
+        if let Some((mode, names, timeout_ms)) = &self.triggers {
+            let mut tc = Vec::new();
+            uint(&mut tc, 1, *mode as u64);
+            for n in names {
+                let mut t = Vec::new();
+                bytes(&mut t, 1, n.as_bytes());
+                uint(&mut t, 3, 0);
+                bytes(&mut tc, 2, &t);
+            }
+            uint(&mut tc, 3, *timeout_ms as u64);
+            bytes(&mut cfg, 17, &tc);
         }
         // Fail fast in tests: a missing flush ack shows as a failed flush.
         uint(&mut cfg, 14, 3000);

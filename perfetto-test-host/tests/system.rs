@@ -517,3 +517,60 @@ fn a_vsock_address_without_a_service_or_malformed_is_reported_once_without_a_sta
         assert_eq!(text.lines().count(), 1, "{addr}: stderr: {text}");
     }
 }
+
+/// The trigger names of the `trigger` packets the service wrote into a
+/// trace (decoded with the official schema).
+fn triggers_in(trace: &std::path::Path) -> Vec<String> {
+    let script = [
+        "import sys",
+        "from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb",
+        "t = pb.Trace(); t.ParseFromString(open(sys.argv[1], 'rb').read())",
+        "for p in t.packet:",
+        "    if p.HasField('trigger'): print(p.trigger.trigger_name)",
+    ]
+    .join("\n");
+    let out = std::process::Command::new(perfetto_test_host::python())
+        .args(["-c", &script])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn a_trigger_reaches_the_service_and_a_stop_tracing_session_stops() {
+    let dir = scratch("trigger-stop");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(PRODUCER, host.producer_socket.to_str().unwrap(), &[]);
+    let mut config = TraceConfig::categories(&["alpha"]);
+    config.triggers = Some((2, vec!["slow-request".into()], 60_000));
+    host.start_session("stop-on-trigger", &config);
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 1 10"), "done");
+    // A trigger the session does not name: it goes on.
+    assert_eq!(p.command("trigger other"), "done");
+    assert_eq!(p.command("burst 2 10"), "done");
+    assert_eq!(p.command("trigger slow-request"), "done");
+    // The service stops the session: the producer is told to stop.
+    assert_eq!(p.command("wait alpha off"), "ok", "the session stopped");
+    assert_eq!(p.command("burst 3 10"), "done"); // recorded by no one
+    let trace = dir.join("stopped.pftrace");
+    host.stop_session("stop-on-trigger", &trace);
+    let m = model(&trace);
+    assert_service_stats_clean(&m);
+    let mut got = tags(&m);
+    got.sort();
+    got.dedup();
+    assert_eq!(got, [1, 2], "what came before the trigger, nothing after");
+    assert_eq!(triggers_in(&trace), ["slow-request"]);
+    assert_eq!(p.command("quit"), "stopped 0");
+}

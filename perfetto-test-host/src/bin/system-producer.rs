@@ -12,6 +12,8 @@
 //! - `flood MS`: alpha instants from 2 threads for MS ms; `done COUNT`
 //! - `late N`: N instants `late` of category delta, which nothing uses
 //!   before (its first use registers it, after the program connected); `done`
+//! - `trigger NAME`: `ringtrace::trigger(NAME)` (sent to the service as
+//!   `ActivateTriggers` by the flusher); `done` or `refused`
 //! - `quit`: stops the session; `stopped LOST`
 //!
 //! Prints `ready` once the session runs. With `RINGTRACE_OUTPUT` set it
@@ -138,6 +140,12 @@ fn main() {
                 }
                 "done".into()
             }
+            ["trigger", name] => if ringtrace::trigger(name) {
+                "done"
+            } else {
+                "refused"
+            }
+            .into(),
             ["quit"] => break,
             _ => "error".into(),
         };
