@@ -223,22 +223,22 @@ impl RingtraceLayer {
             self.spans.remove(id.into_u64(), true); // nothing was recorded
             return;
         }
-        if let Some(rule) = &self.slow {
-            let slot = self.spans.slot(id.into_u64()).filter(|s| !is_marker(*s));
-            let life = slot.and_then(|slot| {
-                SPAN_STATES
-                    .with(slot, |e| match (&e.state, e.meta) {
-                        (Some(d), Some(m)) => Some((m, d.created())),
-                        _ => None,
-                    })
-                    .flatten()
-            });
-            if let Some((meta, created)) = life {
-                rule.closed(meta, created);
-            }
-        }
+        let life = self.slow.as_ref().and_then(|_| {
+            let slot = self.spans.slot(id.into_u64()).filter(|s| !is_marker(*s))?;
+            SPAN_STATES
+                .with(slot, |e| match (&e.state, e.meta) {
+                    (Some(d), Some(m)) => Some((m, d.created())),
+                    _ => None,
+                })
+                .flatten()
+        });
         let settled = bridge::close(&self.spans, id);
         self.spans.remove(id.into_u64(), settled);
+        // A slow span asks for a capture once its close is written (its
+        // async range ends in the window).
+        if let (Some(rule), Some((meta, created))) = (&self.slow, life) {
+            rule.closed(meta, created);
+        }
     }
 }
 

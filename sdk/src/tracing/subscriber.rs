@@ -178,28 +178,21 @@ impl Subscriber for RingtraceSubscriber {
             return SPANS.release(slot, |_| false, SpanData::reusable) == Release::Freed;
         }
         if let Some(rule) = &self.slow {
-            // The last handle: a slow span asks for a capture.
+            // The last handle: a slow span asks for a capture, once its
+            // close is written (its async range ends in the window).
             let last = SPANS
                 .with(id.into_u64(), |e| match (&e.state, e.meta) {
                     (Some(d), Some(m)) if e.refs == 1 => Some((m, d.created())),
                     _ => None,
                 })
                 .flatten();
+            let closed = self.release(id);
             if let Some((meta, created)) = last {
                 rule.closed(meta, created);
             }
+            return closed;
         }
-        match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
-            Release::Alive => false,
-            Release::Freed => true,
-            Release::MustClose => {
-                // The last handle: no other can appear, so the span stays as
-                // it is while its close is written.
-                bridge::close(self, &id);
-                drop(SPANS.remove(id.into_u64()));
-                true
-            }
-        }
+        self.release(id)
     }
 
     fn current_span(&self) -> Current {
@@ -212,6 +205,24 @@ impl Subscriber for RingtraceSubscriber {
         match current {
             Some((id, meta)) => Current::new(Id::from_u64(id), meta),
             None => Current::none(),
+        }
+    }
+}
+
+impl RingtraceSubscriber {
+    /// Drops a handle of a kept span; true if it was the last.
+    #[inline]
+    fn release(&self, id: Id) -> bool {
+        match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
+            Release::Alive => false,
+            Release::Freed => true,
+            Release::MustClose => {
+                // The last handle: no other can appear, so the span stays as
+                // it is while its close is written.
+                bridge::close(self, &id);
+                drop(SPANS.remove(id.into_u64()));
+                true
+            }
         }
     }
 }
