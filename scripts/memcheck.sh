@@ -4,8 +4,9 @@
 # binaries themselves): the ring, registry, clock and span-table unit tests,
 # threads exiting and the registry's hand-over, the exit paths
 # (process::exit, panics in main and in a worker, init_from_env), the signal
-# handlers (SIGINT/SIGTERM), writers killed mid-write, and the example
-# programs. Any memcheck error (invalid read or write, use of uninitialised
+# handlers (SIGINT/SIGTERM), writers killed mid-write, and six of the
+# eight example programs (not capture_windows nor system_trace, which needs
+# Perfetto's traced). Any memcheck error (invalid read or write, use of uninitialised
 # memory, invalid or mismatched free, overlapping copy, definite leak) fails
 # the run, in the test binaries and in every child program they start.
 # Suppressions: scripts/memcheck.supp (each one with its reason).

@@ -377,10 +377,9 @@ impl Builder {
     ///
     /// # Cost
     ///
-    /// The vDSO does not serve this clock: each read is a system call. On
-    /// the development machine (AMD EPYC, Linux 6.18, 2 cores) one read took
-    /// 380 ns against 22 ns for a vDSO `CLOCK_BOOTTIME` read, so a scope
-    /// costs about 0.76 µs more with thread time on.
+    /// The vDSO does not serve this clock: each read is a system call, two
+    /// per scope, each many times a vDSO clock read (measured in the
+    /// repository's `BENCHMARKS.md`, "Thread time").
     ///
     /// # Examples
     ///
