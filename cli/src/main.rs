@@ -436,7 +436,7 @@ fn convert_cmd(args: &[String]) -> Result<(), Failure> {
         eprintln!("ringtrace: warning: {w}");
     }
     outln!(
-        "wrote {output} ({} events, {} bytes)",
+        "wrote {output} ({} slices and marks, {} bytes)",
         m.events.len(),
         data.len()
     );
