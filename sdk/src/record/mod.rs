@@ -27,6 +27,7 @@ pub(crate) mod budget;
 pub(crate) mod callsite;
 pub(crate) mod clock;
 pub(crate) mod layout;
+#[path = "budget/pool.rs"]
 pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod ring;
