@@ -8,7 +8,7 @@
 //! A leaf: it knows no ring, no budget and no pool; those take storage
 //! from here and account for its bytes themselves (`segment_bytes`).
 
-use crate::record::sync::{AtomicU64, Ordering};
+use crate::record::sync::AtomicU64;
 
 /// Maps the storage in now, on the cold path (a thread's first event), so
 /// that the hot path takes no page fault on its first lap through the ring:
@@ -41,7 +41,7 @@ fn prefault(words: &[AtomicU64]) {
     }
     // A write that keeps the value: the range may hold records.
     for w in words.iter().step_by(PAGE / 8) {
-        w.fetch_or(0, Ordering::Relaxed);
+        w.fetch_or(0, crate::record::sync::Ordering::Relaxed);
     }
 }
 

@@ -76,7 +76,7 @@ impl Budget {
     }
 
     /// The limit.
-    #[cfg(test)]
+    #[cfg(all(test, not(ringtrace_loom)))]
     pub(crate) fn limit(&self) -> u64 {
         self.count.limit()
     }
