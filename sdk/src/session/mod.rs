@@ -375,11 +375,13 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     }
     REGISTRY.close();
     match joined {
-        Ok((mut stats, None)) => {
+        Ok((stats, None)) => {
             #[cfg(feature = "tracing")]
-            {
+            let stats = {
+                let mut stats = stats;
                 (stats.roots_kept, stats.roots_skipped) = crate::tracing::sampled_roots();
-            }
+                stats
+            };
             Ok(stats)
         }
         Ok((_, Some(e))) => Err(Error::Io {

@@ -189,10 +189,12 @@ fn totals() -> (u64, u64) {
 /// The totals when the last sampled session started.
 static BASE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
 
-/// Roots kept and skipped since the last sampled session started.
+/// Roots kept and skipped since the last sampled session started (or
+/// since the last call: a session's stop takes them, so the next session
+/// does not count them again).
 pub(crate) fn roots() -> (u64, u64) {
     let (k, s) = totals();
-    let base = *BASE.lock().unwrap_or_else(|e| e.into_inner());
+    let base = std::mem::replace(&mut *BASE.lock().unwrap_or_else(|e| e.into_inner()), (k, s));
     (k.saturating_sub(base.0), s.saturating_sub(base.1))
 }
 
