@@ -152,3 +152,103 @@ fn max_file_bytes_from_the_environment() {
     assert!(stats.files_removed >= 1, "{stats:?}");
     assert!(parts(&dir, "json").len() <= 2);
 }
+
+/// A soak at full rate (`RINGTRACE_SOAK_SECS`, default 10; run with
+/// `--ignored`): two threads record as fast as they can into parts of 4 MiB,
+/// 4 kept. The bytes on disk, sampled every 2 ms, stay within the bound
+/// plus the largest part's excess over the limit (what one pass wrote past
+/// it); every part kept decodes; per thread, consecutive parts neither
+/// overlap nor leave a gap beyond the events counted lost.
+#[test]
+#[ignore]
+fn soak_at_full_rate() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _one = serial();
+    let secs: u64 = std::env::var("RINGTRACE_SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let (part, files) = (4u64 << 20, 4u64);
+    let dir = scratch("parts_soak");
+    let trace = ringtrace::builder()
+        .output(dir.join("trace.pftrace"))
+        .max_file_bytes(part)
+        .max_files(files)
+        .start()
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..2u64)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        ringtrace::trace_instant!("parts", "tick", t = t, i = n);
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut peak = 0;
+    let until = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < until {
+        peak = peak.max(on_disk(&dir));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let recorded: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let stats = trace.stop().unwrap();
+    let kept = parts(&dir, "pftrace");
+    let excess = kept
+        .iter()
+        .map(|(_, p)| std::fs::metadata(p).unwrap().len().saturating_sub(part))
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "soak {secs} s: {recorded} events recorded, {} written, {} lost, {} bytes, {} parts removed; \
+         peak on disk {peak} (bound {}), largest excess of a part {excess}",
+        stats.events_written,
+        stats.events_lost,
+        stats.bytes_written,
+        stats.files_removed,
+        part * files
+    );
+    assert!(peak <= part * files + excess.max(1 << 20), "{peak}");
+    let mut last: [Option<u64>; 2] = [None, None];
+    let mut gaps = 0;
+    for (_, p) in &kept {
+        let (slices, _) = decode_lossy(p);
+        for t in 0..2u64 {
+            let mine: Vec<u64> = slices
+                .iter()
+                .filter(|s| s.name == "tick" && s.args["t"].as_u64() == Some(t))
+                .map(|s| s.args["i"].as_u64().unwrap())
+                .collect();
+            for w in mine.windows(2) {
+                assert!(w[0] < w[1], "{p:?}: thread {t} in order");
+                gaps += w[1] - w[0] - 1;
+            }
+            if let (Some(l), Some(f)) = (last[t as usize], mine.first()) {
+                assert!(l < *f, "{p:?}: thread {t}: no overlap");
+                gaps += f - l - 1;
+            }
+            if let Some(l) = mine.last() {
+                last[t as usize] = Some(*l);
+            }
+        }
+    }
+    assert!(
+        gaps <= stats.events_lost,
+        "{gaps} missing, {} counted lost",
+        stats.events_lost
+    );
+}
+
+/// The slices of a part that may hold loss marks.
+fn decode_lossy(p: &Path) -> (Vec<Slice>, Flows) {
+    perfetto_slices(&common::perfetto_model(p))
+}
