@@ -102,6 +102,10 @@ pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 
 /// it fills faster than the flusher drains it, up to the per-thread cap.
 pub(crate) const INITIAL_RING_BYTES: usize = 1 << 10;
 
+/// Largest ring of a thread when the session does not say
+/// (`Builder::buffer_bytes_per_thread`).
+pub(crate) const DEFAULT_RING_BYTES: usize = 1 << 20;
+
 impl Drop for ThreadRing {
     fn drop(&mut self) {
         self.budget.give_back(THREAD_BYTES);
@@ -204,7 +208,7 @@ macro_rules! new_registry {
                 rings: Vec::new(),
                 graveyard: Vec::new(),
                 config: RingConfig {
-                    bytes: 1 << 20,
+                    bytes: DEFAULT_RING_BYTES,
                     budget_bytes: DEFAULT_BUDGET_BYTES,
                     overwrite: false,
                     thread_time: false,
