@@ -118,8 +118,8 @@ impl std::fmt::Write for Line {
     }
 }
 
-mod phases;
-pub(crate) use phases::{to_json_text, JsonOptions, ScopeForm};
+mod typed;
+pub(crate) use typed::{to_json_text, JsonOptions, ScopeForm};
 
 struct Thread {
     pid: i32,
@@ -150,7 +150,7 @@ pub(crate) struct JsonEncoder {
     /// `,"pid":..,"tid":..` of the last thread written, and for whom.
     who: (i32, i64, Vec<u8>),
     /// Options and state of the phases of the typed API (`phases`).
-    phases: phases::Phases,
+    phases: typed::Phases,
     /// Tests: every record takes the general path (see `plain_fast`).
     #[cfg(test)]
     general_only: bool,

@@ -24,7 +24,7 @@ use crate::record::registry::{ThreadRing, SESSION_SEQ};
 use crate::sys;
 use std::collections::HashMap;
 
-mod events;
+mod typed;
 mod fast;
 
 // TracePacket
@@ -154,7 +154,7 @@ struct Seq {
     /// Flow ids (FLOW records) waiting for the next slice end to bind to.
     flows: Vec<u64>,
     /// State of the typed event API's events (`events`).
-    ext: events::SeqExt,
+    ext: typed::SeqExt,
     /// Packet templates of plain begins by call site id, and of plain ends
     /// (`fast`); forgotten with the interning.
     begin_tmpl: Vec<fast::Tmpl>,
@@ -189,7 +189,7 @@ impl Seq {
             described: IdSet::default(),
             stack: ScopeStack::default(),
             flows: Vec::new(),
-            ext: events::SeqExt::default(),
+            ext: typed::SeqExt::default(),
             begin_tmpl: Vec::new(),
             instant_tmpl: Vec::new(),
             end_tmpl: fast::Tmpl::default(),
@@ -266,7 +266,7 @@ pub(crate) struct PerfettoEncoder {
     te: Vec<u8>,
     interned: Vec<u8>,
     /// Process metadata set at run time (typed event API).
-    proc_meta: events::ProcMeta,
+    proc_meta: typed::ProcMeta,
 }
 
 impl PerfettoEncoder {
@@ -285,7 +285,7 @@ impl PerfettoEncoder {
             stats: EncodeStats::default(),
             te: Vec::new(),
             interned: Vec::new(),
-            proc_meta: events::ProcMeta::default(),
+            proc_meta: typed::ProcMeta::default(),
         }
     }
 }
@@ -320,7 +320,7 @@ impl Encoder for PerfettoEncoder {
         nested(out, 1, |p| {
             uint(p, P_TIMESTAMP, sys::boottime_ns());
             uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
-            events::process_descriptor_with(p, ctx, &self.proc_meta);
+            typed::process_descriptor_with(p, ctx, &self.proc_meta);
         });
     }
 
@@ -617,7 +617,7 @@ impl PerfettoEncoder {
         // The process and this thread's track, re-described after every reset.
         let meta = self.proc_meta.clone();
         self.descriptor_packet(seq, out, |td| {
-            events::process_descriptor_with(td, ctx, &meta)
+            typed::process_descriptor_with(td, ctx, &meta)
         });
         self.describe_thread(ctx, seq, out);
     }
