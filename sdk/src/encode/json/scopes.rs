@@ -30,6 +30,10 @@ pub(crate) enum ScopeForm {
 }
 
 impl JsonEncoder {
+    /// The `X` of a scope that ends at `end_ns`, with `flag` (an end lost,
+    /// a scope unfinished) in its args; scopes of the typed API or with
+    /// thread time, and every scope in B/E form, through
+    /// [`Self::complete_ext`].
     pub(super) fn complete(
         &mut self,
         ctx: &mut Context<'_>,
