@@ -2,7 +2,7 @@
 //! pieces here: the process identity, the tick conversion, and the pairing of
 //! scope ends with their begins.
 //!
-//! Rules of this layer: an encoder sees a thread's identity (`ThreadRing`'s
+//! Rules of this layer: an encoder sees a thread's identity (`ThreadInfo`'s
 //! pid, tid, name, sequence id, mode) and the records drained from it
 //! (`record::layout::parse`), never the ring itself; it knows no `tracing`
 //! layer, no macro and no sink. It only appends bytes to the buffer it is
@@ -21,7 +21,7 @@ pub(crate) mod protowire;
 
 use crate::record::callsite::{self, Callsite};
 use crate::record::clock::Calibration;
-use crate::record::registry::ThreadRing;
+use crate::record::registry::ThreadInfo as ThreadRing;
 
 /// What the encoders know about the traced process.
 #[derive(Debug, Clone)]

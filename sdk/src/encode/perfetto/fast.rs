@@ -30,9 +30,9 @@ use crate::record::args::{
     ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
 };
 use crate::record::callsite::Callsite;
+use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::parse;
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
-use crate::record::ring::{header_kind, header_len, header_payload};
 use std::mem::MaybeUninit;
 
 /// Largest template: what a packet holds after its timestamp.

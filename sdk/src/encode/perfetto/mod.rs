@@ -22,7 +22,7 @@ use super::LOST_EVENT_NAME;
 use super::{Batch, Context, EncodeStats, Encoder, IdMap, IdSet, OpenScope, ScopeStack};
 use crate::record::callsite::Callsite;
 use crate::record::layout::Record;
-use crate::record::registry::{ThreadRing, SESSION_SEQ};
+use crate::record::registry::{ThreadInfo as ThreadRing, SESSION_SEQ};
 use crate::sys;
 use annotations::annotations;
 use fields::{

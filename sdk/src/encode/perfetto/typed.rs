@@ -37,9 +37,9 @@ use crate::encode::event::{EventView, IdView};
 use crate::encode::protowire::{double, int, nested, string, uint};
 use crate::encode::{hash_str, mix};
 use crate::encode::{Context, OpenScope};
-use crate::events::{op, LogLevel};
 use crate::record::args::{ArgReader, ArgValue};
 use crate::record::callsite::Callsite;
+use crate::record::event::{op, LogLevel};
 use crate::record::layout::Record;
 use std::collections::HashMap;
 

@@ -8,9 +8,9 @@ use crate::encode::{Batch, Encoder, ProcessInfo, Sites};
 use crate::record::args::TraceValue;
 use crate::record::callsite::CallsiteKind;
 use crate::record::clock::Calibration;
+use crate::record::header::make_header;
 use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
-use crate::record::registry::ThreadRing;
-use crate::record::ring::make_header;
+use crate::record::registry::ThreadInfo as ThreadRing;
 
 static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
 static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);
