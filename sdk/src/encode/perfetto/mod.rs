@@ -12,10 +12,10 @@
 //!
 //! The rooms: `fields` (Perfetto's field numbers and enum values), `intern`
 //! (iids and their `InternedData`), `annotations` (call-site arguments as
-//! debug annotations), `fast` (templates of the commonest packets), `typed`
-//! (the typed event API's phases); this module holds the sequences, their
-//! resets and descriptors, the framing of packets and the general path of
-//! each record kind.
+//! debug annotations), `descriptors` (clock snapshots, a sequence's reset,
+//! track descriptors), `fast` (templates of the commonest packets), `typed`
+//! (the typed event API's phases); this module holds the sequences' state,
+//! the framing of packets and the general path of each record kind.
 
 use super::protowire::{double, int, len_field_len, len_head, nested, string, uint, uint_len};
 use super::LOST_EVENT_NAME;
@@ -25,22 +25,20 @@ use crate::record::layout::Record;
 use crate::record::registry::{ThreadInfo as ThreadRing, SESSION_SEQ};
 use crate::sys;
 use annotations::annotations;
+use descriptors::global_snapshot;
 use fields::{
-    BOOTTIME, CS_CLOCKS, CS_PRIMARY_TRACE_CLOCK, C_ID, C_IS_INCREMENTAL, C_TIMESTAMP,
-    C_UNIT_MULTIPLIER_NS, DA_BOOL, DA_NAME, DA_STRING, DA_UINT, D_TIMESTAMP_CLOCK_ID,
-    D_TRACK_EVENT_DEFAULTS, LOSS_BUFFER_FULL, LOSS_OVERWRITE, LOSS_PRESENT, P_CLOCK_SNAPSHOT,
-    P_DEFAULTS, P_FIRST_PACKET_ON_SEQUENCE, P_INTERNED_DATA, P_PREVIOUS_PACKET_DROPPED,
-    P_SEQUENCE_FLAGS, P_SEQUENCE_ID, P_TIMESTAMP, P_TIMESTAMP_CLOCK_ID, P_TRACK_DESCRIPTOR,
-    P_TRACK_EVENT, SEQ_CLOCK, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE,
-    TD_COUNTER, TD_NAME, TD_PARENT_UUID, TD_UUID, TED_TRACK_UUID, TE_CATEGORY_IIDS,
-    TE_COUNTER_VALUE, TE_DEBUG_ANNOTATIONS, TE_DOUBLE_COUNTER_VALUE, TE_FLOW_IDS, TE_NAME,
-    TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TRACK_UUID, TE_TYPE, TYPE_COUNTER, TYPE_INSTANT,
-    TYPE_SLICE_BEGIN, TYPE_SLICE_END,
+    BOOTTIME, DA_BOOL, DA_NAME, DA_STRING, DA_UINT, LOSS_BUFFER_FULL, LOSS_OVERWRITE, LOSS_PRESENT,
+    P_INTERNED_DATA, P_SEQUENCE_FLAGS, P_SEQUENCE_ID, P_TIMESTAMP, P_TIMESTAMP_CLOCK_ID,
+    P_TRACK_DESCRIPTOR, P_TRACK_EVENT, SEQ_NEEDS_INCREMENTAL_STATE, TD_NAME, TD_PARENT_UUID,
+    TD_UUID, TE_CATEGORY_IIDS, TE_COUNTER_VALUE, TE_DEBUG_ANNOTATIONS, TE_DOUBLE_COUNTER_VALUE,
+    TE_FLOW_IDS, TE_NAME, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TRACK_UUID, TE_TYPE,
+    TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
 };
 use intern::{intern_category, intern_location, intern_name};
 use std::collections::HashMap;
 
 mod annotations;
+mod descriptors;
 mod fast;
 mod fields;
 mod intern;
@@ -225,30 +223,6 @@ impl PerfettoEncoder {
             proc_meta: typed::ProcMeta::default(),
         }
     }
-}
-
-/// Writes a global ClockSnapshot (BOOTTIME, MONOTONIC, REALTIME) on the
-/// session sequence, so every other clock can be related to the trace clock.
-fn global_snapshot(out: &mut Vec<u8>) {
-    let boot = sys::boottime_ns();
-    let mono = sys::monotonic_ns();
-    let real = sys::realtime_ns();
-    nested(out, 1, |p| {
-        uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
-        nested(p, P_CLOCK_SNAPSHOT, |cs| {
-            for (id, ts) in [
-                (BOOTTIME, boot),
-                (sys::CLOCK_MONOTONIC as u64, mono),
-                (sys::CLOCK_REALTIME as u64, real),
-            ] {
-                nested(cs, CS_CLOCKS, |c| {
-                    uint(c, C_ID, id);
-                    uint(c, C_TIMESTAMP, ts);
-                });
-            }
-            uint(cs, CS_PRIMARY_TRACE_CLOCK, BOOTTIME);
-        });
-    });
 }
 
 impl Encoder for PerfettoEncoder {
@@ -516,59 +490,6 @@ impl PerfettoEncoder {
         }
     }
 
-    /// Writes the packets that (re)start a sequence at `ts`.
-    fn reset(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, ts: u64, out: &mut Vec<u8>) {
-        seq.clear_interning();
-        nested(out, 1, |p| {
-            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            if !seq.started {
-                uint(p, P_FIRST_PACKET_ON_SEQUENCE, 1);
-            }
-            uint(p, P_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
-            if seq.loss_flags != 0 {
-                uint(p, P_PREVIOUS_PACKET_DROPPED, seq.loss_flags as u64);
-            }
-            nested(p, P_DEFAULTS, |d| {
-                uint(d, D_TIMESTAMP_CLOCK_ID, SEQ_CLOCK);
-                nested(d, D_TRACK_EVENT_DEFAULTS, |ted| {
-                    uint(ted, TED_TRACK_UUID, seq.track_uuid)
-                });
-            });
-            nested(p, P_CLOCK_SNAPSHOT, |cs| {
-                nested(cs, CS_CLOCKS, |c| {
-                    uint(c, C_ID, BOOTTIME);
-                    uint(c, C_TIMESTAMP, ts);
-                });
-                nested(cs, CS_CLOCKS, |c| {
-                    uint(c, C_ID, SEQ_CLOCK);
-                    uint(c, C_TIMESTAMP, ts);
-                    uint(c, C_IS_INCREMENTAL, 1);
-                    uint(c, C_UNIT_MULTIPLIER_NS, 1);
-                });
-            });
-        });
-        seq.started = true;
-        seq.valid = true;
-        seq.loss_flags = 0;
-        seq.last_ns = ts;
-        // The process and this thread's track, re-described after every reset.
-        let meta = self.proc_meta.clone();
-        self.descriptor_packet(seq, out, |td| {
-            typed::process_descriptor_with(td, ctx, &meta)
-        });
-        self.describe_thread(ctx, seq, out);
-    }
-
-    /// A packet on `seq` at the current clock position carrying what `f` writes.
-    fn descriptor_packet(&mut self, seq: &Seq, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
-        nested(out, 1, |p| {
-            uint(p, P_TIMESTAMP, 0);
-            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
-            f(p);
-        });
-    }
-
     /// Moves the sequence clock to `ts`; returns the delta to write.
     #[inline]
     fn advance(&self, seq: &mut Seq, ts: u64) -> u64 {
@@ -697,64 +618,6 @@ impl PerfettoEncoder {
         uint(&mut self.te, TE_TRACK_UUID, uuid);
         value(&mut self.te);
         self.emit(seq, delta, out);
-    }
-
-    /// The process-scoped counter track of `cs`, described on this sequence
-    /// before its first value.
-    fn counter_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        cs: &Callsite,
-        _ts: u64,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let uuid = ctx
-            .process
-            .derived_uuid(UUID_KIND_COUNTER, super::hash_str(cs.name));
-        if seq.described.insert(uuid) {
-            // A descriptor packet sits at the clock's current position
-            // (delta 0); the event after it carries the whole delta.
-            let parent = ctx.process.uuid;
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    string(td, TD_NAME, cs.name);
-                    uint(td, TD_PARENT_UUID, parent);
-                    nested(td, TD_COUNTER, |_| {});
-                });
-            });
-        }
-        uuid
-    }
-
-    /// The track of async range `id`, described on this sequence before use.
-    fn async_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        cs: &Callsite,
-        id: u64,
-        _ts: u64,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
-        if seq.described.len() > 4096 {
-            seq.described.clear(); // re-describing is harmless; keep memory bounded
-        }
-        if seq.described.insert(uuid) {
-            // A descriptor packet sits at the clock's current position
-            // (delta 0); the event after it carries the whole delta.
-            let parent = ctx.process.uuid;
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    string(td, TD_NAME, cs.name);
-                    uint(td, TD_PARENT_UUID, parent);
-                });
-            });
-        }
-        uuid
     }
 }
 
