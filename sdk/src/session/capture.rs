@@ -23,9 +23,13 @@
 use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
-use crate::session::flusher::{write_out, Shared, Stats};
+use crate::session::builder::Format;
+use crate::session::error::Error;
+use crate::session::output::{write_out, File};
 use crate::session::sink::{Sink, Units};
-use crate::session::{Error, Format, SESSION};
+use crate::session::stats::Stats;
+use crate::session::SESSION;
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -63,18 +67,19 @@ impl Formats {
             sink.compress_perfetto_packets();
         }
         Ok(Target {
-            encoder: Some(self.encoder(format)),
-            sink: Some(sink),
+            file: Some(File {
+                encoder: self.encoder(format),
+                sink,
+            }),
             path: Some(path.to_path_buf()),
         })
     }
 }
 
-/// An output: a file's encoder and sink.
+/// A file and where it is.
 pub(crate) struct Target {
-    /// `None` (with `sink`): no file, as a session with system tracing only.
-    pub(crate) encoder: Option<Box<dyn Encoder>>,
-    pub(crate) sink: Option<Sink>,
+    /// `None`: no file, as a session with system tracing only.
+    pub(crate) file: Option<File>,
     /// The file (`None`: the session's writer).
     pub(crate) path: Option<PathBuf>,
 }
@@ -184,10 +189,10 @@ pub fn dump_to(path: impl AsRef<Path>, after: Duration) -> Result<Stats, Error> 
 
 /// Opens the file, queues the request, waits for the flusher's answer.
 fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
-    let (shared, formats) = {
+    let (control, formats) = {
         let slot = SESSION.lock();
         let s = slot.as_ref().ok_or(Error::NotRecording)?;
-        (s.shared.clone(), s.formats.clone())
+        (s.control.clone(), s.formats.clone())
     };
     if after.is_some() && !formats.overwrite {
         return Err(Error::InvalidConfig(
@@ -201,13 +206,13 @@ fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
         None => Request::Rotate(target, tx),
     };
     {
-        let mut requests = shared.requests.lock();
+        let mut requests = control.requests.lock();
         if requests.closed {
             return Err(Error::NotRecording);
         }
         requests.queue.push(request);
     }
-    shared.wake();
+    control.waker.wake();
     rx.recv()
         .unwrap_or_else(|_| Err(Error::Flusher("the flusher thread panicked".into())))
 }
@@ -247,9 +252,8 @@ impl Windows {
     /// becomes the output now, so the pass drains the rings into it.
     pub(crate) fn before_pass(
         &mut self,
-        shared: &Shared,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        requests: &Mutex<Requests>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         out: &mut Vec<u8>,
@@ -258,7 +262,7 @@ impl Windows {
             return true;
         }
         let request = {
-            let mut requests = shared.requests.lock();
+            let mut requests = requests.lock();
             if requests.queue.is_empty() {
                 return false;
             }
@@ -267,7 +271,7 @@ impl Windows {
         match request {
             Request::Rotate(target, reply) => self.rotate = Some((target, reply)),
             Request::Dump(mut target, after, reply) => {
-                self.swap_in(encoder, sink, &mut target, ctx, out);
+                self.swap_in(file, &mut target, ctx, out);
                 let stashed = self.switch_file(target, lost);
                 let now = Instant::now();
                 // A window too long for the clock: until the session stops.
@@ -294,15 +298,14 @@ impl Windows {
     /// (or any dump when `stopping`).
     pub(crate) fn after_pass(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         stopping: bool,
         out: &mut Vec<u8>,
     ) {
         if let Some((mut target, reply)) = self.rotate.take() {
-            self.swap_in(encoder, sink, &mut target, ctx, out);
+            self.swap_in(file, &mut target, ctx, out);
             let old = self.switch_file(target, lost);
             let _ = reply.send(self.finish(old, ctx, out));
         }
@@ -313,8 +316,7 @@ impl Windows {
             // The session's own output comes back, its counts where they
             // were: it wrote nothing meanwhile.
             let t = &mut main.target;
-            std::mem::swap(encoder, &mut t.encoder);
-            std::mem::swap(sink, &mut t.sink);
+            std::mem::swap(file, &mut t.file);
             std::mem::swap(&mut self.path, &mut t.path);
             let dump = self.switch_file(main.target, lost);
             self.lost_at_start = lost - main.lost;
@@ -341,7 +343,7 @@ impl Windows {
         out: &mut Vec<u8>,
     ) -> Result<Stats, Error> {
         let t = &mut done.target;
-        let (Some(encoder), Some(sink)) = (t.encoder.as_deref_mut(), t.sink.as_mut()) else {
+        let Some(File { encoder, sink }) = t.file.as_mut() else {
             return Ok(Stats::default()); // there was no file
         };
         let now = ctx.cal.now_ns();
@@ -375,29 +377,27 @@ impl Windows {
     /// `out` first.
     fn swap_in(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         target: &mut Target,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
     ) {
-        write_out(sink, out);
-        std::mem::swap(encoder, &mut target.encoder);
-        std::mem::swap(sink, &mut target.sink);
+        write_out(file, out);
+        std::mem::swap(file, &mut target.file);
         std::mem::swap(&mut self.path, &mut target.path);
-        if let Some(e) = encoder.as_deref_mut() {
-            e.header(ctx, out);
+        if let Some(f) = file.as_mut() {
+            f.encoder.header(ctx, out);
         }
-        write_out(sink, out);
+        write_out(file, out);
     }
 }
 
-/// The flusher is done, however it ended (`flusher::Finally`, a panic
+/// The flusher is done, however it ended (`Control::close`, a panic
 /// included): no more requests; those still queued fail, so no caller of
 /// `rotate_output`/`dump_to` waits for an answer that will not come.
-pub(crate) fn close_requests(shared: &Shared) {
+pub(crate) fn close_requests(requests: &Mutex<Requests>) {
     let queued = {
-        let mut requests = shared.requests.lock();
+        let mut requests = requests.lock();
         requests.closed = true;
         std::mem::take(&mut requests.queue)
     };

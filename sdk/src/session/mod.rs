@@ -15,23 +15,33 @@
 
 mod builder;
 pub(crate) mod capture;
+mod control;
 mod error;
+mod file;
 pub(crate) mod flusher;
+mod output;
 mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
+mod stats;
+mod waker;
 
 pub(crate) use builder::Output;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub use capture::{dump_to, rotate_output};
 pub use error::Error;
+pub use stats::Stats;
 
 use crate::encode::perfetto::PerfettoOptions;
 use crate::encode::ProcessInfo;
 use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
-use crate::session::flusher::{Flusher, Shared, Stats};
+use crate::session::control::Control;
+use crate::session::file::FileOutput;
+use crate::session::flusher::{Env, Flusher};
+use crate::session::output::{File, Outputs};
+use crate::session::recorder::Recorder;
 use crate::session::sink::{Sink, Units};
 use crate::system::feed::SystemFeed;
 use crate::system::producer::Link;
@@ -146,7 +156,7 @@ impl Builder {
             if self.compressed_packets {
                 sink.compress_perfetto_packets();
             }
-            (encoder, sink)
+            File { encoder, sink }
         });
         if self.finish_on_signals {
             crate::session::signals::install(finish_current_session).map_err(|e| Error::Io {
@@ -188,7 +198,7 @@ impl Builder {
         if file_output {
             REGISTRY.budget.pool().stock(REGISTRY.budget);
         }
-        let shared = Arc::new(Shared::new());
+        let control = Arc::new(Control::new());
         let process = {
             let mut p = ProcessInfo::current(self.process_name);
             p.labels = self.process_labels;
@@ -196,10 +206,12 @@ impl Builder {
             p
         };
         let link = self.system_tracing.then(|| {
+            // The connection thread only wakes the flusher for its commands.
+            let waker = control.waker.clone();
             Link::new(
                 crate::system::transport::default_address(),
                 process.name.clone(),
-                shared.clone(),
+                Box::new(move || waker.wake()),
             )
         });
         let system = link.as_ref().map(|link| {
@@ -211,18 +223,31 @@ impl Builder {
                 },
             )
         });
-        let flusher = Flusher {
-            shared: shared.clone(),
+        let file = FileOutput::new(
             output,
-            system,
-            cal,
-            process,
-            overwrite: self.overwrite,
+            capture::Windows::new(path.clone()),
+            // A flight recorder writes into the file: none without one.
+            (self.overwrite && file_output).then(|| Recorder::new(recorder_bytes)),
+            system.is_some(),
+            control.clone(),
+        );
+        let mut outputs = Outputs::default();
+        outputs.push(file);
+        if let Some(system) = system {
+            outputs.push(system);
+        }
+        let flusher = Flusher::new(
+            control.clone(),
+            outputs,
+            Env {
+                cal,
+                process,
+                sites: Default::default(),
+            },
             recorder_bytes,
-            interval: self.flush_interval.max(Duration::from_millis(1)),
-            windows: capture::Windows::new(path.clone()),
-            growth_at_start: crate::record::ring::GROWTH.count(),
-        };
+            self.flush_interval.max(Duration::from_millis(1)),
+            crate::record::ring::GROWTH.count(),
+        );
         #[cfg(test)]
         if tests::FAIL_FLUSHER_SPAWN.swap(false, Ordering::Relaxed) {
             drop(flusher);
@@ -241,8 +266,7 @@ impl Builder {
                 match spawned {
                     Ok(h) => Some((link, h)),
                     Err(e) => {
-                        shared.stop.store(true, Ordering::Release);
-                        shared.wake();
+                        control.request_stop();
                         let _ = handle.join();
                         REGISTRY.close();
                         return Err(Error::Flusher(format!(
@@ -253,7 +277,7 @@ impl Builder {
             }
             None => None,
         };
-        shared.wait_parked();
+        control.waker.wait_parked();
         // Without a file, only system tracing sessions turn call sites on.
         callsite::replace_filter(if file_output {
             self.filter
@@ -263,7 +287,7 @@ impl Builder {
         callsite::set_active(true);
         *slot = Some(Session {
             id,
-            shared,
+            control,
             handle,
             path: path.clone(),
             formats,
@@ -298,7 +322,7 @@ fn abandon_start(recorder_bytes: u64, e: impl std::fmt::Display) -> Error {
 
 struct Session {
     id: u64,
-    shared: Arc<Shared>,
+    control: Arc<Control>,
     handle: JoinHandle<(Stats, Option<std::io::Error>)>,
     path: Option<PathBuf>,
     /// How new files of capture windows are written.
@@ -342,11 +366,7 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
         }
     };
     callsite::set_active(false);
-    session
-        .shared
-        .stop
-        .store(true, std::sync::atomic::Ordering::Release);
-    session.shared.wake();
+    session.control.request_stop();
     let joined = session.handle.join();
     if let Some((link, handle)) = session.producer {
         // After the flusher's last commits: now the connection may close.
@@ -441,19 +461,11 @@ impl Drop for TraceGuard {
 /// # Ok::<(), ringtrace::Error>(())
 /// ```
 pub fn flush() {
-    let shared = match SESSION.lock().as_ref() {
-        Some(s) => s.shared.clone(),
+    let control = match SESSION.lock().as_ref() {
+        Some(s) => s.control.clone(),
         None => return,
     };
-    let want = shared.flush_requested.fetch_add(1, Ordering::AcqRel) + 1;
-    shared.wake();
-    let mut done = shared.flush_done.lock();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while *done < want {
-        if shared.flush_cv.wait_until(&mut done, deadline).timed_out() {
-            break;
-        }
-    }
+    control.flush(Duration::from_secs(10));
 }
 
 /// Whether a session is recording.
