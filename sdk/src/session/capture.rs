@@ -1,10 +1,10 @@
 //! Capture windows: files cut out of a running session without stopping it.
 //!
-//! * [`rotate_output`]: the session's file is finished (complete, loadable)
+//! * [`rotate_output`](crate::rotate_output): the session's file is finished (complete, loadable)
 //!   and recording goes on into a new one, with no gap: the flusher drains
 //!   every ring into the old file, closes it, then writes what follows into
 //!   the new one. An event is in exactly one of the files (or counted lost).
-//! * [`dump_to`] (flight-recorder mode): what the rings hold now, plus what is
+//! * [`dump_to`](crate::dump_to) (flight-recorder mode): what the rings hold now, plus what is
 //!   recorded during `after`, goes into a new complete file; then the
 //!   session goes back to its own output and to overwriting. The dump takes
 //!   the events it writes out of the rings, so the session's own output and
@@ -28,7 +28,7 @@ use crate::session::error::Error;
 use crate::session::output::{write_out, File};
 use crate::session::sink::{Sink, Units};
 use crate::session::stats::Stats;
-use crate::session::SESSION;
+use crate::session::waker::Waker;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -114,86 +114,16 @@ impl Requests {
     }
 }
 
-/// Finishes the session's current file and goes on recording into a new
-/// one at `path` (format from its extension), with no gap and no event in
-/// two files: every event recorded before the call is in the finished file
-/// or the new one, and every event after it is in the new one (events lost
-/// are counted and marked, as always). Can be called from any thread; the
-/// session's [`Stats`] at stop cover every file.
-///
-/// In a session without a file (system tracing only), this starts one.
-///
-/// Returns the totals of the finished file. A scope open across the switch
-/// has its begin in one file and its end in the other: neither file shows
-/// it as a slice (the end is counted in
-/// [`unmatched_ends`](Stats::unmatched_ends)).
-///
-/// # Examples
-///
-/// ```
-/// let dir = std::env::temp_dir();
-/// let _trace = ringtrace::builder().output(dir.join("ringtrace-doc-part1.pftrace")).start()?;
-/// ringtrace::trace_instant!("in part 1");
-/// let part1 = ringtrace::rotate_output(dir.join("ringtrace-doc-part2.json"))?;
-/// assert_eq!(part1.events_written, 1); // part1 is complete now
-/// ringtrace::trace_instant!("in part 2");
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::NotRecording`] without a session (or if it stops first),
-/// [`Error::UnknownFormat`] / [`Error::Io`] if the new file cannot be
-/// created (the session goes on in the old one), [`Error::Io`] if writing
-/// the finished file failed.
-pub fn rotate_output(path: impl AsRef<Path>) -> Result<Stats, Error> {
-    ask(path.as_ref(), None)
-}
-
-/// Flight-recorder mode: writes what the rings hold now, then what is
-/// recorded during `after`, into a new complete file at `path` (format from
-/// its extension), while recording goes on; returns when the file is
-/// finished (after `after`), with its totals. Call it again for another
-/// file: each holds the events recorded since the previous dump (as much of
-/// them as the rings kept). The events a dump writes are taken out of the
-/// rings, so the session's own output (written on [`flush`](crate::flush)
-/// and at stop) does not hold them again.
-///
-/// Events the rings overwrote before the dump are counted and marked at the
-/// start of the file, as in every flight-recorder output.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// let dir = std::env::temp_dir();
-/// let _trace = ringtrace::builder()
-///     .output(dir.join("ringtrace-doc-recorder.pftrace"))
-///     .overwrite(true)
-///     .start()?;
-/// ringtrace::trace_instant!("before the incident");
-/// let dump = ringtrace::dump_to(dir.join("ringtrace-doc-incident.pftrace"), Duration::from_millis(20))?;
-/// assert!(dump.events_written >= 1);
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::NotRecording`] without a session (or if it stops first),
-/// [`Error::InvalidConfig`] if the session is not in flight-recorder mode
-/// (use [`rotate_output`] there), [`Error::UnknownFormat`] / [`Error::Io`] if
-/// the file cannot be created, [`Error::Io`] if writing it failed.
-pub fn dump_to(path: impl AsRef<Path>, after: Duration) -> Result<Stats, Error> {
-    ask(path.as_ref(), Some(after))
-}
-
-/// Opens the file, queues the request, waits for the flusher's answer.
-fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
-    let (control, formats) = {
-        let slot = SESSION.lock();
-        let s = slot.as_ref().ok_or(Error::NotRecording)?;
-        (s.control.clone(), s.formats.clone())
-    };
+/// Opens the file, queues the request with `requests`, wakes the flusher
+/// and waits for its answer (`rotate_output`, `dump_to`: `formats` and the
+/// rest are the session's).
+pub(crate) fn ask(
+    requests: &Mutex<Requests>,
+    waker: &Waker,
+    formats: &Formats,
+    path: &Path,
+    after: Option<Duration>,
+) -> Result<Stats, Error> {
     if after.is_some() && !formats.overwrite {
         return Err(Error::InvalidConfig(
             "dump_to needs a flight-recorder session (overwrite(true)); use rotate_output".into(),
@@ -206,13 +136,13 @@ fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
         None => Request::Rotate(target, tx),
     };
     {
-        let mut requests = control.requests.lock();
+        let mut requests = requests.lock();
         if requests.closed {
             return Err(Error::NotRecording);
         }
         requests.queue.push(request);
     }
-    control.waker.wake();
+    waker.wake();
     rx.recv()
         .unwrap_or_else(|_| Err(Error::Flusher("the flusher thread panicked".into())))
 }
