@@ -1,17 +1,35 @@
 //! Sessions: configuring, starting and stopping tracing, and finishing the
 //! trace however the program ends (guard drop, `std::process::exit`, a panic
 //! unwinding out of `main`).
-
 //!
-//! [`Builder`] holds the options ([`builder`]), this module starts and stops
-//! the one session a process has, [`flusher`] is its background thread,
-//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling,
-//! [`capture`] the files cut out of a running session (`rotate_output`,
-//! `dump_to`).
+//! [`Builder`] holds the options ([`builder`]); this module starts and stops
+//! the one session a process has and holds its public entry points (`start`,
+//! `stop`, `flush`, `rotate_output`, `dump_to`). The rest, each one job:
 //!
-//! Rules of this layer: it wires the recording path (`record`) to an encoder
-//! (`encode`) and a sink; it reads rings only through the registry's drain
-//! API, and it never formats bytes itself.
+//! | file | job |
+//! | --- | --- |
+//! | `control` | what the handle and the flusher share: stop, flush requests and answers, the capture queue |
+//! | `waker` | where the flusher sleeps, and what wakes it (the handle, a ring that grew, system tracing's connection thread) |
+//! | `flusher` | the background thread: each pass as named steps (drain, spares, pool, losses, clock) |
+//! | `output` | the seam: the `Output` hooks every destination of drained records implements (system tracing's feed included), `Outputs` |
+//! | `file` | the session's file as an output: its encoder and sink, the flight recorder in front, capture windows |
+//! | `capture` | capture windows (`rotate_output`, `dump_to`): requests, and the flusher's side of swapping files |
+//! | `recorder` | the flight recorder's store (overwrite mode) |
+//! | `sink` | where a file's bytes go, laid out so a kill leaves whole events |
+//! | `stats` | [`Stats`], the totals (every loss counted there) |
+//! | `signals` | the opt-in SIGINT/SIGTERM handling |
+//!
+//! Rules of this layer: it wires the recording path (`record`) to encoders
+//! (`encode`) and sinks, and to system tracing (`system`), which knows
+//! nothing of it (its connection thread gets a closure that wakes the
+//! flusher); it reads rings only through the registry's drain API, and it
+//! never formats bytes itself. Only the flusher thread calls outputs, and it
+//! calls every output once per step: a new destination (a file that
+//! rotates, a capture file) is one more `Output`, not another branch in the
+//! flusher. No file of this folder imports one that imports it back:
+//! `stats`, `waker`, `sink`, `recorder`, `error` and `builder` are leaves;
+//! then `output`, `capture`, `control`, `file`, `flusher` and this module
+//! each import only leaves and files listed before them.
 
 mod builder;
 pub(crate) mod capture;
@@ -509,7 +527,7 @@ pub fn rotate_output(path: impl AsRef<Path>) -> Result<Stats, Error> {
 /// finished (after `after`), with its totals. Call it again for another
 /// file: each holds the events recorded since the previous dump (as much of
 /// them as the rings kept). The events a dump writes are taken out of the
-/// rings, so the session's own output (written on [`flush`](crate::flush)
+/// rings, so the session's own output (written on [`flush`]
 /// and at stop) does not hold them again.
 ///
 /// Events the rings overwrote before the dump are counted and marked at the

@@ -282,3 +282,145 @@ impl Output for SystemFeed {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{ProcessInfo, Sites};
+    use crate::record::clock::Calibration;
+
+    /// An output that notes which hooks it was called with, says it needs a
+    /// full pass or holds a thread as told, and fails its totals if told.
+    struct Probe {
+        calls: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        name: &'static str,
+        wants_full: bool,
+        holds: bool,
+        error: bool,
+    }
+
+    impl Probe {
+        fn note(&self, what: &str) {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("{} {what}", self.name));
+        }
+    }
+
+    impl Output for Probe {
+        fn begin_pass(&mut self, _: &mut Context<'_>, _: &Pass, _: u64) -> bool {
+            self.note("begin_pass");
+            self.wants_full
+        }
+        fn batch(
+            &mut self,
+            _: &mut Context<'_>,
+            t: &Arc<ThreadRing>,
+            b: &Batch<'_>,
+            _: &mut Tally,
+        ) {
+            self.note(&format!("batch {} {}", t.seq_id, b.words.len()));
+        }
+        fn note_lost(&mut self, _: &mut Context<'_>, t: &ThreadRing, n: u64) {
+            self.note(&format!("note_lost {} {n}", t.seq_id));
+        }
+        fn thread_exited(&mut self, t: &ThreadRing) -> bool {
+            self.note(&format!("thread_exited {}", t.seq_id));
+            !self.holds
+        }
+        fn thread_done(&mut self, _: &mut Context<'_>, t: &ThreadRing, pending: u64) {
+            self.note(&format!("thread_done {} {pending}", t.seq_id));
+        }
+        fn note_lost_no_ring(&mut self, _: &mut Context<'_>, _: u64, n: u64) {
+            self.note(&format!("note_lost_no_ring {n}"));
+        }
+        fn tick(&mut self, _: &mut Context<'_>) {
+            self.note("tick");
+        }
+        fn end_pass(&mut self, _: &mut Context<'_>) {
+            self.note("end_pass");
+        }
+        fn finish(&mut self, _: &mut Context<'_>, _: u64) {
+            self.note("finish");
+        }
+        fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
+            stats.events_written += 1;
+            self.error
+                .then(|| std::io::Error::other(format!("{} failed", self.name)))
+        }
+    }
+
+    /// Every output is called once per step, in order, and none is skipped
+    /// because an earlier one already answered: a pass is full if any output
+    /// needs it, a thread is finished only if no output holds it, the totals
+    /// add up and keep the first error.
+    #[test]
+    fn every_output_is_asked_once_per_step() {
+        let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let probe = |name, wants_full, holds, error| Probe {
+            calls: calls.clone(),
+            name,
+            wants_full,
+            holds,
+            error,
+        };
+        let mut outputs = Outputs::default();
+        outputs.push(probe("a", true, true, false));
+        outputs.push(probe("b", false, false, true));
+        outputs.push(probe("c", false, false, true));
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(None);
+        let mut sites = Sites::default();
+        let mut ctx = Context {
+            cal: &cal,
+            process: &process,
+            sites: &mut sites,
+        };
+        let pass = Pass {
+            stopping: false,
+            flush: false,
+        };
+        let thread = Arc::new(ThreadRing::for_test(7, false));
+        let words = [1u64, 2, 3];
+        let batch = Batch {
+            thread: &thread,
+            words: &words,
+            overwritten: 0,
+        };
+        let mut tally = Tally::default();
+        assert!(
+            outputs.begin_pass(&mut ctx, &pass, 0),
+            "a wants a full pass"
+        );
+        outputs.batch(&mut ctx, &thread, &batch, &mut tally);
+        outputs.note_lost(&mut ctx, &thread, 2);
+        assert!(!outputs.thread_exited(&thread), "a holds the thread");
+        outputs.thread_done(&mut ctx, &thread, 4);
+        assert!(!outputs.defers_marks());
+        outputs.note_lost_no_ring(&mut ctx, 0, 5);
+        outputs.tick(&mut ctx);
+        outputs.end_pass(&mut ctx);
+        outputs.finish(&mut ctx, 0);
+        let mut stats = Stats::default();
+        let error = outputs.totals(&mut stats);
+        assert_eq!(stats.events_written, 3);
+        assert_eq!(error.map(|e| e.to_string()).as_deref(), Some("b failed"));
+        let steps = [
+            "begin_pass",
+            "batch 7 3",
+            "note_lost 7 2",
+            "thread_exited 7",
+            "thread_done 7 4",
+            "note_lost_no_ring 5",
+            "tick",
+            "end_pass",
+            "finish",
+        ];
+        let want: Vec<String> = steps
+            .iter()
+            .flat_map(|s| ["a", "b", "c"].map(|o| format!("{o} {s}")))
+            .collect();
+        assert_eq!(*calls.lock().unwrap(), want);
+    }
+}

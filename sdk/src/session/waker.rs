@@ -83,3 +83,44 @@ impl Waker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Work found under the lock: no sleep, and `start` is not released by
+    /// a flusher that never slept.
+    #[test]
+    fn no_sleep_while_busy() {
+        let w = Waker::default();
+        let t = Instant::now();
+        w.sleep_unless(Duration::from_secs(10), || true);
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(!w.parked.load(Ordering::Acquire));
+    }
+
+    /// A wake ends the flusher's sleep long before its timeout, and
+    /// `wait_parked` returns once the flusher sleeps.
+    #[test]
+    fn a_wake_ends_the_sleep() {
+        let w = Arc::new(Waker::default());
+        let sleeper = {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                w.sleep_unless(Duration::from_secs(30), || false);
+                t.elapsed()
+            })
+        };
+        w.wait_parked();
+        // Parked and the lock released: the sleeper is in its wait (or
+        // on its way in, holding the lock, which `wake` then waits for).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !sleeper.is_finished() && Instant::now() < deadline {
+            w.wake();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(sleeper.join().unwrap() < Duration::from_secs(25));
+    }
+}
