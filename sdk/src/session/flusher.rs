@@ -147,7 +147,7 @@ impl Spares {
             REGISTRY
                 .budget
                 .pool()
-                .stock_until(REGISTRY.budget, &|| GROWTH.count() != grown);
+                .stock_until(&|| GROWTH.count() != grown);
         }
     }
 }
@@ -286,7 +286,7 @@ impl Flusher {
         REGISTRY
             .budget
             .pool()
-            .trim_at(REGISTRY.budget, crate::record::pool::ms_at(pass.at));
+            .trim_at(crate::record::budget::ms_at(pass.at));
     }
 
     /// Drains every ring a full pass wants, or those half full or retired;

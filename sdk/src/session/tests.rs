@@ -127,8 +127,8 @@ fn no_stock_without_a_file_and_none_restocked_at_stop() {
     guard.stop().unwrap();
     assert_eq!(pool.stocked(), stocked, "nothing stocked up to the stop");
     // SAFETY: taken from the pool above (mapped, ours), freed once.
-    unsafe { crate::record::ring::free_mapped(base, words) };
-    budget.give_back(crate::record::ring::segment_bytes(words));
+    unsafe { crate::record::segment::free_mapped(base, words) };
+    budget.give_back(crate::record::segment::segment_bytes(words));
     assert_eq!(budget.used(), before);
 }
 
