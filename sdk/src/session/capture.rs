@@ -1,10 +1,10 @@
 //! Capture windows: files cut out of a running session without stopping it.
 //!
-//! * [`rotate_output`]: the session's file is finished (complete, loadable)
+//! * [`rotate_output`](crate::rotate_output): the session's file is finished (complete, loadable)
 //!   and recording goes on into a new one, with no gap: the flusher drains
 //!   every ring into the old file, closes it, then writes what follows into
 //!   the new one. An event is in exactly one of the files (or counted lost).
-//! * [`dump_to`] (flight-recorder mode): what the rings hold now, plus what is
+//! * [`dump_to`](crate::dump_to) (flight-recorder mode): what the rings hold now, plus what is
 //!   recorded during `after`, goes into a new complete file; then the
 //!   session goes back to its own output and to overwriting. The dump takes
 //!   the events it writes out of the rings, so the session's own output and
@@ -15,6 +15,11 @@
 //! for the flusher's answer. The flusher takes one request at a time, and
 //! none while a dump's window is open. Recording threads never see any of it.
 //!
+//! The same queue carries captures (`trigger`: no file opened, no answer
+//! waited for), taken at the head of the queue before a pass is planned,
+//! and the same switch between passes makes the disk bound's next part
+//! (`disk`).
+//!
 //! Rules: only the flusher touches encoders and sinks; rings are read only
 //! through the drain API, in the flusher's normal pass.
 
@@ -23,12 +28,14 @@
 use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
+use crate::session::builder::Format;
 use crate::session::disk::DiskLimit;
-use crate::session::flusher::{write_out, Shared, Stats};
-use crate::session::recorder::Recorder;
+use crate::session::error::Error;
+use crate::session::output::{write_out, File};
 use crate::session::sink::{Sink, Units};
-use crate::session::trigger::{Capture, Captures};
-use crate::session::{Error, Format, SESSION};
+use crate::session::stats::Stats;
+use crate::session::waker::Waker;
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -53,7 +60,7 @@ impl Formats {
     }
 
     /// Creates the file at `path` and what writes it.
-    fn target(&self, path: &Path) -> Result<Target, Error> {
+    pub(crate) fn target(&self, path: &Path) -> Result<Target, Error> {
         let format =
             Format::from_path(path).ok_or_else(|| Error::UnknownFormat(path.to_path_buf()))?;
         let file = std::fs::File::create(path).map_err(|e| Error::Io {
@@ -66,18 +73,19 @@ impl Formats {
             sink.compress_perfetto_packets();
         }
         Ok(Target {
-            encoder: Some(self.encoder(format)),
-            sink: Some(sink),
+            file: Some(File {
+                encoder: self.encoder(format),
+                sink,
+            }),
             path: Some(path.to_path_buf()),
         })
     }
 }
 
-/// An output: a file's encoder and sink.
+/// A file and where it is.
 pub(crate) struct Target {
-    /// `None` (with `sink`): no file, as a session with system tracing only.
-    pub(crate) encoder: Option<Box<dyn Encoder>>,
-    pub(crate) sink: Option<Sink>,
+    /// `None`: no file, as a session with system tracing only.
+    pub(crate) file: Option<File>,
     /// The file (`None`: the session's writer).
     pub(crate) path: Option<PathBuf>,
 }
@@ -92,6 +100,13 @@ pub(crate) enum Request {
     Dump(Target, Duration, Reply),
     /// Write this window into a file of its own (`trigger`).
     Capture(Capture),
+}
+
+/// A window to capture (`trigger`): raw clock ticks of its start and end.
+pub(crate) struct Capture {
+    pub(crate) name: String,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 impl Request {
@@ -131,86 +146,16 @@ impl Requests {
     }
 }
 
-/// Finishes the session's current file and goes on recording into a new
-/// one at `path` (format from its extension), with no gap and no event in
-/// two files: every event recorded before the call is in the finished file
-/// or the new one, and every event after it is in the new one (events lost
-/// are counted and marked, as always). Can be called from any thread; the
-/// session's [`Stats`] at stop cover every file.
-///
-/// In a session without a file (system tracing only), this starts one.
-///
-/// Returns the totals of the finished file. A scope open across the switch
-/// has its begin in one file and its end in the other: neither file shows
-/// it as a slice (the end is counted in
-/// [`unmatched_ends`](Stats::unmatched_ends)).
-///
-/// # Examples
-///
-/// ```
-/// let dir = std::env::temp_dir();
-/// let _trace = ringtrace::builder().output(dir.join("ringtrace-doc-part1.pftrace")).start()?;
-/// ringtrace::trace_instant!("in part 1");
-/// let part1 = ringtrace::rotate_output(dir.join("ringtrace-doc-part2.json"))?;
-/// assert_eq!(part1.events_written, 1); // part1 is complete now
-/// ringtrace::trace_instant!("in part 2");
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::NotRecording`] without a session (or if it stops first),
-/// [`Error::UnknownFormat`] / [`Error::Io`] if the new file cannot be
-/// created (the session goes on in the old one), [`Error::Io`] if writing
-/// the finished file failed.
-pub fn rotate_output(path: impl AsRef<Path>) -> Result<Stats, Error> {
-    ask(path.as_ref(), None)
-}
-
-/// Flight-recorder mode: writes what the rings hold now, then what is
-/// recorded during `after`, into a new complete file at `path` (format from
-/// its extension), while recording goes on; returns when the file is
-/// finished (after `after`), with its totals. Call it again for another
-/// file: each holds the events recorded since the previous dump (as much of
-/// them as the rings kept). The events a dump writes are taken out of the
-/// rings, so the session's own output (written on [`flush`](crate::flush)
-/// and at stop) does not hold them again.
-///
-/// Events the rings overwrote before the dump are counted and marked at the
-/// start of the file, as in every flight-recorder output.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// let dir = std::env::temp_dir();
-/// let _trace = ringtrace::builder()
-///     .output(dir.join("ringtrace-doc-recorder.pftrace"))
-///     .overwrite(true)
-///     .start()?;
-/// ringtrace::trace_instant!("before the incident");
-/// let dump = ringtrace::dump_to(dir.join("ringtrace-doc-incident.pftrace"), Duration::from_millis(20))?;
-/// assert!(dump.events_written >= 1);
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::NotRecording`] without a session (or if it stops first),
-/// [`Error::InvalidConfig`] if the session is not in flight-recorder mode
-/// (use [`rotate_output`] there), [`Error::UnknownFormat`] / [`Error::Io`] if
-/// the file cannot be created, [`Error::Io`] if writing it failed.
-pub fn dump_to(path: impl AsRef<Path>, after: Duration) -> Result<Stats, Error> {
-    ask(path.as_ref(), Some(after))
-}
-
-/// Opens the file, queues the request, waits for the flusher's answer.
-fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
-    let (shared, formats) = {
-        let slot = SESSION.lock();
-        let s = slot.as_ref().ok_or(Error::NotRecording)?;
-        (s.shared.clone(), s.formats.clone())
-    };
+/// Opens the file, queues the request with `requests`, wakes the flusher
+/// and waits for its answer (`rotate_output`, `dump_to`: `formats` and the
+/// rest are the session's).
+pub(crate) fn ask(
+    requests: &Mutex<Requests>,
+    waker: &Waker,
+    formats: &Formats,
+    path: &Path,
+    after: Option<Duration>,
+) -> Result<Stats, Error> {
     if after.is_some() && !formats.overwrite {
         return Err(Error::InvalidConfig(
             "dump_to needs a flight-recorder session (overwrite(true)); use rotate_output".into(),
@@ -223,13 +168,13 @@ fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
         None => Request::Rotate(target, tx),
     };
     {
-        let mut requests = shared.requests.lock();
+        let mut requests = requests.lock();
         if requests.closed {
             return Err(Error::NotRecording);
         }
         requests.queue.push(request);
     }
-    shared.wake();
+    waker.wake();
     rx.recv()
         .unwrap_or_else(|_| Err(Error::Flusher("the flusher thread panicked".into())))
 }
@@ -252,8 +197,6 @@ pub(crate) struct Windows {
     /// The session's file in parts of a bounded size (`disk`), and how a
     /// new part is made.
     disk: Option<(DiskLimit, Formats)>,
-    /// Captures (`trigger`).
-    captures: Option<Captures>,
 }
 
 impl Windows {
@@ -267,42 +210,6 @@ impl Windows {
             threads: HashSet::new(),
             finished: Stats::default(),
             disk: None,
-            captures: None,
-        }
-    }
-
-    /// Captures are written as `captures` says.
-    pub(crate) fn with_captures(mut self, captures: Captures) -> Windows {
-        self.captures = Some(captures);
-        self
-    }
-
-    /// A capture waits for this pass: it must drain every ring.
-    pub(crate) fn capture_pending(&self) -> bool {
-        self.captures.as_ref().is_some_and(Captures::pending)
-    }
-
-    /// After the pass: writes the captures waiting from the flight
-    /// recorder's store; returns the names to send to the tracing service.
-    pub(crate) fn write_captures(
-        &mut self,
-        recorder: Option<&Recorder>,
-        ctx: &mut Context<'_>,
-    ) -> Vec<String> {
-        match self.captures.as_mut() {
-            Some(c) if c.pending() => {
-                c.write(recorder, ctx);
-                std::mem::take(&mut c.to_service)
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    /// Captures written and suppressed, and the first error writing one.
-    pub(crate) fn capture_report(&mut self) -> (u64, u64, Option<std::io::Error>) {
-        match self.captures.as_mut() {
-            Some(c) => (c.fired, c.suppressed + c.refused(), c.error.take()),
-            None => (0, 0, None),
         }
     }
 
@@ -321,14 +228,29 @@ impl Windows {
         }
     }
 
+    /// Before a pass, ahead of [`before_pass`](Windows::before_pass): the
+    /// captures queued at the head of the queue go into `into` (none while
+    /// a dump's window is open: its records go straight to its file, not
+    /// into the flight recorder's store the captures are copied from).
+    pub(crate) fn take_captures(&self, requests: &Mutex<Requests>, into: &mut Vec<Capture>) {
+        if self.dump.is_some() {
+            return;
+        }
+        let mut requests = requests.lock();
+        while matches!(requests.queue.first(), Some(Request::Capture(_))) {
+            if let Request::Capture(c) = requests.queue.remove(0) {
+                into.push(c);
+            }
+        }
+    }
+
     /// Before a pass: takes the next request (none while a dump is open).
     /// Returns true if this pass must drain every ring. A dump's file
     /// becomes the output now, so the pass drains the rings into it.
     pub(crate) fn before_pass(
         &mut self,
-        shared: &Shared,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        requests: &Mutex<Requests>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         out: &mut Vec<u8>,
@@ -337,34 +259,18 @@ impl Windows {
             return true;
         }
         let request = {
-            let mut requests = shared.requests.lock();
-            // Every capture queued now is written after this pass, which
-            // takes no other request (the next one does).
-            let mut took = false;
-            while matches!(requests.queue.first(), Some(Request::Capture(_))) {
-                if let Request::Capture(c) = requests.queue.remove(0) {
-                    took = true;
-                    if let Some(captures) = self.captures.as_mut() {
-                        captures.add(c);
-                    }
-                }
-            }
-            if took || requests.queue.is_empty() {
+            let mut requests = requests.lock();
+            // A capture queued since `take_captures`: the next pass's.
+            if matches!(requests.queue.first(), None | Some(Request::Capture(_))) {
                 return false;
             }
             requests.queue.remove(0)
         };
         match request {
-            Request::Capture(c) => {
-                // Not at the head a moment ago: taken all the same.
-                if let Some(captures) = self.captures.as_mut() {
-                    captures.add(c);
-                }
-                return false;
-            }
+            Request::Capture(_) => unreachable!("captures are left in the queue above"),
             Request::Rotate(target, reply) => self.rotate = Some((target, reply)),
             Request::Dump(mut target, after, reply) => {
-                self.swap_in(encoder, sink, &mut target, ctx, out);
+                self.swap_in(file, &mut target, ctx, out);
                 let stashed = self.switch_file(target, lost);
                 let now = Instant::now();
                 // A window too long for the clock: until the session stops.
@@ -391,15 +297,14 @@ impl Windows {
     /// (or any dump when `stopping`).
     pub(crate) fn after_pass(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         stopping: bool,
         out: &mut Vec<u8>,
     ) {
         if let Some((mut target, reply)) = self.rotate.take() {
-            self.swap_in(encoder, sink, &mut target, ctx, out);
+            self.swap_in(file, &mut target, ctx, out);
             let old = self.switch_file(target, lost);
             let _ = reply.send(self.finish(old, ctx, out));
         }
@@ -410,8 +315,7 @@ impl Windows {
             // The session's own output comes back, its counts where they
             // were: it wrote nothing meanwhile.
             let t = &mut main.target;
-            std::mem::swap(encoder, &mut t.encoder);
-            std::mem::swap(sink, &mut t.sink);
+            std::mem::swap(file, &mut t.file);
             std::mem::swap(&mut self.path, &mut t.path);
             let dump = self.switch_file(main.target, lost);
             self.lost_at_start = lost - main.lost;
@@ -419,7 +323,7 @@ impl Windows {
             let _ = reply.send(self.finish(dump, ctx, out));
         }
         if !stopping && self.dump.is_none() {
-            self.next_part(encoder, sink, ctx, lost, out);
+            self.next_part(file, ctx, lost, out);
         }
     }
 
@@ -427,8 +331,7 @@ impl Windows {
     /// the limit, the next part taking over as a rotation's file does.
     fn next_part(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         out: &mut Vec<u8>,
@@ -440,10 +343,10 @@ impl Windows {
         if self.path.as_deref() != Some(limit.base()) && !limit.is_part(self.path.as_deref()) {
             return;
         }
-        let Some(s) = sink.as_ref() else {
+        let Some(f) = file.as_ref() else {
             return;
         };
-        let bytes = s.bytes_written() + out.len() as u64;
+        let bytes = f.sink.bytes_written() + out.len() as u64;
         let Some(next) = limit.after_pass(bytes) else {
             return;
         };
@@ -455,7 +358,7 @@ impl Windows {
             }
             Err(_) => return,
         };
-        self.swap_in(encoder, sink, &mut target, ctx, out);
+        self.swap_in(file, &mut target, ctx, out);
         let old = self.switch_file(target, lost);
         let path = old.target.path.clone();
         let done = self.finish(old, ctx, out);
@@ -483,7 +386,7 @@ impl Windows {
         out: &mut Vec<u8>,
     ) -> Result<Stats, Error> {
         let t = &mut done.target;
-        let (Some(encoder), Some(sink)) = (t.encoder.as_deref_mut(), t.sink.as_mut()) else {
+        let Some(File { encoder, sink }) = t.file.as_mut() else {
             return Ok(Stats::default()); // there was no file
         };
         let now = ctx.cal.now_ns();
@@ -517,29 +420,27 @@ impl Windows {
     /// `out` first.
     fn swap_in(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         target: &mut Target,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
     ) {
-        write_out(sink, out);
-        std::mem::swap(encoder, &mut target.encoder);
-        std::mem::swap(sink, &mut target.sink);
+        write_out(file, out);
+        std::mem::swap(file, &mut target.file);
         std::mem::swap(&mut self.path, &mut target.path);
-        if let Some(e) = encoder.as_deref_mut() {
-            e.header(ctx, out);
+        if let Some(f) = file.as_mut() {
+            f.encoder.header(ctx, out);
         }
-        write_out(sink, out);
+        write_out(file, out);
     }
 }
 
-/// The flusher is done, however it ended (`flusher::Finally`, a panic
+/// The flusher is done, however it ended (`Control::close`, a panic
 /// included): no more requests; those still queued fail, so no caller of
 /// `rotate_output`/`dump_to` waits for an answer that will not come.
-pub(crate) fn close_requests(shared: &Shared) {
+pub(crate) fn close_requests(requests: &Mutex<Requests>) {
     let queued = {
-        let mut requests = shared.requests.lock();
+        let mut requests = requests.lock();
         requests.closed = true;
         std::mem::take(&mut requests.queue)
     };

@@ -1,5 +1,5 @@
 //! Captures: in flight-recorder mode, a window of the recent past written
-//! into a file of its own when something asks for it ([`trigger`], or a
+//! into a file of its own when something asks for it ([`trigger`](crate::trigger), or a
 //! slow `tracing` span: `TracingBuilder::capture_slow`).
 //!
 //! The caller only queues a [`Capture`] (the window's ends as raw clock
@@ -17,18 +17,19 @@
 #![forbid(unsafe_code)]
 
 use crate::encode::Context;
-use crate::record::clock::ticks;
-use crate::session::capture::{Formats, Request};
+use crate::session::capture::{Capture, Formats, Request, Requests};
 use crate::session::recorder::Recorder;
 use crate::session::sink::Sink;
-use crate::session::SESSION;
+use crate::session::waker::Waker;
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[allow(unused_imports)] // rustdoc links
-use crate::session::Builder;
+use crate::session::builder::Builder;
+use crate::session::builder::{CaptureOptions, Format};
 
 /// Captures queued and not yet taken by the flusher, at most.
 const MAX_QUEUED: usize = 16;
@@ -36,65 +37,11 @@ const MAX_QUEUED: usize = 16;
 /// Captures refused before reaching the flusher (too many queued).
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
-/// A window to capture: raw clock ticks of its start and end.
-pub(crate) struct Capture {
-    pub(crate) name: String,
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-}
-
-/// How captures are written (the session's options).
-#[derive(Clone, Debug)]
-pub(crate) struct CaptureOptions {
-    /// File name pattern: `{n}` the capture's number, `{name}` its name.
-    pub(crate) pattern: PathBuf,
-    pub(crate) before: Duration,
-    pub(crate) interval: Duration,
-    pub(crate) files: u64,
-}
-
-/// Asks for a capture named `name` of the window ending now (from
-/// [`Builder::capture_before`] ago): in flight-recorder mode with
-/// [`Builder::capture_to`] set, the flusher writes it into a new file; with
-/// system tracing, it also sends `ActivateTriggers` with `name` to the
-/// tracing service. Returns whether the capture was queued: `false` without
-/// a session, or if 16 are already waiting for the flusher (counted in
-/// [`Stats::captures_suppressed`](crate::Stats)). The calling thread only
-/// queues it and wakes the flusher.
-///
-/// # Examples
-///
-/// ```
-/// let dir = std::env::temp_dir();
-/// let trace = ringtrace::builder()
-///     .output(dir.join("ringtrace-doc-trigger.pftrace"))
-///     .overwrite(true)
-///     .capture_to(dir.join("ringtrace-doc-capture-{n}.pftrace"))
-///     .start()?;
-/// ringtrace::trace_instant!("before the incident");
-/// ringtrace::trigger("incident");
-/// let stats = trace.stop()?;
-/// assert_eq!(stats.captures_fired, 1);
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-pub fn trigger(name: &str) -> bool {
-    let now = ticks();
-    queue(Capture {
-        name: name.to_owned(),
-        start: now,
-        end: now,
-    })
-}
-
-/// Queues `capture` for the flusher; false without a session or when too
-/// many wait.
-pub(crate) fn queue(capture: Capture) -> bool {
-    let shared = match SESSION.lock().as_ref() {
-        Some(s) if s.captures => s.shared.clone(),
-        _ => return false,
-    };
+/// Queues `capture` with the session's `requests` and wakes the flusher;
+/// false once the flusher has ended or when too many wait.
+pub(crate) fn queue(requests: &Mutex<Requests>, waker: &Waker, capture: Capture) -> bool {
     {
-        let mut requests = shared.requests.lock();
+        let mut requests = requests.lock();
         if requests.closed() {
             return false;
         }
@@ -104,7 +51,7 @@ pub(crate) fn queue(capture: Capture) -> bool {
         }
         requests.push(Request::Capture(capture));
     }
-    shared.wake();
+    waker.wake();
     true
 }
 
@@ -143,9 +90,9 @@ impl Captures {
         }
     }
 
-    /// A capture request taken from the queue: written after this pass.
-    pub(crate) fn add(&mut self, c: Capture) {
-        self.pending.push(c);
+    /// Capture requests taken from the queue: written after this pass.
+    pub(crate) fn pending_mut(&mut self) -> &mut Vec<Capture> {
+        &mut self.pending
     }
 
     pub(crate) fn pending(&self) -> bool {
@@ -190,7 +137,7 @@ impl Captures {
     ) -> std::io::Result<()> {
         let path = file_name(&opts.pattern, self.next, &c.name);
         self.next += 1;
-        let format = crate::Format::from_path(&path).unwrap_or(crate::Format::Perfetto);
+        let format = Format::from_path(&path).unwrap_or(Format::Perfetto);
         let file = std::fs::File::create(&path)?;
         let mut sink = Sink::file(
             file,

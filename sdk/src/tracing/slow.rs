@@ -48,7 +48,7 @@ impl SlowRule {
         }
         let now = ticks();
         if now.saturating_sub(created) > self.ticks {
-            crate::session::trigger::queue(crate::session::trigger::Capture {
+            crate::session::queue_capture(crate::session::capture::Capture {
                 name: meta.name().to_owned(),
                 start: created,
                 end: now,
