@@ -197,7 +197,9 @@ fn slices_and_instants_from_thread_local_destructors_are_recorded() {
         {
             let dir = scratch(&format!("teardown-{api}-{ext}-{only_drop}"));
             let trace = dir.join(format!("teardown.{ext}"));
-            let mut envs = vec![("MEM_API", api), ("MEM_THREADS", "300")];
+            let threads = 300;
+            let threads_s = threads.to_string();
+            let mut envs = vec![("MEM_API", api), ("MEM_THREADS", threads_s.as_str())];
             if only_drop {
                 envs.push(("MEM_ONLY_DROP", "1"));
             }
@@ -270,7 +272,7 @@ fn slices_and_instants_from_thread_local_destructors_are_recorded() {
                     .filter(|(n, a)| n == which || said(a, which))
                     .count();
                 assert_eq!(
-                    td, 1000,
+                    td, threads,
                     "{api} {ext}: instants from the `{which}` destructors"
                 );
                 if api == "layer" && which == "first" {
@@ -282,7 +284,7 @@ fn slices_and_instants_from_thread_local_destructors_are_recorded() {
                     .collect();
                 assert_eq!(
                     spans.len(),
-                    1000,
+                    threads,
                     "{api} {ext}: slices from `{which}` destructors"
                 );
                 let open = spans.iter().filter(|s| !s.2).count();
