@@ -443,3 +443,41 @@ fn events_of_threads_without_a_ring_are_marked_on_the_process_track() {
         assert_eq!(written + no_memory, 3 * (threads + 1), "{format}: {on}");
     }
 }
+
+/// Spans nested deeper than the thread's inline stack of entered spans (16)
+/// in `Drop` of a thread-local that runs after its spill vector is gone: the
+/// spans past 16 deep are not recorded, their begins and ends counted lost
+/// and marked; everything else is whole.
+#[test]
+fn deep_spans_in_a_late_thread_local_destructor_are_counted_lost() {
+    let threads = 100u64;
+    let depth = 24u64;
+    let dir = scratch("teardown-deep");
+    let trace = dir.join("teardown.pftrace");
+    let on = run(
+        "teardown",
+        &trace,
+        &[
+            ("MEM_API", "subscriber"),
+            ("MEM_THREADS", &threads.to_string()),
+            ("MEM_DEPTH", &depth.to_string()),
+        ],
+    );
+    // Per thread: the body's span and its nested ones, then each destructor's
+    // span, its instant and its nested ones, a begin and an end per span.
+    let produced = threads * (2 * (1 + depth) + 2 * (2 * (1 + depth) + 1));
+    // The late destructor's spans past 16 deep (its own is the first of 16).
+    let lost = threads * 2 * (1 + depth - 16);
+    assert_eq!(on["events_lost"], lost, "{on}");
+    let (written, marked) = perfetto_written(&trace);
+    assert_eq!(written + lost, produced, "{on}");
+    assert_eq!(marked, lost, "{on}");
+    let model = perfetto_model(&trace);
+    let open = model["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["dur"].as_i64() == Some(-1))
+        .count();
+    assert_eq!(open, 0, "slices left unfinished");
+}

@@ -171,6 +171,11 @@ impl Drop for RecordsOnDrop {
                 let _s =
                     tracing::info_span!(target: "teardown", "td_span", which = self.0).entered();
                 tracing::info!(target: "teardown", which = self.0, "td");
+                // `MEM_DEPTH`: that many more spans nested inside.
+                let deep: Vec<_> = (0..env_u64("MEM_DEPTH", 0))
+                    .map(|d| tracing::info_span!(target: "teardown", "td_deep", d).entered())
+                    .collect();
+                deep.into_iter().rev().for_each(drop); // innermost first
             }
             "log" => {
                 ringtrace::trace_scope!("teardown", "td_span", which = self.0);
@@ -227,6 +232,10 @@ pub fn teardown(trace: &str) -> Value {
                     "subscriber" | "layer" => {
                         let span = tracing::info_span!(target: "teardown", "body", i);
                         let _g = span.enter();
+                        let deep: Vec<_> = (0..env_u64("MEM_DEPTH", 0))
+                            .map(|d| tracing::info_span!(target: "teardown", "deep", d).entered())
+                            .collect();
+                        deep.into_iter().rev().for_each(drop); // innermost first
                     }
                     "events" => {
                         static CAT: ringtrace::Category = ringtrace::Category::new("teardown");

@@ -154,7 +154,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
         session: 0,
         recorded: false,
     };
-    // Without room to remember the entry (only past 32 deep in the thread's
+    // Without room to remember the entry (only past 16 deep in the thread's
     // teardown) its end could not be paired: begin and end are both lost.
     let room = stack_has_room();
     let found = store.with_data(id, |data| {

@@ -387,9 +387,12 @@ pub(super) struct Entered {
 }
 
 /// Entries kept in the thread-local without destructor; deeper ones spill.
-const STACK_INLINE: usize = 32;
+/// 16 (384 bytes): every thread of the process carries them, and about as
+/// much as the vector's first allocation and destructor registration it
+/// replaces.
+const STACK_INLINE: usize = 16;
 
-/// The thread's stack of entered spans: the innermost `STACK_INLINE` in a
+/// The thread's stack of entered spans: the outermost `STACK_INLINE` in a
 /// fixed array, the rest in `SPILL`.
 pub(super) struct Stack {
     len: usize,
