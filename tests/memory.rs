@@ -180,6 +180,9 @@ fn the_subscriber_with_5000_threads_stays_within_the_budget() {
     assert_eq!(records_in(&events), 3 * 5_001, "{on}");
 }
 
+/// An event's name and args.
+type Named = (String, Value);
+
 /// Slices entered and closed in `Drop` of thread-locals, with an instant
 /// inside, from thread-locals made before and after the thread's first
 /// event, through every API, both formats: every slice whole (its end
@@ -206,55 +209,54 @@ fn slices_and_instants_from_thread_local_destructors_are_recorded() {
             let on = run("teardown", &trace, &envs);
             assert_eq!(on["events_lost"], 0, "{api} {ext}: {on}");
             // (name, args) of each instant and each slice, whole or not.
-            let (instants, slices): (Vec<(String, Value)>, Vec<(String, Value, bool)>) =
-                if ext == "json" {
-                    let events = json_events(&trace);
-                    let i = events.iter().filter(|e| e["ph"] == "i");
-                    let x = events.iter().filter(|e| e["ph"] == "X" || e["ph"] == "B");
-                    let ends = events.iter().filter(|e| e["ph"] == "E").count();
-                    let begins = events.iter().filter(|e| e["ph"] == "B").count();
-                    assert_eq!(begins, ends, "{api} {ext}: B without E");
-                    (
-                        i.map(|e| (e["name"].as_str().unwrap().to_owned(), e["args"].clone()))
-                            .collect(),
-                        // A slice still open at the end is written whole
-                        // to that moment, marked.
-                        x.map(|e| {
-                            let whole = e["args"]["ringtrace.unfinished"].is_null();
-                            (
-                                e["name"].as_str().unwrap().to_owned(),
-                                e["args"].clone(),
-                                whole,
-                            )
-                        })
+            let (instants, slices): (Vec<Named>, Vec<(String, Value, bool)>) = if ext == "json" {
+                let events = json_events(&trace);
+                let i = events.iter().filter(|e| e["ph"] == "i");
+                let x = events.iter().filter(|e| e["ph"] == "X" || e["ph"] == "B");
+                let ends = events.iter().filter(|e| e["ph"] == "E").count();
+                let begins = events.iter().filter(|e| e["ph"] == "B").count();
+                assert_eq!(begins, ends, "{api} {ext}: B without E");
+                (
+                    i.map(|e| (e["name"].as_str().unwrap().to_owned(), e["args"].clone()))
                         .collect(),
-                    )
-                } else {
-                    let model = perfetto_model(&trace);
-                    let all = model["slices"].as_array().unwrap();
-                    let events = model["events"].as_array().unwrap();
-                    let i = events.iter().filter(|e| e["type"] == "INSTANT");
-                    let x = all.iter().filter(|s| s["name"] == "td_span");
-                    (
-                        i.map(|e| {
-                            let name = e["name"].as_str().unwrap_or("").to_owned();
-                            match e["log"]["body"].as_str() {
-                                Some(body) => (name, serde_json::json!({ "body": body })),
-                                None => (name, e["args"].clone()),
-                            }
-                        })
-                        .collect(),
-                        x.map(|s| {
-                            let whole = s["dur"].as_i64().unwrap() >= 0;
-                            (
-                                s["name"].as_str().unwrap_or("").to_owned(),
-                                s["args"].clone(),
-                                whole,
-                            )
-                        })
-                        .collect(),
-                    )
-                };
+                    // A slice still open at the end is written whole
+                    // to that moment, marked.
+                    x.map(|e| {
+                        let whole = e["args"]["ringtrace.unfinished"].is_null();
+                        (
+                            e["name"].as_str().unwrap().to_owned(),
+                            e["args"].clone(),
+                            whole,
+                        )
+                    })
+                    .collect(),
+                )
+            } else {
+                let model = perfetto_model(&trace);
+                let all = model["slices"].as_array().unwrap();
+                let events = model["events"].as_array().unwrap();
+                let i = events.iter().filter(|e| e["type"] == "INSTANT");
+                let x = all.iter().filter(|s| s["name"] == "td_span");
+                (
+                    i.map(|e| {
+                        let name = e["name"].as_str().unwrap_or("").to_owned();
+                        match e["log"]["body"].as_str() {
+                            Some(body) => (name, serde_json::json!({ "body": body })),
+                            None => (name, e["args"].clone()),
+                        }
+                    })
+                    .collect(),
+                    x.map(|s| {
+                        let whole = s["dur"].as_i64().unwrap() >= 0;
+                        (
+                            s["name"].as_str().unwrap_or("").to_owned(),
+                            s["args"].clone(),
+                            whole,
+                        )
+                    })
+                    .collect(),
+                )
+            };
             let said = |args: &Value, which: &str| {
                 args["which"] == which
                     || args
