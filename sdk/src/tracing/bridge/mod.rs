@@ -18,8 +18,8 @@ pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, Inline, SpanData};
 use spans::{
-    extend_entered, push_entered, stack_has_room, take_entered, thread_key, Entered, ASYNC_LIVE,
-    END_PENDING, NEXT_FLOW_ID,
+    extend_entered, pop_innermost, push_entered, stack_has_room, take_entered, thread_key, Entered,
+    ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID,
 };
 use std::sync::atomic::Ordering;
 use tracing::span::{Attributes, Id, Record as SpanValues};
@@ -205,8 +205,13 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
 /// Span `id` exits on this thread: its slice ends.
 pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
     // Take this span's entry, and the entries above it if any.
-    let Some((entry, above)) = take_entered(id.into_u64()) else {
-        return; // not entered here as far as ringtrace knows (its category was off)
+    let id64 = id.into_u64();
+    let (entry, above) = match pop_innermost(id64) {
+        Some(entry) => (entry, Vec::new()),
+        None => match take_entered(id64) {
+            Some(taken) => taken,
+            None => return, // not entered here as far as ringtrace knows (its category was off)
+        },
     };
     if above.is_empty() && !entry.recorded {
         return; // its enter wrote nothing (its category was off): no clock read

@@ -415,21 +415,20 @@ thread_local! {
 }
 
 impl Stack {
+    #[inline]
     fn get(&self, i: usize) -> Option<Entered> {
         if i < STACK_INLINE {
             Some(self.inline[i])
         } else {
-            SPILL
-                .try_with(|v| v.borrow().get(i - STACK_INLINE).copied())
-                .ok()
-                .flatten()
+            spilled(i - STACK_INLINE)
         }
     }
 
+    #[inline]
     fn push(&mut self, e: Entered) -> bool {
         if self.len < STACK_INLINE {
             self.inline[self.len] = e;
-        } else if SPILL.try_with(|v| v.borrow_mut().push(e)).is_err() {
+        } else if !spill(e) {
             return false;
         }
         self.len += 1;
@@ -437,8 +436,9 @@ impl Stack {
     }
 
     /// Whether one more entry can be pushed.
+    #[inline]
     fn has_room(&self) -> bool {
-        self.len < STACK_INLINE || SPILL.try_with(|_| ()).is_ok()
+        self.len < STACK_INLINE || spill_alive()
     }
 
     fn truncate(&mut self, len: usize) {
@@ -447,6 +447,24 @@ impl Stack {
         }
         self.len = self.len.min(len);
     }
+}
+
+#[cold]
+fn spilled(i: usize) -> Option<Entered> {
+    SPILL
+        .try_with(|v| v.borrow().get(i).copied())
+        .ok()
+        .flatten()
+}
+
+#[cold]
+fn spill(e: Entered) -> bool {
+    SPILL.try_with(|v| v.borrow_mut().push(e)).is_ok()
+}
+
+#[cold]
+fn spill_alive() -> bool {
+    SPILL.try_with(|_| ()).is_ok()
 }
 
 pub(super) fn thread_key() -> u64 {
@@ -462,28 +480,50 @@ pub(super) fn thread_key() -> u64 {
 
 /// Whether the thread's stack can take one more entered span (false only
 /// past `STACK_INLINE` deep during the thread's teardown).
+#[inline]
 pub(super) fn stack_has_room() -> bool {
     STACK.with(|s| s.borrow().has_room())
 }
 
 /// Pushes `e` on the thread's stack; false if it had no room.
+#[inline]
 pub(super) fn push_entered(e: Entered) -> bool {
     STACK.with(|s| s.borrow_mut().push(e))
 }
 
-/// Takes span `id`'s innermost entry off the thread's stack, with the
-/// entries above it (entered after it, still entered), outermost first.
-pub(super) fn take_entered(id: u64) -> Option<(Entered, Vec<Entered>)> {
+/// Takes span `id`'s entry off the thread's stack if it is the innermost
+/// and in the inline part: the common exit.
+#[inline(always)]
+pub(super) fn pop_innermost(id: u64) -> Option<Entered> {
     STACK.with(|s| {
         let mut s = s.borrow_mut();
-        let pos = (0..s.len)
-            .rev()
-            .find(|&i| s.get(i).is_some_and(|e| e.id == id))?;
-        let entry = s.get(pos)?;
-        let above: Vec<Entered> = (pos + 1..s.len).filter_map(|i| s.get(i)).collect();
-        s.truncate(pos);
-        Some((entry, above))
+        let top = s.len.wrapping_sub(1);
+        if top < STACK_INLINE && s.inline[top].id == id {
+            s.len = top;
+            Some(s.inline[top])
+        } else {
+            None
+        }
     })
+}
+
+/// Takes span `id`'s innermost entry off the thread's stack, with the
+/// entries above it (entered after it, still entered), outermost first.
+#[cold]
+pub(super) fn take_entered(id: u64) -> Option<(Entered, Vec<Entered>)> {
+    STACK.with(|s| take_below(&mut s.borrow_mut(), id))
+}
+
+/// [`take_entered`] when the entry is not the innermost or is spilled.
+#[cold]
+fn take_below(s: &mut Stack, id: u64) -> Option<(Entered, Vec<Entered>)> {
+    let pos = (0..s.len)
+        .rev()
+        .find(|&i| s.get(i).is_some_and(|e| e.id == id))?;
+    let entry = s.get(pos)?;
+    let above: Vec<Entered> = (pos + 1..s.len).filter_map(|i| s.get(i)).collect();
+    s.truncate(pos);
+    Some((entry, above))
 }
 
 /// Puts back entries taken by [`take_entered`] (those still entered).
