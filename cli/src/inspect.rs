@@ -2,7 +2,7 @@
 
 use crate::convert::{micros, trace_end};
 use crate::model::{Format, Kind, TraceModel, Track, LOST_EVENT_NAME};
-use ringtrace::archive::{self, MemberKind};
+use ringtrace_archive::{self as archive, MemberKind};
 use serde_json::{json, Value};
 
 /// Builtin clock names by id.

@@ -25,7 +25,7 @@ pub mod convert;
 pub mod inspect;
 pub mod model;
 
-use ringtrace::archive::{self, MemberKind};
+use ringtrace_archive::{self as archive, MemberKind};
 use serde_json::Value;
 use std::io::{Read, Write};
 

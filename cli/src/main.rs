@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-use ringtrace::archive::{Archive, Clock, ZipMethod};
+use ringtrace_archive::{Archive, Clock, ZipMethod};
 use ringtrace_cli::{inspect, out, outln, unpack_limit, Inspected};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -112,7 +112,7 @@ fn split_eq<'a>(opt: &str, v: &'a str) -> Result<(&'a str, &'a str), Failure> {
 
 fn parse_clock(s: &str) -> Result<Clock, Failure> {
     s.parse()
-        .map_err(|e: ringtrace::archive::ArchiveError| usage(e.to_string()))
+        .map_err(|e: ringtrace_archive::ArchiveError| usage(e.to_string()))
 }
 
 enum Op {
@@ -309,7 +309,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
         "wrote {} ({} trace file(s) + {})",
         output.display(),
         archive.members().len(),
-        ringtrace::archive::MANIFEST_NAME
+        ringtrace_archive::MANIFEST_NAME
     );
     for f in &manifest.files {
         let mut notes = Vec::new();

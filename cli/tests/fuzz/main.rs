@@ -29,7 +29,7 @@ mod mutate;
 
 use mutate::{Rng, Shape};
 use prost::Message;
-use ringtrace::archive::{self, Archive, ArchiveError, Manifest};
+use ringtrace_archive::{self as archive, Archive, ArchiveError, Manifest};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
