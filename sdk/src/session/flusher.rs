@@ -135,6 +135,12 @@ pub struct Stats {
     /// during the session (at most
     /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
     pub buffer_bytes_peak: u64,
+    /// `tracing` spans not recorded during the session because more spans
+    /// were alive at once than ringtrace's span table holds (over 10^9; the
+    /// layer's and the subscriber's spans together). Such spans stay valid
+    /// `tracing` spans; nothing of them is recorded. 0 without the `tracing`
+    /// feature, and in the `Stats` of a finished capture window.
+    pub spans_not_stored: u64,
 }
 
 pub(crate) struct Flusher {

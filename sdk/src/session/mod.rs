@@ -260,6 +260,7 @@ impl Builder {
         } else {
             CategoryFilter::none()
         });
+        let spans_not_stored_at_start = spans_not_stored();
         callsite::set_active(true);
         *slot = Some(Session {
             id,
@@ -268,6 +269,7 @@ impl Builder {
             path: path.clone(),
             formats,
             producer,
+            spans_not_stored_at_start,
         });
         drop(slot);
         AT_EXIT.call_once(|| {
@@ -305,6 +307,16 @@ struct Session {
     formats: capture::Formats,
     /// System tracing's connection thread, if on.
     producer: Option<(Arc<Link>, JoinHandle<()>)>,
+    /// The span table's count of spans not stored when the session started.
+    spans_not_stored_at_start: u64,
+}
+
+/// `tracing` spans not stored so far, process-wide (0 without the feature).
+fn spans_not_stored() -> u64 {
+    #[cfg(feature = "tracing")]
+    return crate::tracing::spans_not_stored();
+    #[cfg(not(feature = "tracing"))]
+    0
 }
 
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
@@ -355,7 +367,11 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     }
     REGISTRY.close();
     match joined {
-        Ok((stats, None)) => Ok(stats),
+        Ok((mut stats, None)) => {
+            stats.spans_not_stored =
+                spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
+            Ok(stats)
+        }
         Ok((_, Some(e))) => Err(Error::Io {
             path: session.path,
             source: e,

@@ -108,6 +108,13 @@ pub use builder::{
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 
+/// Spans the span table had no room for, process-wide (the layer's and the
+/// subscriber's: one table holds both); the session reports its share in
+/// `Stats::spans_not_stored`.
+pub(crate) fn spans_not_stored() -> u64 {
+    span_table::SPAN_STATES.not_stored()
+}
+
 pub(crate) mod sealed {
     /// Made once its session has started.
     pub trait FromSession {
