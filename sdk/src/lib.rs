@@ -112,6 +112,7 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+mod deprecated;
 mod encode;
 pub mod events;
 #[cfg(feature = "log")]
@@ -129,16 +130,16 @@ pub use crate::tracing::{
     layer, subscriber, LayerBuilder, RingtraceLayer, RingtraceSubscriber, SubscriberBuilder,
     TracingBuilder, TracingRecorder,
 };
-pub use events::{
-    clock_sync, clock_sync_issued, global_sample, set_process_labels, set_process_name,
-    set_process_sort_index, set_thread_name, set_thread_sort_index, AsyncRange, Category, Color,
-    ContextGuard, CounterUnit, Event, Flow, Frame, Id, IdKind, InstantScope, LogLevel, SliceGuard,
-    Stack, Track, TrackSliceGuard,
-};
+// The typed event API has one path, `ringtrace::events::*`; its old paths at
+// the root are deprecated aliases (`deprecated`).
+#[allow(deprecated)]
+pub use deprecated::*;
+pub use events::values::LogLevel;
 pub use record::args::TraceValue;
 pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
-pub use ringtrace_macros::trace;
+#[allow(deprecated)]
+pub use ringtrace_macros::{trace, traced};
 pub use session::flusher::Stats;
 pub use session::sink::MemoryBuffer;
 pub use session::{
@@ -167,7 +168,7 @@ pub fn trace_clock_ns() -> u64 {
 pub mod __private {
     pub use crate::events::log;
     pub use crate::record::args::{ArgList, WordSink};
-    pub use crate::record::callsite::{Callsite, CallsiteKind};
+    pub use crate::record::callsite::Callsite;
     pub use crate::record::scope::{
         begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture,
     };
@@ -222,7 +223,6 @@ macro_rules! __scope_guard {
             ::core::line!(),
             ::core::module_path!(),
             &[$(::core::stringify!($key)),*],
-            $crate::__private::CallsiteKind::Scope,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::begin_scope(&__RINGTRACE_SITE, &($(&$value,)*))
@@ -232,7 +232,7 @@ macro_rules! __scope_guard {
     }};
 }
 
-/// A `&'static Callsite` for `#[trace]` on `async fn`.
+/// A `&'static Callsite` for `#[traced]` on `async fn`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __callsite {
@@ -244,7 +244,6 @@ macro_rules! __callsite {
             ::core::line!(),
             ::core::module_path!(),
             &[],
-            $crate::__private::CallsiteKind::Scope,
         );
         &__RINGTRACE_SITE
     }};
@@ -291,7 +290,6 @@ macro_rules! __instant {
             ::core::line!(),
             ::core::module_path!(),
             &[$(::core::stringify!($key)),*],
-            $crate::__private::CallsiteKind::Instant,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::instant(&__RINGTRACE_SITE, &($(&$value,)*));
@@ -343,7 +341,6 @@ macro_rules! __counter {
             ::core::line!(),
             ::core::module_path!(),
             &[],
-            $crate::__private::CallsiteKind::Counter,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::counter(&__RINGTRACE_SITE, $value);
@@ -399,7 +396,6 @@ macro_rules! __log {
             ::core::line!(),
             ::core::module_path!(),
             &[],
-            $crate::__private::CallsiteKind::Event,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::log(&__RINGTRACE_SITE, $level, ::core::format_args!($($fmt)+));
@@ -407,7 +403,7 @@ macro_rules! __log {
     }};
 }
 
-/// A `&'static` [`Category`] named by a string literal, without declaring a
+/// A `&'static` [`Category`](events::Category) named by a string literal, without declaring a
 /// `static` by hand (one per use site).
 ///
 /// # Examples
@@ -420,12 +416,13 @@ macro_rules! __log {
 #[macro_export]
 macro_rules! category {
     ($name:literal) => {{
-        static __RINGTRACE_CATEGORY: $crate::Category = $crate::Category::new($name);
+        static __RINGTRACE_CATEGORY: $crate::events::Category =
+            $crate::events::Category::new($name);
         &__RINGTRACE_CATEGORY
     }};
 }
 
-/// A `&'static` [`Category`] (compiled out: the `enable` feature is off;
+/// A `&'static` [`Category`](events::Category) (compiled out: the `enable` feature is off;
 /// every category is off and its events are no-ops).
 #[cfg(not(feature = "enable"))]
 #[macro_export]

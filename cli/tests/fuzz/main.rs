@@ -509,7 +509,8 @@ fn readers_survive_mutated_traces_and_archives() {
 #[test]
 #[ignore]
 fn write_corpus() {
-    use ringtrace::{Category, Format, Id, Track};
+    use ringtrace::events::{Category, Id, Track};
+    use ringtrace::Format;
     static NET: Category = Category::new("net");
     static QUEUE: Track = Track::new("send queue");
     fn workload() {

@@ -488,7 +488,7 @@ impl Builder {
     }
 
     /// Extra labels of the process (JSON `M process_labels`; Perfetto
-    /// `process_labels`). See also [`set_process_labels`](crate::set_process_labels).
+    /// `process_labels`). See also [`set_process_labels`](crate::events::set_process_labels).
     pub fn process_labels<I, S>(mut self, labels: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -655,12 +655,12 @@ fn random_level(rng: &mut Rng, depth: u32, events: &mut Vec<Value>) {
     }
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 fn traced_free(x: u32) -> u32 {
     x + 1
 }
 
-#[ringtrace::trace(name = "renamed", category = "custom", args(x, label))]
+#[ringtrace::traced(name = "renamed", category = "custom", args(x, label))]
 fn traced_with_args(x: u64, label: &str) -> Result<u64, String> {
     if x > 100 {
         return Err(format!("{label} too big"));
@@ -673,12 +673,12 @@ struct Worker {
 }
 
 impl Worker {
-    #[ringtrace::trace]
+    #[ringtrace::traced]
     fn method(&self) -> u32 {
         self.id
     }
 
-    #[ringtrace::trace(category = "async")]
+    #[ringtrace::traced(category = "async")]
     async fn async_method(&self, hops: u32) -> u32 {
         for _ in 0..hops {
             tokio::task::yield_now().await;
@@ -688,7 +688,7 @@ impl Worker {
     }
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 async fn traced_async(n: u32) -> Result<u32, std::io::Error> {
     tokio::time::sleep(Duration::from_millis(2)).await;
     Ok(n)
@@ -714,7 +714,7 @@ impl std::future::Future for PendingOnce {
 
 /// An async call whose two polls run on two threads, for certain (a
 /// runtime's work stealing may or may not move a task).
-#[ringtrace::trace(category = "async")]
+#[ringtrace::traced(category = "async")]
 async fn polled_on_two_threads() -> u32 {
     PendingOnce(false).await;
     5
@@ -726,7 +726,7 @@ fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> std::task::Poll<F::
     std::pin::Pin::new(fut).poll(&mut cx)
 }
 
-/// `#[trace]` on free fns, methods, a fn with args, and async fns polled on a
+/// `#[traced]` on free fns, methods, a fn with args, and async fns polled on a
 /// multi-threaded runtime and handed from one thread to another.
 fn attribute(trace: &str) -> Value {
     let guard = ringtrace::builder().output(trace).start().unwrap();

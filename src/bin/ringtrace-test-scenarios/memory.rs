@@ -154,7 +154,8 @@ impl Drop for RecordsOnDrop {
         let api = std::env::var("MEM_API").unwrap_or_default();
         match api.as_str() {
             "events" => {
-                static CAT: ringtrace::Category = ringtrace::Category::new("teardown");
+                static CAT: ringtrace::events::Category =
+                    ringtrace::events::Category::new("teardown");
                 CAT.instant(self.0).emit();
             }
             "subscriber" | "layer" => tracing::info!(target: "teardown", which = self.0, "td"),
@@ -200,7 +201,8 @@ pub fn teardown(trace: &str) -> Value {
                         let _g = span.enter();
                     }
                     "events" => {
-                        static CAT: ringtrace::Category = ringtrace::Category::new("teardown");
+                        static CAT: ringtrace::events::Category =
+                            ringtrace::events::Category::new("teardown");
                         CAT.instant("body").emit();
                     }
                     _ => {
