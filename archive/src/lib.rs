@@ -233,7 +233,8 @@ impl Archive {
 
     /// Adds every regular file of `dir` whose name does not start with `.`,
     /// in name order, named by its file name; applies the sidecars written by
-    /// [`member_builder`]: clock samples, and machine names when the files come
+    /// [`MemberFile::prepare`] (which the SDK's
+    /// `member_builder` calls): clock samples, and machine names when the files come
     /// from more than one boot or host (named after the host).
     ///
     /// # Errors
