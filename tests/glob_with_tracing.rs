@@ -67,7 +67,13 @@ fn ringtrace_and_tracing_names_resolve_together() {
     // two slices: what ringtrace's names recorded, and nothing of tracing's
     // (no ringtrace subscriber was set).
     let text = String::from_utf8(buf.contents()).unwrap();
-    for name in ["\"instant\"", "\"counter\"", "\"typed\"", "\"ringtrace_attribute\"", "\"inner\""] {
+    for name in [
+        "\"instant\"",
+        "\"counter\"",
+        "\"typed\"",
+        "\"ringtrace_attribute\"",
+        "\"inner\"",
+    ] {
         assert!(text.contains(name), "{name} missing from {text}");
     }
     assert!(!text.contains("tracing's trace!"), "{text}");

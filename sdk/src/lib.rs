@@ -1,7 +1,7 @@
 //! # ringtrace
 //!
 //! An in-process tracing SDK: annotate code with [`trace_scope!`],
-//! [`trace_instant!`], [`trace_counter!`] or [`#[trace]`](trace); ringtrace
+//! [`trace_instant!`], [`trace_counter!`] or [`#[traced]`](traced); ringtrace
 //! records each event into the calling thread's lock-free ring buffer in
 //! nanoseconds, and a background flusher writes a trace that opens in
 //! [Perfetto](https://ui.perfetto.dev) (`.pftrace`) or any Chrome Trace Event
@@ -15,7 +15,7 @@
 //! // Record until `_trace` is dropped; the file is complete then.
 //! let _trace = ringtrace::builder().output(&path).start()?;
 //!
-//! #[ringtrace::trace]
+//! #[ringtrace::traced]
 //! fn compute(x: u32) -> u32 {
 //!     ringtrace::trace_scope!("math", "add_one", x = x);
 //!     x + 1
@@ -36,7 +36,9 @@
 //! With a category off, an event costs one relaxed atomic load and a branch.
 //! With it on: a timestamp read (the invariant TSC, or the vDSO clock) and a
 //! few stores into the thread's ring. No lock, allocation or system call
-//! after a thread's first event. See `benches/` and the README for numbers.
+//! after a thread's first event. The measurements, against the clock and
+//! against other tracers, and how to rerun them, are in the repository's
+//! `BENCHMARKS.md`.
 //!
 //! ## Losing nothing silently
 //!
@@ -45,47 +47,60 @@
 //! point it happened (an instant named `ringtrace: events lost` with the
 //! count, and in Perfetto a sequence restart with `previous_packet_dropped`).
 //!
+//! The totals of a session are its [`Stats`]. Their *events* are trace
+//! events, the file's own units: Perfetto writes a scope as two (begin and
+//! end), Chrome JSON as one `X` (see [`Stats::events_written`]).
+//!
+//! ## Guides
+//!
+//! Longer pages, with examples: [`guide::memory`] (the budget),
+//! [`guide::capture_windows`] ([`rotate_output`], [`dump_to`]),
+//! [`guide::exit_paths`] (exit, panics, kills, full disks),
+//! [`guide::system_tracing`] (Perfetto's `traced`) and [`guide::archives`]
+//! (several processes, the `ringtrace` command). The `log` bridge is
+//! documented in `ringtrace::log` (feature `log`).
+//!
 //! ## Event kinds by format
 //!
 //! | API | Perfetto | Chrome JSON |
 //! | --- | --- | --- |
-//! | `trace_scope!`, `#[trace]` | SLICE_BEGIN / SLICE_END on the thread track | `X` (complete) |
+//! | `trace_scope!`, `#[traced]` | SLICE_BEGIN / SLICE_END on the thread track | `X` (complete) |
 //! | `trace_instant!` | INSTANT on the thread track | `i` with `"s":"t"` |
 //! | `trace_counter!` | COUNTER on a process counter track | `C` |
-//! | `#[trace]` on `async fn` | slice on an async track + a slice per poll | `b`/`e` (`id2.local`) + `X` per poll |
+//! | `#[traced]` on `async fn` | slice on an async track + a slice per poll | `b`/`e` (`id2.local`) + `X` per poll |
 //! | `tracing` spans / events (`layer()`, feature `tracing`) | slices on the thread (+ an async track for spans that move) / INSTANT | `X` (+ `b`/`e`) / `i` |
 //! | thread/process names | TrackDescriptor | `M` thread_name / process_name |
 //! | lost events | `previous_packet_dropped` + instant with the count | instant with the count |
 //!
 //! ## Every phase of the Trace Event Format
 //!
-//! Beyond the macros, a [`Category`] (a `static`, or [`category!`]) starts
+//! Beyond the macros, a [`Category`](events::Category) (a `static`, or [`category!`]) starts
 //! an event of any phase with names, ids, stacks and args known at run time
 //! (see [`events`]). Which JSON phases have a Perfetto counterpart, and how
 //! each is written there:
 //!
 //! | JSON phase | API | Perfetto |
 //! | --- | --- | --- |
-//! | `X` complete (`dur`; `tts`/`tdur` with [`Builder::thread_time`]) | `trace_scope!`, `#[trace]`, [`Category::scope`], [`Category::complete`] | SLICE_BEGIN / SLICE_END on the thread track; thread time as `extra_counter_values` on the thread's `COUNTER_THREAD_TIME_NS` track; explicit times as absolute BOOTTIME timestamps |
+//! | `X` complete (`dur`; `tts`/`tdur` with [`Builder::thread_time`]) | `trace_scope!`, `#[traced]`, [`Category::scope`](events::Category::scope), [`Category::complete`](events::Category::complete) | SLICE_BEGIN / SLICE_END on the thread track; thread time as `extra_counter_values` on the thread's `COUNTER_THREAD_TIME_NS` track; explicit times as absolute BOOTTIME timestamps |
 //! | `B` / `E` ([`JsonScopes::BeginEnd`]; never mixed with `X`) | the same | the same |
-//! | `i` with `s` `t` / `p` / `g` | `trace_instant!`, [`Category::instant`] + [`InstantScope`] | INSTANT on the thread / process / global (uuid 0) track |
-//! | `C` with several series | `trace_counter!`, [`Category::counter`] | COUNTER on a process counter track per series (`<name>`, or `<name> <series>`); int or double; unit in the CounterDescriptor |
-//! | `b` / `n` / `e` (`id`, `id2.local`/`.global`, `scope`) | [`Category::async_begin`] → [`AsyncRange`] | SLICE_BEGIN / INSTANT / SLICE_END on a track per (category, scope, id): child of the process track for `id2.local`, global otherwise |
-//! | `b` / `n` / `e` on a custom track | [`Category::track_scope`], [`Category::track_instant`], [`Track`] | a TrackDescriptor per track with `parent_uuid` (nesting), `sibling_merge_behavior: NONE` |
-//! | `s` / `t` / `f` (`bp: "e"`) | [`Category::flow`] → [`Flow`] | `flow_ids` (fixed64) on an INSTANT at the flow point inside the enclosing slice; `f` puts `terminating_flow_ids` on the next slice's begin (with `bp:"e"`: on an INSTANT in the enclosing slice) |
-//! | `R` mark | [`Category::mark`] | INSTANT on the thread track |
-//! | `M` process_name / process_labels / process_sort_index | [`Builder::process_name`], [`Builder::process_labels`], [`Builder::process_sort_index`], [`set_process_name`], [`set_process_labels`], [`set_process_sort_index`] | ProcessDescriptor `process_name`, `process_labels`, `legacy_sort_index` (+ the track's `sibling_order_rank`) |
-//! | `M` thread_name / thread_sort_index | thread names, [`set_thread_name`], [`set_thread_sort_index`] | ThreadDescriptor `thread_name`, `legacy_sort_index` (+ `sibling_order_rank`) |
-//! | `sf` / `stack`, `esf` / `estack`, top-level `stackFrames` | [`Stack`] on slices, instants, samples | `callstack` (InlineCallstack, rootmost frame first) |
+//! | `i` with `s` `t` / `p` / `g` | `trace_instant!`, [`Category::instant`](events::Category::instant) + [`InstantScope`](events::InstantScope) | INSTANT on the thread / process / global (uuid 0) track |
+//! | `C` with several series | `trace_counter!`, [`Category::counter`](events::Category::counter) | COUNTER on a process counter track per series (`<name>`, or `<name> <series>`); int or double; unit in the CounterDescriptor |
+//! | `b` / `n` / `e` (`id`, `id2.local`/`.global`, `scope`) | [`Category::async_begin`](events::Category::async_begin) → [`AsyncRange`](events::AsyncRange) | SLICE_BEGIN / INSTANT / SLICE_END on a track per (category, scope, id): child of the process track for `id2.local`, global otherwise |
+//! | `b` / `n` / `e` on a custom track | [`Category::track_scope`](events::Category::track_scope), [`Category::track_instant`](events::Category::track_instant), [`Track`](events::Track) | a TrackDescriptor per track with `parent_uuid` (nesting), `sibling_merge_behavior: NONE` |
+//! | `s` / `t` / `f` (`bp: "e"`) | [`Category::flow`](events::Category::flow) → [`Flow`](events::Flow) | `flow_ids` (fixed64) on an INSTANT at the flow point inside the enclosing slice; `f` puts `terminating_flow_ids` on the next slice's begin (with `bp:"e"`: on an INSTANT in the enclosing slice) |
+//! | `R` mark | [`Category::mark`](events::Category::mark) | INSTANT on the thread track |
+//! | `M` process_name / process_labels / process_sort_index | [`Builder::process_name`], [`Builder::process_labels`], [`Builder::process_sort_index`], [`set_process_name`](events::set_process_name), [`set_process_labels`](events::set_process_labels), [`set_process_sort_index`](events::set_process_sort_index) | ProcessDescriptor `process_name`, `process_labels`, `legacy_sort_index` (+ the track's `sibling_order_rank`) |
+//! | `M` thread_name / thread_sort_index | thread names, [`set_thread_name`](events::set_thread_name), [`set_thread_sort_index`](events::set_thread_sort_index) | ThreadDescriptor `thread_name`, `legacy_sort_index` (+ `sibling_order_rank`) |
+//! | `sf` / `stack`, `esf` / `estack`, top-level `stackFrames` | [`Stack`](events::Stack) on slices, instants, samples | `callstack` (InlineCallstack, rootmost frame first) |
 //! | `i` named `log` (args `message`, `level`, `source`) | [`trace_log!`] | INSTANT with a `LogMessage` (interned body, interned source location, priority) |
-//! | `P` sample | [`Category::sample`] | JSON only |
-//! | `N` / `O` / `D` objects (snapshot `base_type`, `cat`) | [`Category::object_created`], [`Category::object_snapshot`], [`Category::object_destroyed`] | JSON only |
-//! | `V` / `v` memory dumps | [`Category::global_memory_dump`], [`Category::process_memory_dump`] | JSON only |
-//! | `c` clock sync (`sync_id`, `issue_ts`) | [`clock_sync`], [`clock_sync_issued`] | JSON only (Perfetto relates clocks with ClockSnapshots) |
-//! | `(` / `)` contexts | [`Category::context`] | JSON only |
-//! | `=` linked ids | [`Category::link_ids`] | JSON only |
-//! | `cname` | `.color(`[`Color`]`)` | JSON only |
-//! | top-level `samples`, `displayTimeUnit`, `otherData`, other keys | [`global_sample`], [`Builder::json_display_time_unit`], [`Builder::json_other_data`], [`Builder::json_metadata`] | JSON only |
+//! | `P` sample | [`Category::sample`](events::Category::sample) | JSON only |
+//! | `N` / `O` / `D` objects (snapshot `base_type`, `cat`) | [`Category::object_created`](events::Category::object_created), [`Category::object_snapshot`](events::Category::object_snapshot), [`Category::object_destroyed`](events::Category::object_destroyed) | JSON only |
+//! | `V` / `v` memory dumps | [`Category::global_memory_dump`](events::Category::global_memory_dump), [`Category::process_memory_dump`](events::Category::process_memory_dump) | JSON only |
+//! | `c` clock sync (`sync_id`, `issue_ts`) | [`clock_sync`](events::clock_sync), [`clock_sync_issued`](events::clock_sync_issued) | JSON only (Perfetto relates clocks with ClockSnapshots) |
+//! | `(` / `)` contexts | [`Category::context`](events::Category::context) | JSON only |
+//! | `=` linked ids | [`Category::link_ids`](events::Category::link_ids) | JSON only |
+//! | `cname` | `.color(`[`Color`](events::Color)`)` | JSON only |
+//! | top-level `samples`, `displayTimeUnit`, `otherData`, other keys | [`global_sample`](events::global_sample), [`Builder::json_display_time_unit`], [`Builder::json_other_data`], [`Builder::json_metadata`] | JSON only |
 //!
 //! The JSON file is the bare array (`[` … events …), which stays loadable
 //! when the process is killed (the format makes the closing `]` optional);
@@ -103,7 +118,7 @@
 //!
 //! | feature | default | what it adds |
 //! | --- | --- | --- |
-//! | `enable` | on | the instrumentation itself; off, every macro and `#[trace]` expand to nothing |
+//! | `enable` | on | the instrumentation itself; off, every macro and `#[traced]` expand to nothing |
 //! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
 //! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
 
@@ -162,6 +177,10 @@ pub use session::{dump_to, rotate_output};
 pub fn trace_clock_ns() -> u64 {
     sys::boottime_ns()
 }
+
+// Guides, from `sdk/docs/`: documentation only, their examples doc-tested.
+#[cfg(any(doc, doctest))]
+pub mod guide;
 
 /// Items the macros expand to. Not a stable API.
 #[doc(hidden)]
