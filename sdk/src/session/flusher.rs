@@ -224,7 +224,7 @@ impl Spares {
             REGISTRY
                 .budget
                 .pool()
-                .stock_until(REGISTRY.budget, &|| GROWTH.count() != grown);
+                .stock_until(&|| GROWTH.count() != grown);
         }
     }
 }
@@ -363,7 +363,7 @@ impl Flusher {
             REGISTRY
                 .budget
                 .pool()
-                .trim_at(REGISTRY.budget, crate::record::pool::ms_at(pass_at));
+                .trim_at(crate::record::budget::ms_at(pass_at));
             let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();
