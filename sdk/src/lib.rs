@@ -155,8 +155,8 @@ pub use record::callsite::{category_enabled, disable_categories, enable_categori
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 #[allow(deprecated)]
 pub use ringtrace_macros::{trace, traced};
-pub use session::flusher::Stats;
 pub use session::sink::MemoryBuffer;
+pub use session::Stats;
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,
