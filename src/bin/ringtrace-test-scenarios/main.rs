@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+mod accounting;
 mod memory;
 mod phases;
 use std::collections::BTreeMap;
@@ -65,6 +66,7 @@ fn main() {
         "json_endless" => phases::json_endless(&trace),
         "threads_alive" => memory::threads_alive(&trace),
         "teardown" => memory::teardown(&trace),
+        "accounting" => accounting::accounting(&trace),
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
         other => panic!("unknown scenario {other}"),
     };
