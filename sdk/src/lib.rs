@@ -117,6 +117,7 @@ pub mod events;
 #[cfg(feature = "log")]
 pub mod log;
 mod record;
+mod sampling;
 mod session;
 mod sys;
 // System tracing: a producer for Perfetto's tracing service (`traced`).
@@ -140,6 +141,7 @@ pub use record::callsite::{category_enabled, disable_categories, enable_categori
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use ringtrace_macros::trace;
 pub use session::flusher::Stats;
+pub use sampling::CpuStacks;
 pub use session::sink::MemoryBuffer;
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,

@@ -26,6 +26,8 @@ use std::collections::HashMap;
 
 mod events;
 mod fast;
+// CPU stack samples (`sampling`).
+mod samples;
 
 // TracePacket
 const P_TIMESTAMP: u32 = 8;
@@ -267,6 +269,8 @@ pub(crate) struct PerfettoEncoder {
     interned: Vec<u8>,
     /// Process metadata set at run time (typed event API).
     proc_meta: events::ProcMeta,
+    /// The CPU samples' sequence (`samples`).
+    samples: samples::SampleSeq,
 }
 
 impl PerfettoEncoder {
@@ -286,6 +290,7 @@ impl PerfettoEncoder {
             te: Vec::new(),
             interned: Vec::new(),
             proc_meta: events::ProcMeta::default(),
+            samples: Default::default(),
         }
     }
 }
@@ -396,6 +401,15 @@ impl Encoder for PerfettoEncoder {
                 });
             });
         });
+    }
+
+    fn samples(
+        &mut self,
+        ctx: &mut Context<'_>,
+        view: &crate::sampling::SampleView<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        self.samples.write(ctx, view, out);
     }
 
     fn tick(&mut self, _ctx: &mut Context<'_>, out: &mut Vec<u8>) {

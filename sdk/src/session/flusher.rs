@@ -135,6 +135,19 @@ pub struct Stats {
     /// during the session (at most
     /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
     pub buffer_bytes_peak: u64,
+    /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
+    pub cpu_samples: u64,
+    /// CPU samples lost: records the kernel dropped (its ring was full) and
+    /// samples beyond what waits for the flusher. Also written to the trace
+    /// (Perfetto: `kernel_records_lost`).
+    pub cpu_samples_lost: u64,
+    /// CPU samples whose stack unwinding stopped before the thread's first
+    /// frame (the frames found are kept; Perfetto: `unwind_error`).
+    pub cpu_stacks_truncated: u64,
+    /// Threads that were sampled.
+    pub cpu_threads_sampled: u64,
+    /// Threads that could not be sampled (memory budget, perf refused).
+    pub cpu_threads_unsampled: u64,
 }
 
 pub(crate) struct Flusher {
@@ -476,6 +489,11 @@ impl Flusher {
                     );
                 }
             }
+            // CPU stack samples (`sampling`): to the file's encoder.
+            if let Some(e) = encoder.as_deref_mut() {
+                let mut ctx = ctx!();
+                crate::sampling::take_pending(|v| e.samples(&mut ctx, v, &mut out));
+            }
             // Events of threads the budget had no ring for: no stream of
             // theirs can carry the loss, so it is marked on the process
             // track with the count since the last mark (a flight recorder
@@ -574,6 +592,12 @@ impl Flusher {
         stats.bytes_written =
             sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
+        let cpu = crate::sampling::end();
+        stats.cpu_samples = cpu.samples;
+        stats.cpu_samples_lost = cpu.lost;
+        stats.cpu_stacks_truncated = cpu.truncated;
+        stats.cpu_threads_sampled = cpu.threads;
+        stats.cpu_threads_unsampled = cpu.threads_unsampled;
         drop(recorder);
         REGISTRY.budget.give_back(recorder_bytes);
         (stats, sink.as_mut().and_then(Sink::take_error))
