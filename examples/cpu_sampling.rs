@@ -30,9 +30,12 @@ fn checksum_blocks(data: &[u64]) -> u64 {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let path = args
-        .next()
-        .unwrap_or_else(|| std::env::temp_dir().join("cpu.pftrace").display().to_string());
+    let path = args.next().unwrap_or_else(|| {
+        std::env::temp_dir()
+            .join("cpu.pftrace")
+            .display()
+            .to_string()
+    });
     let stacks = match args.next().as_deref() {
         Some("copied") => CpuStacks::CopiedStacks,
         Some("fp") => CpuStacks::FramePointers,
@@ -56,7 +59,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stats = trace.stop()?;
     println!(
         "checksum {sum:x}: {} CPU samples ({} lost, {} truncated stacks) of {} threads, in {path}",
-        stats.cpu_samples, stats.cpu_samples_lost, stats.cpu_stacks_truncated, stats.cpu_threads_sampled
+        stats.cpu_samples,
+        stats.cpu_samples_lost,
+        stats.cpu_stacks_truncated,
+        stats.cpu_threads_sampled
     );
     Ok(())
 }

@@ -140,8 +140,8 @@ pub use record::args::TraceValue;
 pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use ringtrace_macros::trace;
-pub use session::flusher::Stats;
 pub use sampling::CpuStacks;
+pub use session::flusher::Stats;
 pub use session::sink::MemoryBuffer;
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,

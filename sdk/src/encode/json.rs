@@ -119,6 +119,8 @@ impl std::fmt::Write for Line {
 }
 
 mod phases;
+// CPU stack samples (`sampling`).
+mod samples;
 pub(crate) use phases::{to_json_text, JsonOptions, ScopeForm};
 
 struct Thread {
@@ -550,6 +552,15 @@ impl Encoder for JsonEncoder {
             super::NO_MEMORY_REASON
         );
         self.push_event(out);
+    }
+
+    fn samples(
+        &mut self,
+        _ctx: &mut Context<'_>,
+        view: &crate::sampling::SampleView<'_>,
+        _out: &mut Vec<u8>,
+    ) {
+        self.write_samples(view);
     }
 
     fn tick(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<u8>) {}

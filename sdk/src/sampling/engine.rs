@@ -1,12 +1,12 @@
 //! The sampler thread and the tables of mappings, frames and call stacks
 //! samples refer to (see the module's documentation in `mod.rs`).
 
-use crate::record::registry::REGISTRY;
 use super::modules::Modules;
-use super::tables::{FrameDef, MappingDef, Pending, Sample, SampleView, Tables};
-use super::{perf, unwind, CpuStacks, Totals};
-use parking_lot::Mutex;
 use super::perf::{OpenError, PerfEvent, PerfRecord, StackSource};
+use super::tables::{FrameDef, MappingDef, Pending, Sample, SampleView, Tables};
+use super::{perf, timer, unwind, CpuStacks, Totals};
+use crate::record::registry::REGISTRY;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -218,17 +218,62 @@ pub(crate) fn end() -> Totals {
 
 /// One sampled thread.
 struct Watched {
-    event: PerfEvent,
-    /// Budget bytes taken for its ring.
+    source: Source,
+    /// Budget bytes taken for its ring or buffers.
     bytes: u64,
+}
+
+/// Where a thread's samples come from.
+enum Source {
+    /// A perf event and its kernel ring.
+    Perf(PerfEvent),
+    /// The fallback: a CPU-time timer and the buffers its handler fills.
+    Timer(timer::ThreadTimer),
+}
+
+/// Stacks into interned call stacks: the unwinder, the process's modules
+/// and scratch space, reused for every sample.
+struct StackWork {
+    modules: Modules,
+    unwinder: unwind::StackUnwinder,
+    pcs: Vec<u64>,
+    scratch: Vec<u32>,
+}
+
+impl StackWork {
+    /// The call stack of a kernel call chain, or of a copied stack
+    /// (`regs`) unwound here; false if the unwinding stopped early.
+    fn intern(
+        &mut self,
+        tables: &mut Tables,
+        chain: &[u64],
+        regs: Option<[u64; 3]>,
+        stack: &[u8],
+    ) -> (u32, bool) {
+        match regs {
+            Some(regs) => {
+                self.pcs.clear();
+                let ok = self
+                    .unwinder
+                    .unwind(&self.modules, regs, stack, &mut self.pcs);
+                let id = tables.callstack(&mut self.modules, &self.pcs, &mut self.scratch);
+                (id, ok)
+            }
+            None => (
+                tables.callstack(&mut self.modules, chain, &mut self.scratch),
+                true,
+            ),
+        }
+    }
 }
 
 struct Sampler {
     shared: Arc<Shared>,
     hz: u32,
     stacks: CpuStacks,
-    modules: Modules,
-    unwinder: unwind::StackUnwinder,
+    work: StackWork,
+    /// Perf refused: per-thread CPU-time timers instead.
+    timers: bool,
     threads: HashMap<i32, Watched>,
     /// Threads that could not be sampled (not tried again).
     refused: std::collections::HashSet<i32>,
@@ -236,8 +281,6 @@ struct Sampler {
     pages: usize,
     said_mlock: bool,
     my_tid: i32,
-    pcs: Vec<u64>,
-    scratch: Vec<u32>,
     batch: Vec<Sample>,
 }
 
@@ -247,23 +290,26 @@ impl Sampler {
             shared,
             hz,
             stacks,
-            modules: Modules::default(),
-            unwinder: unwind::StackUnwinder::new(),
+            work: StackWork {
+                modules: Modules::default(),
+                unwinder: unwind::StackUnwinder::new(),
+                pcs: Vec::new(),
+                scratch: Vec::new(),
+            },
+            timers: false,
             threads: HashMap::new(),
             refused: Default::default(),
             pages: 0,
             said_mlock: false,
             my_tid: crate::sys::tid() as i32,
-            pcs: Vec::new(),
-            scratch: Vec::new(),
             batch: Vec::new(),
         }
     }
 
     fn run(mut self) {
-        self.modules.scan();
+        self.work.modules.scan();
         if self.stacks == CpuStacks::Auto {
-            self.stacks = if self.modules.main_has_frame_pointers() {
+            self.stacks = if self.work.modules.main_has_frame_pointers() {
                 CpuStacks::FramePointers
             } else {
                 CpuStacks::CopiedStacks
@@ -279,18 +325,30 @@ impl Sampler {
             StackSource::Callchain => 8,
             StackSource::Copy(_) => 256,
         };
-        // One probe decides whether perf sampling is possible at all.
+        // One probe decides whether perf sampling is possible at all;
+        // where it is not, CPU-time timers (copied stacks only).
         if let Err(e) = PerfEvent::open(self.my_tid, self.hz, source, 1) {
             let why = match e {
                 OpenError::Open(e) | OpenError::Map(e) => e,
             };
-            eprintln!(
-                "ringtrace: CPU sampling off: perf_event_open refused ({why}); \
-                 the trace has no samples (see kernel.perf_event_paranoid, seccomp)"
-            );
-            self.shared.ready.store(true, Ordering::Release);
-            self.idle();
-            return;
+            match timer::install() {
+                Ok(()) => {
+                    eprintln!(
+                        "ringtrace: CPU sampling: perf_event_open refused ({why}); sampling \
+                         with CPU-time timers instead (at most the kernel tick's rate)"
+                    );
+                    self.timers = true;
+                }
+                Err(t) => {
+                    eprintln!(
+                        "ringtrace: CPU sampling off: perf_event_open refused ({why}) and \
+                         the timer fallback too ({t}); the trace has no samples"
+                    );
+                    self.shared.ready.store(true, Ordering::Release);
+                    self.idle();
+                    return;
+                }
+            }
         }
         let mut next_scan = Instant::now();
         loop {
@@ -324,8 +382,12 @@ impl Sampler {
         let mut fds: Vec<libc::pollfd> = self
             .threads
             .values()
-            .map(|w| libc::pollfd {
-                fd: w.event.fd(),
+            .filter_map(|w| match &w.source {
+                Source::Perf(e) => Some(e.fd()),
+                Source::Timer(_) => None,
+            })
+            .map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             })
@@ -355,7 +417,7 @@ impl Sampler {
         for tid in gone {
             if let Some(mut w) = self.threads.remove(&tid) {
                 let mut sink = Vec::new();
-                self.drain_one(&mut w.event, &mut sink);
+                self.drain_one(&mut w.source, &mut sink);
                 self.publish(sink);
                 REGISTRY.budget.give_back(w.bytes);
             }
@@ -385,6 +447,21 @@ impl Sampler {
     /// An event on `tid`, its ring taken from the budget and within the
     /// locked-memory limit (smaller rings once it is reached).
     fn open(&mut self, tid: i32, source: StackSource) -> Option<Watched> {
+        if self.timers {
+            if !REGISTRY.budget.try_take(timer::SLOT_BYTES) {
+                return None;
+            }
+            return match timer::ThreadTimer::start(tid, self.hz) {
+                Ok(t) => Some(Watched {
+                    source: Source::Timer(t),
+                    bytes: timer::SLOT_BYTES,
+                }),
+                Err(_) => {
+                    REGISTRY.budget.give_back(timer::SLOT_BYTES);
+                    None
+                }
+            };
+        }
         let page = perf::page_size() as u64;
         loop {
             let bytes = (self.pages as u64 + 1) * page;
@@ -392,7 +469,12 @@ impl Sampler {
                 return None;
             }
             match PerfEvent::open(tid, self.hz, source, self.pages) {
-                Ok(event) => return Some(Watched { event, bytes }),
+                Ok(event) => {
+                    return Some(Watched {
+                        source: Source::Perf(event),
+                        bytes,
+                    })
+                }
                 Err(OpenError::Map(e)) if self.pages > 1 => {
                     REGISTRY.budget.give_back(bytes);
                     if !self.said_mlock {
@@ -416,53 +498,21 @@ impl Sampler {
         let mut sink = std::mem::take(&mut self.batch);
         let mut threads = std::mem::take(&mut self.threads);
         for w in threads.values_mut() {
-            self.drain_one(&mut w.event, &mut sink);
+            self.drain_one(&mut w.source, &mut sink);
         }
         self.threads = threads;
         self.publish(sink);
     }
 
-    /// Reads one ring; its samples go to `sink`.
-    fn drain_one(&mut self, event: &mut PerfEvent, sink: &mut Vec<Sample>) {
-        let mut raws = Vec::new();
+    /// Reads one thread's ring or buffers; its samples go to `sink`.
+    fn drain_one(&mut self, source: &mut Source, sink: &mut Vec<Sample>) {
         let mut lost = 0;
-        // Interning needs `&mut self`: the ring's records are parsed into
-        // owned stacks first.
-        event.drain(|r| match r {
-            PerfRecord::Lost(n) => lost += n,
-            PerfRecord::Sample(s) => raws.push((
-                s.tid,
-                s.time_ns,
-                s.cpu,
-                s.chain,
-                s.regs,
-                s.stack.to_vec(),
-            )),
-        });
-        if lost > 0 {
-            self.shared.counters.lost.fetch_add(lost, Ordering::Relaxed);
-            self.shared.pending.lock().lost += lost;
-        }
+        let mut truncated = 0;
         let mut tables = self.shared.tables.lock();
-        for (tid, ts_ns, cpu, chain, regs, stack) in raws {
-            let (pcs, complete) = match regs {
-                Some(regs) => {
-                    self.pcs.clear();
-                    let ok = self
-                        .unwinder
-                        .unwind(&self.modules, regs, &stack, &mut self.pcs);
-                    (std::mem::take(&mut self.pcs), ok)
-                }
-                None => (chain, true),
-            };
-            let callstack = tables.callstack(&mut self.modules, &pcs, &mut self.scratch);
-            self.pcs = pcs;
-            if !complete {
-                self.shared
-                    .counters
-                    .truncated
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+        let work = &mut self.work;
+        let mut add = |tid, ts_ns, cpu, chain: &[u64], regs: Option<[u64; 3]>, stack: &[u8]| {
+            let (callstack, complete) = work.intern(&mut tables, chain, regs, stack);
+            truncated += !complete as u64;
             sink.push(Sample {
                 ts_ns,
                 tid,
@@ -470,6 +520,23 @@ impl Sampler {
                 callstack,
                 truncated: !complete,
             });
+        };
+        match source {
+            Source::Perf(event) => event.drain(|r| match r {
+                PerfRecord::Lost(n) => lost += n,
+                PerfRecord::Sample(s) => add(s.tid, s.time_ns, s.cpu, &s.chain, s.regs, s.stack),
+            }),
+            Source::Timer(timer) => {
+                timer.drain(|c| add(c.tid, c.ts_ns, 0, &[], Some(c.regs), c.stack));
+                lost += timer::DROPPED.swap(0, Ordering::Relaxed);
+            }
+        }
+        drop(tables);
+        let c = &self.shared.counters;
+        c.truncated.fetch_add(truncated, Ordering::Relaxed);
+        if lost > 0 {
+            c.lost.fetch_add(lost, Ordering::Relaxed);
+            self.shared.pending.lock().lost += lost;
         }
     }
 

@@ -20,8 +20,10 @@
 //! are counted in [`Stats`](crate::Stats): records the kernel dropped,
 //! samples over the cap, stacks whose unwinding stopped early.
 //!
-//! Where `perf_event_open` is refused: no samples, one message on stderr,
-//! and tracing goes on.
+//! Where `perf_event_open` is refused, a CPU-time timer per thread whose
+//! signal handler copies registers and stack into buffers made beforehand
+//! (`timer`); where that fails too, no samples, one message on stderr, and
+//! tracing goes on.
 
 // The perf rings, `poll` and the ELF reads are system calls and raw
 // memory: each `unsafe` block carries its proof.
@@ -35,6 +37,8 @@ mod engine;
 mod modules;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod perf;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod timer;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod unwind;
 

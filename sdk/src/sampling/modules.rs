@@ -103,7 +103,9 @@ impl ElfFile {
         let frame_pointer_share = obj
             .section_by_name(".text")
             .and_then(|t| Some((t.address(), t.data().ok()?)))
-            .map_or(0.0, |(addr, text)| frame_pointer_share(&symbols, addr, text));
+            .map_or(0.0, |(addr, text)| {
+                frame_pointer_share(&symbols, addr, text)
+            });
         Some(ElfFile {
             build_id,
             load_bias,
@@ -115,7 +117,10 @@ impl ElfFile {
 
     /// The function containing ELF address `svma`, mangled.
     fn symbol(&self, svma: u64) -> Option<&str> {
-        let i = self.symbols.partition_point(|s| s.0 <= svma).checked_sub(1)?;
+        let i = self
+            .symbols
+            .partition_point(|s| s.0 <= svma)
+            .checked_sub(1)?;
         let (addr, size, name) = &self.symbols[i];
         // A sized symbol must contain the address; an unsized one (some
         // assembly) is taken up to the next symbol.
@@ -269,7 +274,10 @@ impl Modules {
     }
 
     fn lookup(&self, pc: u64) -> Option<usize> {
-        let i = self.maps.partition_point(|m| m.start <= pc).checked_sub(1)?;
+        let i = self
+            .maps
+            .partition_point(|m| m.start <= pc)
+            .checked_sub(1)?;
         (pc < self.maps[i].end).then_some(i)
     }
 

@@ -230,7 +230,10 @@ impl PerfEvent {
     /// outlive the mapping (`drain` keeps them within one call).
     fn head_tail<'a>(
         base: *mut u8,
-    ) -> (&'a std::sync::atomic::AtomicU64, &'a std::sync::atomic::AtomicU64) {
+    ) -> (
+        &'a std::sync::atomic::AtomicU64,
+        &'a std::sync::atomic::AtomicU64,
+    ) {
         // SAFETY: `perf_event_mmap_page` keeps `data_head` at byte 1024 and
         // `data_tail` at 1032 of the first page, which stays mapped while
         // the caller (`drain`, on `&mut self`) uses them; both are 8-byte aligned u64s the kernel reads and

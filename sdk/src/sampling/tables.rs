@@ -67,4 +67,3 @@ pub(crate) struct SampleView<'a> {
     /// Samples lost since the last view (kernel records, the cap).
     pub(crate) lost: u64,
 }
-

@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+mod cpu;
 mod memory;
 mod phases;
 use std::collections::BTreeMap;
@@ -66,6 +67,9 @@ fn main() {
         "threads_alive" => memory::threads_alive(&trace),
         "teardown" => memory::teardown(&trace),
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
+        "cpu_hot" => cpu::hot(&trace, &args[4]),
+        "cpu_refused" => cpu::refused(&trace),
+        "cpu_threads" => cpu::threads(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

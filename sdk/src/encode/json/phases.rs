@@ -67,8 +67,9 @@ pub(super) struct Phases {
     frames: HashMap<(u64, String, String), u64>,
     /// The `stackFrames` entries written so far (object form).
     frames_text: String,
-    /// The `samples` entries written so far (object form).
-    samples_text: String,
+    /// The `samples` entries written so far (object form; CPU samples
+    /// too: `json/samples.rs`).
+    pub(super) samples_text: String,
     scratch: String,
 }
 
@@ -287,7 +288,10 @@ impl JsonEncoder {
     }
 
     /// Interns a stack of frames (rootmost first); returns the leaf's id.
-    fn intern_frames<'s>(&mut self, frames: impl Iterator<Item = (&'s str, &'s str)>) -> u64 {
+    pub(super) fn intern_frames<'s>(
+        &mut self,
+        frames: impl Iterator<Item = (&'s str, &'s str)>,
+    ) -> u64 {
         let mut parent = 0;
         for (name, cat) in frames {
             let key = (parent, name.to_string(), cat.to_string());
