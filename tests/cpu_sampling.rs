@@ -37,6 +37,16 @@ fn samples_model(trace: &Path) -> Value {
 /// Runs `scenario` (with `extra` as its fourth argument), checks it
 /// succeeded, returns the trace's path, its expectation and stderr.
 fn run(dir: &str, file: &str, scenario: &str, extra: &str) -> (std::path::PathBuf, Value, String) {
+    run_env(dir, file, scenario, extra, &[])
+}
+
+fn run_env(
+    dir: &str,
+    file: &str,
+    scenario: &str,
+    extra: &str,
+    envs: &[(&str, &str)],
+) -> (std::path::PathBuf, Value, String) {
     let trace = scratch(dir).join(file);
     let expect = trace.with_extension("expect.json");
     let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
@@ -46,6 +56,10 @@ fn run(dir: &str, file: &str, scenario: &str, extra: &str) -> (std::path::PathBu
             expect.to_str().unwrap(),
             extra,
         ])
+        .envs(envs.iter().map(|(k, v)| {
+            // `{trace}` stands for the trace's path.
+            (*k, v.replace("{trace}", trace.to_str().unwrap()))
+        }))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -284,4 +298,58 @@ fn json_carries_the_samples_in_the_object_form() {
         }
     }
     assert!(mine >= 50 && good * 100 >= mine * 90, "{good} of {mine}");
+}
+
+/// The hot thread's samples name the hot path (a whole trace: the scope
+/// is not checked here, only that sampling was on and stacks resolve).
+fn hot_samples_named(trace: &Path, tid: i64) -> (usize, usize) {
+    let samples = samples_model(trace);
+    let mine: Vec<&Value> = samples["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    let good = mine
+        .iter()
+        .filter(|s| names_the_hot_path(&names(s)))
+        .count();
+    (good, mine.len())
+}
+
+#[test]
+fn init_from_env_reads_ringtrace_cpu_sampling() {
+    let (trace, expect, _) = run_env(
+        "cpu-env",
+        "t.pftrace",
+        "cpu_from_env",
+        "",
+        &[
+            ("RINGTRACE_OUTPUT", "{trace}"),
+            ("RINGTRACE_CPU_SAMPLING", "1000"),
+        ],
+    );
+    let (good, all) = hot_samples_named(&trace, expect["tid"].as_i64().unwrap());
+    assert!(all >= 30 && good * 100 >= all * 90, "{good} of {all}");
+}
+
+#[test]
+fn the_tracing_layer_builder_turns_sampling_on() {
+    let (trace, expect, _) = run("cpu-layer", "t.pftrace", "cpu_layer", "");
+    let (good, all) = hot_samples_named(&trace, expect["tid"].as_i64().unwrap());
+    assert!(all >= 30 && good * 100 >= all * 90, "{good} of {all}");
+}
+
+#[test]
+fn sampling_off_writes_no_sample() {
+    let trace = scratch("cpu-off").join("t.pftrace");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args(["workload", trace.to_str().unwrap(), "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("CPU sampling"));
+    let samples = samples_model(&trace);
+    assert!(samples["samples"].as_array().unwrap().is_empty());
+    assert_eq!(samples["lost"], 0);
 }

@@ -3,7 +3,7 @@
 
 use super::modules::Modules;
 use super::perf::{OpenError, PerfEvent, PerfRecord, StackSource};
-use super::tables::{FrameDef, MappingDef, Pending, Sample, SampleView, Tables};
+use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables};
 use super::{perf, timer, unwind, CpuStacks, Totals};
 use crate::record::registry::REGISTRY;
 use parking_lot::Mutex;
@@ -108,6 +108,14 @@ impl Tables {
         self.stack_ids.insert(scratch.clone(), id);
         id
     }
+}
+
+/// The samples not yet encoded.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) samples: Vec<Sample>,
+    /// Records the kernel dropped since the last take.
+    pub(crate) lost: u64,
 }
 
 /// Counts reported in [`Stats`](crate::Stats).

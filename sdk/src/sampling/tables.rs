@@ -38,8 +38,13 @@ pub(crate) struct FrameDef {
 }
 
 /// Everything samples refer to, only ever appended to (an encoder writes
-/// what it has not written yet: ids stay valid for the whole session).
+/// what it has not written yet: ids stay valid for the whole session). The
+/// maps are the sampler's (its interning), unused without it.
 #[derive(Default)]
+#[cfg_attr(
+    not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) struct Tables {
     pub(crate) mappings: Vec<MappingDef>,
     pub(crate) names: Vec<String>,
@@ -50,14 +55,6 @@ pub(crate) struct Tables {
     pub(crate) name_ids: HashMap<String, u32>,
     pub(crate) frame_ids: HashMap<u64, u32>,
     pub(crate) stack_ids: HashMap<Vec<u32>, u32>,
-}
-
-/// The samples not yet encoded.
-#[derive(Default)]
-pub(crate) struct Pending {
-    pub(crate) samples: Vec<Sample>,
-    /// Records the kernel dropped since the last take.
-    pub(crate) lost: u64,
 }
 
 /// What an encoder is handed each pass.

@@ -176,3 +176,40 @@ pub fn threads(trace: &str) -> Value {
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
+
+/// `hot` started by `init_from_env` (`RINGTRACE_OUTPUT`,
+/// `RINGTRACE_CPU_SAMPLING` set by the test).
+pub fn from_env() -> Value {
+    let guard = ringtrace::init_from_env()
+        .unwrap()
+        .expect("RINGTRACE_OUTPUT set");
+    let tid = hot_thread();
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "stats": stats_json(&stats)})
+}
+
+/// `hot` recorded through the `tracing` layer.
+pub fn layer(trace: &str) -> Value {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (layer, guard) = ringtrace::layer()
+        .output(trace)
+        .cpu_sampling(1000)
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let tid = tracing::subscriber::with_default(subscriber, hot_thread);
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "stats": stats_json(&stats)})
+}
+
+fn hot_thread() -> i64 {
+    std::thread::Builder::new()
+        .name("hot".into())
+        .spawn(|| {
+            hot_thread_body(Duration::from_millis(300));
+            super::tid()
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}

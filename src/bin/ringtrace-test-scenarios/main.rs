@@ -70,6 +70,8 @@ fn main() {
         "cpu_hot" => cpu::hot(&trace, &args[4]),
         "cpu_refused" => cpu::refused(&trace),
         "cpu_threads" => cpu::threads(&trace),
+        "cpu_from_env" => cpu::from_env(),
+        "cpu_layer" => cpu::layer(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
