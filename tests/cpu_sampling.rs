@@ -353,3 +353,25 @@ fn sampling_off_writes_no_sample() {
     assert!(samples["samples"].as_array().unwrap().is_empty());
     assert_eq!(samples["lost"], 0);
 }
+
+#[test]
+fn the_locked_memory_limit_makes_rings_smaller_said_once() {
+    // The child drops the capabilities that lift the limit and sets
+    // RLIMIT_MEMLOCK to 64 KiB: the rings do not all fit.
+    let (trace, expect, stderr) = run("cpu-mlock", "t.pftrace", "cpu_mlock", "");
+    assert_eq!(
+        stderr.matches("locked-memory limit").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert_eq!(expect["fds_before"], expect["fds_after"]);
+    let stats = &expect["stats"];
+    let threads = stats["cpu_threads_sampled"].as_u64().unwrap()
+        + stats["cpu_threads_unsampled"].as_u64().unwrap();
+    assert!(threads >= 200, "{stats}");
+    let samples = samples_model(&trace);
+    let n = samples["samples"].as_array().unwrap().len() as u64;
+    assert!(n > 0);
+    assert_eq!(n, stats["cpu_samples"].as_u64().unwrap());
+    assert_eq!(samples["lost"], stats["cpu_samples_lost"]);
+}

@@ -327,11 +327,12 @@ impl Sampler {
             CpuStacks::CopiedStacks => StackSource::Copy(STACK_COPY),
             _ => StackSource::Callchain,
         };
-        // A ring holds about 50 ms of samples at 1 kHz: a few pages of
-        // call chains, or 64 copies of 16 KiB stacks.
+        // A ring of call chains (~200 bytes each) holds 160 samples, one
+        // of copied stacks 16 (16 KiB each: 16 ms at 1 kHz, the sampler
+        // woken at half full); both taken from the memory budget.
         self.pages = match source {
             StackSource::Callchain => 8,
-            StackSource::Copy(_) => 256,
+            StackSource::Copy(_) => 64,
         };
         // One probe decides whether perf sampling is possible at all;
         // where it is not, CPU-time timers (copied stacks only).
@@ -476,6 +477,14 @@ impl Sampler {
             if !REGISTRY.budget.try_take(bytes) {
                 return None;
             }
+            // A stack copy takes at most a quarter of a ring (rings made
+            // smaller by the locked-memory limit copy less of the stack).
+            let source = match source {
+                StackSource::Copy(n) => {
+                    StackSource::Copy(n.min((self.pages as u64 * page / 4) as u32 & !7))
+                }
+                s => s,
+            };
             match PerfEvent::open(tid, self.hz, source, self.pages) {
                 Ok(event) => {
                     return Some(Watched {

@@ -84,8 +84,9 @@ fn stats_json(s: &ringtrace::Stats) -> Value {
 /// Refuses `perf_event_open` to this process (and its future threads) with
 /// `EACCES`, as a container's seccomp profile does.
 fn refuse_perf() {
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10 | 0x00;
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JEQ | BPF_K, BPF_RET | BPF_K.
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x15;
     const BPF_RET_K: u16 = 0x06;
     let nr = libc::SYS_perf_event_open as u32;
     let mut filter = [
@@ -212,4 +213,46 @@ fn hot_thread() -> i64 {
         .unwrap()
         .join()
         .unwrap()
+}
+
+/// `threads` with a locked-memory limit the rings do not fit in: the
+/// capabilities that lift it are dropped (the tests may run as root) and
+/// `RLIMIT_MEMLOCK` set to 64 KiB.
+pub fn mlock(trace: &str) -> Value {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a valid header and two data structs, as
+    // version 3 expects; setrlimit with a valid struct.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+        // CAP_IPC_LOCK (14), CAP_SYS_ADMIN (21); CAP_PERFMON (38).
+        let low = !((1u32 << 14) | (1 << 21));
+        let high = !(1u32 << (38 - 32));
+        d[0].effective &= low;
+        d[0].permitted &= low;
+        d[1].effective &= high;
+        d[1].permitted &= high;
+        assert_eq!(libc::syscall(libc::SYS_capset, &h, d.as_ptr()), 0);
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: 64 << 10,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
+    }
+    threads(trace)
 }

@@ -72,6 +72,7 @@ fn main() {
         "cpu_threads" => cpu::threads(&trace),
         "cpu_from_env" => cpu::from_env(),
         "cpu_layer" => cpu::layer(&trace),
+        "cpu_mlock" => cpu::mlock(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
