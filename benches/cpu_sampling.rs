@@ -5,9 +5,10 @@
 //! loop for 300 ms of the thread's CPU time. Reported, as medians over the
 //! rounds: the loop's throughput per CPU-second against sampling off (what
 //! the sampled thread loses, the kernel's work at each sample included),
-//! the sampler thread's and the flusher's CPU time per sample (from
-//! `/proc/self/task/*/schedstat`, in ns), the trace's bytes per sample, and
-//! how long `start` took (the sampler reads the program's symbols first).
+//! the sampler thread's and the flusher's CPU time per sample once started
+//! (from `/proc/self/task/*/schedstat`, in ns), the trace's bytes per
+//! sample, how long `start` took and the sampler's CPU time in it (it reads
+//! the program's symbols before it opens the first events).
 //! CPU time, not wall time: the machine may be shared.
 
 use ringtrace::CpuStacks;
@@ -58,6 +59,8 @@ fn task_cpu_ns(prefix: &str) -> u64 {
 }
 
 struct Run {
+    /// The sampler's CPU time during `start` (symbols read), ns.
+    sampler_start_ns: u64,
     per_cpu_ms: f64,
     samples: u64,
     sampler_ns: u64,
@@ -75,6 +78,10 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
     let t = Instant::now();
     let guard = b.start().unwrap();
     let start = t.elapsed();
+    // The sampler's CPU so far is its start (reading the symbols): what
+    // each sample costs is counted from here.
+    let sampler_at_start = task_cpu_ns("ringtrace-sampl");
+    let flusher_at_start = task_cpu_ns("ringtrace-flush");
     let data: Vec<u64> = (0..1 << 14).collect();
     let cpu0 = thread_cpu();
     let mut iters = 0u64;
@@ -93,13 +100,14 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
     // Let the flusher and sampler take what is pending, then read their
     // CPU time before the stop ends them.
     std::thread::sleep(Duration::from_millis(150));
-    let sampler_ns = task_cpu_ns("ringtrace-sampl");
-    let flusher_ns = task_cpu_ns("ringtrace-flush");
+    let sampler_ns = task_cpu_ns("ringtrace-sampl").saturating_sub(sampler_at_start);
+    let flusher_ns = task_cpu_ns("ringtrace-flush").saturating_sub(flusher_at_start);
     let stats = guard.stop().unwrap();
     Run {
         per_cpu_ms: iters as f64 / used.as_secs_f64() / 1000.0,
         samples: stats.cpu_samples,
         sampler_ns,
+        sampler_start_ns: sampler_at_start,
         flusher_ns,
         bytes: stats.bytes_written,
         scopes,
@@ -116,7 +124,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("ringtrace-bench-cpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.pftrace");
-    let rounds = 5;
+    let rounds = 7;
     let modes = [
         ("off", None),
         ("frame pointers", Some(CpuStacks::FramePointers)),
@@ -130,15 +138,16 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{:<15} {:>12} {:>10} {:>8} {:>13} {:>13} {:>12} {:>9}",
+        "{:<15} {:>12} {:>10} {:>8} {:>13} {:>13} {:>12} {:>9} {:>10}",
         "stacks",
         "iters/CPU-ms",
         "vs off",
         "samples",
-        "sampler ns/s",
-        "flusher ns/s",
+        "sampler ns/smp",
+        "flusher ns/smp",
         "bytes/sample",
-        "start ms"
+        "start ms",
+        "symbols ms"
     );
     let off_rate = median(runs[0].iter().map(|r| r.per_cpu_ms).collect());
     let off_flusher: Vec<u64> = runs[0].iter().map(|r| r.flusher_ns).collect();
@@ -165,7 +174,7 @@ fn main() {
             )
         };
         println!(
-            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>13.0} {:>13.0} {:>12.1} {:>9.1}",
+            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>13.0} {:>13.0} {:>12.1} {:>9.1} {:>10.1}",
             name,
             rate,
             (rate / off_rate - 1.0) * 100.0,
@@ -174,6 +183,7 @@ fn main() {
             per(&|k, x| x.flusher_ns as f64 - off_flusher[k] as f64),
             per(&|_, x| x.bytes as f64 - x.scopes as f64 * per_scope),
             median(r.iter().map(|x| x.start.as_secs_f64() * 1000.0).collect()),
+            median(r.iter().map(|x| x.sampler_start_ns as f64 / 1e6).collect()),
         );
     }
 }

@@ -401,10 +401,12 @@ impl Sampler {
                 revents: 0,
             })
             .collect();
+        // Rounded up: a wait of 0 ms before the next scan would spin.
         let ms = until
             .saturating_duration_since(Instant::now())
-            .as_millis()
-            .min(20) as libc::c_int;
+            .as_micros()
+            .div_ceil(1000)
+            .clamp(1, 20) as libc::c_int;
         // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
