@@ -45,7 +45,7 @@ fn main() -> Result<(), ringtrace::Error> {
     drop(rt);
     let stats = trace.stop()?;
     println!(
-        "total {total}; wrote {} events to {path}; open it at https://ui.perfetto.dev",
+        "total {total}; wrote {} trace events to {path}; open it at https://ui.perfetto.dev",
         stats.events_written
     );
     Ok(())

@@ -8,8 +8,9 @@
 //! end, `ringtrace::rotate_output` shows the other capture: the session's
 //! file is finished and recording goes on in a new one, with no gap.
 //!
-//! Run: `cargo run --example capture_windows [DIR]` and open the printed
-//! files in https://ui.perfetto.dev.
+//! Run: `cargo run --example capture_windows [DIR]` (DIR defaults to
+//! `ringtrace-capture-windows` in the system's temporary directory) and open
+//! the printed files in https://ui.perfetto.dev.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -18,8 +19,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-fn main() -> Result<(), ringtrace::Error> {
-    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // A directory of its own (by default under the system's temporary
+    // directory), so that a run leaves no files in the working tree.
+    let dir = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("ringtrace-capture-windows"));
+    std::fs::create_dir_all(&dir)?;
     let trace = ringtrace::builder()
         .output(dir.join("capture_recorder.pftrace"))
         .overwrite(true)
@@ -40,7 +47,7 @@ fn main() -> Result<(), ringtrace::Error> {
                 match ringtrace::dump_to(&path, Duration::from_millis(100)) {
                     Ok(stats) => {
                         println!(
-                            "incident {n}: {} events in {} ({} older ones overwritten before)",
+                            "incident {n}: {} trace events in {} ({} older events overwritten before)",
                             stats.events_written,
                             path.display(),
                             stats.events_lost
@@ -87,7 +94,7 @@ fn main() -> Result<(), ringtrace::Error> {
     // finished now (with what the rings held), recording goes on.
     let finished = ringtrace::rotate_output(dir.join("capture_tail.json"))?;
     println!(
-        "{} finished: {} events",
+        "{} finished: {} trace events",
         dir.join("capture_recorder.pftrace").display(),
         finished.events_written
     );
@@ -99,7 +106,7 @@ fn main() -> Result<(), ringtrace::Error> {
     let files = watcher.join().unwrap();
     let stats = trace.stop()?;
     println!(
-        "{} dumps; the session wrote {} events in all; {} written at stop; open them at https://ui.perfetto.dev",
+        "{} dumps; the session wrote {} trace events in all; {} written at stop; open them at https://ui.perfetto.dev",
         files.len(),
         stats.events_written,
         dir.join("capture_tail.json").display()

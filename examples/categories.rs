@@ -42,7 +42,7 @@ fn main() -> Result<(), ringtrace::Error> {
 
     let stats = trace.stop()?;
     println!(
-        "wrote {} events to {path}; open it at https://ui.perfetto.dev",
+        "wrote {} trace events to {path}; open it at https://ui.perfetto.dev",
         stats.events_written
     );
     Ok(())

@@ -39,7 +39,7 @@ fn main() -> Result<(), ringtrace::Error> {
 
     let stats = trace.stop()?;
     println!(
-        "kept {} events, {} older ones overwritten; trace at {path}; open it at https://ui.perfetto.dev",
+        "kept {} trace events, {} older events overwritten; trace at {path}; open it at https://ui.perfetto.dev",
         stats.events_written, stats.events_lost
     );
     Ok(())

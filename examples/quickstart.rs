@@ -47,7 +47,7 @@ fn main() -> Result<(), ringtrace::Error> {
         .map(|p| p.display().to_string())
         .unwrap_or(path);
     println!(
-        "wrote {} events ({} lost) from {} threads to {shown}",
+        "wrote {} trace events ({} events lost) from {} threads to {shown}",
         stats.events_written, stats.events_lost, stats.threads
     );
     println!(

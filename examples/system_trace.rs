@@ -1,7 +1,8 @@
 //! System tracing: this program registers with Perfetto's tracing service
 //! (`traced`) and records for whichever tracing session enables its
-//! categories (`demo.work`, `demo.io`), while it runs; see the README's
-//! "System tracing" section for the commands.
+//! categories (`demo.work`, `demo.io`), while it runs. The commands that
+//! start `traced` and a session are in the guide `ringtrace::guide::system_tracing`
+//! (`sdk/docs/system-tracing.md`).
 //!
 //! ```sh
 //! cargo run --example system_trace     # runs 60 s; or pass the seconds

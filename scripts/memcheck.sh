@@ -4,8 +4,8 @@
 # binaries themselves): the ring, registry, clock and span-table unit tests,
 # threads exiting and the registry's hand-over, the exit paths
 # (process::exit, panics in main and in a worker, init_from_env), the signal
-# handlers (SIGINT/SIGTERM), writers killed mid-write, and the example
-# programs. Any memcheck error (invalid read or write, use of uninitialised
+# handlers (SIGINT/SIGTERM), writers killed mid-write, and every example
+# program (system_trace with no tracing service to connect to). Any memcheck error (invalid read or write, use of uninitialised
 # memory, invalid or mismatched free, overlapping copy, definite leak) fails
 # the run, in the test binaries and in every child program they start.
 # Suppressions: scripts/memcheck.supp (each one with its reason).
@@ -71,4 +71,9 @@ echo "   tracing_layer"
 "${vg[@]}" target/debug/examples/tracing_layer --subscriber "$out/subscriber.pftrace" >/dev/null
 echo "   multiprocess_archive"
 (cd "$out" && "${vg[@]}" "$OLDPWD/target/debug/examples/multiprocess_archive" >/dev/null)
+echo "   capture_windows"
+"${vg[@]}" target/debug/examples/capture_windows "$out/capture" >/dev/null
+echo "   system_trace (no traced: the producer's retry path)"
+PERFETTO_PRODUCER_SOCK_NAME="$out/no-traced.sock" \
+  "${vg[@]}" target/debug/examples/system_trace 1 >/dev/null
 echo "memcheck: no errors"

@@ -124,6 +124,8 @@ pub fn trace_summary(m: &TraceModel) -> Value {
             "counters": counters,
             "async_slices": async_slices,
             "lost_markers": markers,
+            // Slices, instants, counter values, async slices and markers
+            // together: not the writer's trace events (see the text output).
             "total": slices + instants + counters + async_slices + markers,
         },
         "lost_events": {
@@ -205,10 +207,12 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
             );
         }
     }
+    // Not "events": a writer's trace events are the file's units (a scope is
+    // two in Perfetto, one `X` in JSON); a slice here is a scope either way.
     let e = &s["events"];
     outln!(
-        "{indent}  events: {} slices ({} unfinished), {} instants, {} counter values, {} async slices, {} loss markers ({} total)",
-        e["slices"], e["unfinished_slices"], e["instants"], e["counters"], e["async_slices"], e["lost_markers"], e["total"]
+        "{indent}  slices and marks: {} slices ({} unfinished), {} instants, {} counter values, {} async slices, {} loss markers",
+        e["slices"], e["unfinished_slices"], e["instants"], e["counters"], e["async_slices"], e["lost_markers"]
     );
     let l = &s["lost_events"];
     outln!(

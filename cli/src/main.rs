@@ -46,7 +46,7 @@ perfetto_manifest. FILE below is a member name (a file's name).
   --print-manifest                print the manifest written
   Clocks: REALTIME REALTIME_COARSE MONOTONIC MONOTONIC_COARSE MONOTONIC_RAW BOOTTIME
 
-inspect: sequences, processes and threads, events by kind, lost events, time
+inspect: sequences, processes and threads, slices and marks by kind, lost events, time
 range and clocks of a .pftrace or .json trace, or of every trace in a .tar/.zip
 archive (after checking its manifest and that every member is a trace a
 Perfetto reader recognizes; exit status 1 if not); gzipped traces are read
@@ -348,10 +348,29 @@ fn pack(args: &[String]) -> Result<(), Failure> {
     if print_manifest {
         out!("{}", manifest.to_json());
     }
-    outln!(
-        "open it at https://ui.perfetto.dev (Open trace file), or: trace_processor {}",
-        output.display()
-    );
+    // With `--allow-unrecognized` the archive may hold a member no Perfetto
+    // reader takes: say so rather than send the user to the UI with it.
+    let refused = if allow_unrecognized {
+        std::fs::read(&output)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                ringtrace::archive::check_archive(&bytes)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .err()
+    } else {
+        None
+    };
+    match refused {
+        Some(why) => outln!(
+            "Perfetto's readers (ui.perfetto.dev, trace_processor) will refuse this archive: {why}"
+        ),
+        None => outln!(
+            "open it at https://ui.perfetto.dev (Open trace file), or: trace_processor {}",
+            output.display()
+        ),
+    }
     Ok(())
 }
 
@@ -470,7 +489,7 @@ fn convert_cmd(args: &[String]) -> Result<(), Failure> {
         eprintln!("ringtrace: warning: {w}");
     }
     outln!(
-        "wrote {output} ({} events, {} bytes)",
+        "wrote {output} ({} slices and marks, {} bytes)",
         m.events.len(),
         data.len()
     );

@@ -826,6 +826,10 @@ fn pack_and_inspect_refuse_a_file_that_is_no_trace() {
     assert!(!tar.exists(), "nothing written");
     let out = ok(&["pack", "-o", pt, "--allow-unrecognized", pg, pj]);
     assert!(out.contains("wrote"), "{out}");
+    assert!(
+        out.contains("will refuse this archive") && !out.contains("open it at"),
+        "{out}"
+    );
     let e = fails(&["inspect", pt], 1);
     assert!(e.contains("'junk.pftrace' is not a trace"), "{e}");
     let out = ringtrace(&["inspect", "--json", pt]);

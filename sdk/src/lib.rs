@@ -36,7 +36,9 @@
 //! With a category off, an event costs one relaxed atomic load and a branch.
 //! With it on: a timestamp read (the invariant TSC, or the vDSO clock) and a
 //! few stores into the thread's ring. No lock, allocation or system call
-//! after a thread's first event. See `benches/` and the README for numbers.
+//! after a thread's first event. The measurements, against the clock and
+//! against other tracers, and how to rerun them, are in the repository's
+//! `BENCHMARKS.md`.
 //!
 //! ## Losing nothing silently
 //!
@@ -44,6 +46,19 @@
 //! oldest); every loss is counted in [`Stats`] and marked in the trace at the
 //! point it happened (an instant named `ringtrace: events lost` with the
 //! count, and in Perfetto a sequence restart with `previous_packet_dropped`).
+//!
+//! The totals of a session are its [`Stats`]. Their *events* are trace
+//! events, the file's own units: Perfetto writes a scope as two (begin and
+//! end), Chrome JSON as one `X` (see [`Stats::events_written`]).
+//!
+//! ## Guides
+//!
+//! Longer pages, with examples: [`guide::memory`] (the budget),
+//! [`guide::capture_windows`] ([`rotate_output`], [`dump_to`]),
+//! [`guide::exit_paths`] (exit, panics, kills, full disks),
+//! [`guide::system_tracing`] (Perfetto's `traced`) and [`guide::archives`]
+//! (several processes, the `ringtrace` command). The `log` bridge is
+//! documented in `ringtrace::log` (feature `log`).
 //!
 //! ## Event kinds by format
 //!
@@ -163,6 +178,10 @@ pub use session::{dump_to, rotate_output};
 pub fn trace_clock_ns() -> u64 {
     sys::boottime_ns()
 }
+
+// Guides, from `sdk/docs/`: documentation only, their examples doc-tested.
+#[cfg(any(doc, doctest))]
+pub mod guide;
 
 /// Items the macros expand to. Not a stable API.
 #[doc(hidden)]

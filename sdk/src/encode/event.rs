@@ -5,8 +5,8 @@
 #![forbid(unsafe_code)]
 
 use super::OpenScope;
-use crate::events::field;
 use crate::record::args::{ArgReader, ArgValue};
+use crate::record::event::field;
 
 /// An id as recorded: value, kind (0 `id`, 1 `id2.local`, 2 `id2.global`)
 /// and scope.

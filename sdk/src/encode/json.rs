@@ -20,9 +20,9 @@
 use super::{event, Batch, Context, EncodeStats, Encoder, IdMap, OpenScope, ScopeStack};
 use crate::record::args::{ArgReader, ArgValue, StrWords};
 use crate::record::callsite::Callsite;
+use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::{parse, Record, KIND_BEGIN, KIND_END, MAX_SITE_ID};
-use crate::record::registry::ThreadRing;
-use crate::record::ring::{header_kind, header_len, header_payload};
+use crate::record::registry::ThreadInfo as ThreadRing;
 use std::fmt::Write as _;
 
 /// JSON text being built, as bytes: recorded strings are escaped into it
@@ -983,8 +983,8 @@ mod tests {
         use crate::record::args::TraceValue;
         use crate::record::callsite::CallsiteKind;
         use crate::record::clock::Calibration;
+        use crate::record::header::make_header;
         use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
-        use crate::record::ring::make_header;
         static A: Callsite = Callsite::new("j", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
         static B: Callsite = Callsite::new("j", "b", "f.rs", 2, "m", &["x"], CallsiteKind::Scope);
         A.is_enabled();

@@ -19,7 +19,7 @@ pub(crate) mod protowire;
 
 use crate::record::callsite::{self, Callsite};
 use crate::record::clock::Calibration;
-use crate::record::registry::ThreadRing;
+use crate::record::registry::ThreadInfo as ThreadRing;
 
 /// What the encoders know about the traced process.
 #[derive(Debug, Clone)]

@@ -20,7 +20,7 @@ use super::{Batch, Context, EncodeStats, Encoder, IdMap, IdSet, OpenScope, Scope
 use crate::record::args::{ArgReader, ArgValue};
 use crate::record::callsite::Callsite;
 use crate::record::layout::{parse, Record};
-use crate::record::registry::{ThreadRing, SESSION_SEQ};
+use crate::record::registry::{ThreadInfo as ThreadRing, SESSION_SEQ};
 use crate::sys;
 use std::collections::HashMap;
 

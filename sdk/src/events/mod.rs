@@ -30,8 +30,8 @@
 //!
 //! Each event is one `EVENT` record in the thread's ring (see `record`):
 //! `[hdr(site | op << 24), ts, fields...]`, where `site` is the category's
-//! call site id (0: none), `op` one of `events::op` and the fields a sequence of
-//! `[field id, value]` (ids in `events::field`, values in the `args` word
+//! call site id (0: none), `op` one of `record::event::op` and the fields a sequence of
+//! `[field id, value]` (ids in `record::event::field`, values in the `args` word
 //! encoding). Builders collect the fields in a buffer taken from a small
 //! per-thread pool, so an event allocates nothing once the pool is warm.
 //! Records are bounded like all others: one larger than a ring's limit is
@@ -65,11 +65,11 @@ pub use metadata::{
 pub use ranges::{AsyncRange, ContextGuard, Flow};
 pub use slices::{SliceGuard, Track, TrackSliceGuard, MAX_TRACK_DEPTH};
 pub use values::{Color, CounterUnit, Frame, Id, IdKind, InstantScope, LogLevel, Stack};
-pub(crate) use wire::{field, op};
 use wire::{write, write_now, write_on, Fields};
 
 use crate::record::args::TraceValue;
 use crate::record::callsite::{Callsite, CallsiteKind};
+use crate::record::event::{field, op};
 use std::fmt;
 use std::marker::PhantomData;
 

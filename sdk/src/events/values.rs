@@ -1,5 +1,8 @@
 //! The values events carry: ids, stacks, colors, instant scopes, counter
-//! units, log levels.
+//! units, log levels (defined with the EVENT record's codes, in
+//! `record::event`, which the encoders read them from).
+
+pub use crate::record::event::LogLevel;
 
 /// An id of an async range, object, flow context or memory dump.
 ///
@@ -265,57 +268,6 @@ impl CounterUnit {
             CounterUnit::Count => 2,
             CounterUnit::Bytes => 3,
             CounterUnit::Named(_) => 0,
-        }
-    }
-}
-
-/// Severity of a log message ([`trace_log!`](crate::trace_log)); the values
-/// are Perfetto's `LogMessage.prio` (Android log priorities).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum LogLevel {
-    /// Priority 2 (`PRIO_VERBOSE`).
-    Verbose = 2,
-    /// Priority 3 (`PRIO_DEBUG`).
-    Debug = 3,
-    /// Priority 4 (`PRIO_INFO`).
-    Info = 4,
-    /// Priority 5 (`PRIO_WARN`).
-    Warn = 5,
-    /// Priority 6 (`PRIO_ERROR`).
-    Error = 6,
-    /// Priority 7 (`PRIO_FATAL`).
-    Fatal = 7,
-}
-
-impl LogLevel {
-    /// The level from a Perfetto priority (out of range: `Info`).
-    pub(crate) fn from_prio(p: u64) -> LogLevel {
-        match p {
-            2 => LogLevel::Verbose,
-            3 => LogLevel::Debug,
-            5 => LogLevel::Warn,
-            6 => LogLevel::Error,
-            7 => LogLevel::Fatal,
-            _ => LogLevel::Info,
-        }
-    }
-
-    /// `"VERBOSE"`, `"DEBUG"`, `"INFO"`, `"WARN"`, `"ERROR"`, `"FATAL"`: the
-    /// `level` arg of a JSON log event.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// assert_eq!(ringtrace::LogLevel::Warn.as_str(), "WARN");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Verbose => "VERBOSE",
-            LogLevel::Debug => "DEBUG",
-            LogLevel::Info => "INFO",
-            LogLevel::Warn => "WARN",
-            LogLevel::Error => "ERROR",
-            LogLevel::Fatal => "FATAL",
         }
     }
 }

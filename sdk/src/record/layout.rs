@@ -1,6 +1,6 @@
 //! The records recording threads write into their ring, and their decoding.
 //!
-//! Layouts, in 64-bit words (header format in `ring`):
+//! Layouts, in 64-bit words (header format in `header`):
 //!
 //! ```text
 //! BEGIN        [hdr(site | depth << 24), ts, args...]
@@ -20,9 +20,9 @@
 //!
 //! An EVENT record carries one event of any Trace Event Format phase with
 //! values known only at run time (names, ids, stacks, args with dynamic
-//! keys). `op` (8 bits) says which phase (`events::op`); the fields are a
+//! keys). `op` (8 bits) says which phase (`event::op`); the fields are a
 //! sequence of `[field id word, value]`, each value in the `args` word
-//! encoding (`events::field` lists the ids). Encoders decode them with
+//! encoding (`event::field` lists the ids). Encoders decode them with
 //! `encode::event`. BEGIN_TT / END_TT are what the macros write instead of
 //! BEGIN / END when the session records thread CPU time.
 //!
@@ -32,9 +32,10 @@
 //! `args` are the values of the site's arguments in order (see `args`).
 
 use crate::record::args::{ArgList, WordSink};
-use crate::record::ring::{self, Reservation};
+use crate::record::header::{self, header_kind, header_len, header_payload, make_header};
+use crate::record::ring::{Reservation, Ring};
 
-pub(crate) const KIND_LOST: u64 = ring::KIND_LOST;
+pub(crate) const KIND_LOST: u64 = header::KIND_LOST;
 pub(crate) const KIND_BEGIN: u64 = 2;
 pub(crate) const KIND_END: u64 = 3;
 pub(crate) const KIND_INSTANT: u64 = 4;
@@ -75,7 +76,7 @@ impl WordSink for Reservation<'_> {
 /// encoded `args`. Returns false if the ring had no room (the ring counts it).
 #[inline(always)]
 pub(crate) fn write<A: ArgList + ?Sized>(
-    ring: &ring::Ring,
+    ring: &Ring,
     kind: u64,
     payload: u64,
     ts: u64,
@@ -85,7 +86,7 @@ pub(crate) fn write<A: ArgList + ?Sized>(
     let len = 2 + fixed.len() + args.words();
     match ring.reserve(len, ts) {
         Some(mut r) => {
-            r.push(ring::make_header(kind, len, payload));
+            r.push(make_header(kind, len, payload));
             r.push(ts);
             for &w in fixed {
                 r.push(w);
@@ -209,17 +210,17 @@ impl<'a> Iterator for Records<'a> {
     fn next(&mut self) -> Option<Record<'a>> {
         loop {
             let hdr = *self.words.get(self.pos)?;
-            let len = ring::header_len(hdr) as usize;
+            let len = header_len(hdr) as usize;
             if len < 2 || self.pos + len > self.words.len() {
                 self.pos = self.words.len();
                 return None;
             }
             let w = &self.words[self.pos..self.pos + len];
             self.pos += len;
-            let payload = ring::header_payload(hdr);
+            let payload = header_payload(hdr);
             let site = (payload & MAX_SITE_ID as u64) as u32;
             let ts = w[1];
-            let rec = match ring::header_kind(hdr) {
+            let rec = match header_kind(hdr) {
                 KIND_BEGIN => Record::Begin {
                     ts,
                     site,

@@ -3,10 +3,10 @@
 //! `RUSTFLAGS="--cfg ringtrace_loom" cargo test --release -p ringtrace --lib loom_tests`.
 
 use crate::record::budget::Budget;
+use crate::record::header::{header_kind, header_len, header_payload, make_header, KIND_LOST};
 use crate::record::registry::{Registry, RingConfig};
-use crate::record::ring::{
-    header_kind, header_len, header_payload, make_header, segment_bytes, Ring, KIND_LOST,
-};
+use crate::record::ring::Ring;
+use crate::record::segment::segment_bytes;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -321,7 +321,7 @@ fn own(base: *mut crate::record::sync::AtomicU64, words: usize, who: u64) {
 /// to the budget exactly once.
 #[test]
 fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_closes() {
-    use crate::record::ring::{alloc_mapped, free_mapped, PAGE};
+    use crate::record::segment::{alloc_mapped, free_mapped, PAGE};
     let words = PAGE / 8;
     let bytes = segment_bytes(words);
     let mut builder = loom::model::Builder::new();
@@ -334,7 +334,7 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
             assert!(budget.try_take(bytes));
             alloc_mapped(words).unwrap()
         };
-        assert!(pool.put(budget, segment(), words));
+        assert!(pool.put(segment(), words));
         let producers: Vec<_> = (1..=2)
             .map(|who| {
                 thread::spawn(move || {
@@ -343,7 +343,7 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
                     };
                     assert_eq!(got, words);
                     own(base, got, who);
-                    if !pool.put(budget, base, got) {
+                    if !pool.put(base, got) {
                         // SAFETY: ours (taken above), not pooled, freed once.
                         unsafe { free_mapped(base, got) };
                         budget.give_back(bytes);
@@ -355,12 +355,12 @@ fn loom_tests_producers_race_for_pooled_segments_while_the_flusher_refills_and_c
         // The flusher: a second segment for the class, then the stop.
         let second = segment();
         own(second, words, 3);
-        if !pool.put(budget, second, words) {
+        if !pool.put(second, words) {
             // SAFETY: ours (made above), not pooled, freed once.
             unsafe { free_mapped(second, words) };
             budget.give_back(bytes);
         }
-        pool.close(budget);
+        pool.close();
         let took = producers.into_iter().map(|p| p.join().unwrap());
         if took.fold(false, |a, b| a | b) {
             POOLED_TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -387,7 +387,7 @@ static POOLED_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicU
 /// fence and takes the word back.
 #[test]
 fn loom_tests_a_segment_put_while_the_pool_closes_is_freed_once() {
-    use crate::record::ring::{alloc_mapped, free_mapped, PAGE};
+    use crate::record::segment::{alloc_mapped, free_mapped, PAGE};
     let words = PAGE / 8;
     let bytes = segment_bytes(words);
     loom::model(move || {
@@ -398,13 +398,13 @@ fn loom_tests_a_segment_put_while_the_pool_closes_is_freed_once() {
         let base = alloc_mapped(words).unwrap() as usize;
         let putter = thread::spawn(move || {
             let base = base as *mut crate::record::sync::AtomicU64;
-            if !pool.put(budget, base, words) {
+            if !pool.put(base, words) {
                 // SAFETY: ours (made above), not pooled, freed once.
                 unsafe { free_mapped(base, words) };
                 budget.give_back(bytes);
             }
         });
-        pool.close(budget);
+        pool.close();
         putter.join().unwrap();
         assert_eq!(pool.pooled_bytes(), 0, "a segment left in a closed pool");
         assert_eq!(budget.used(), 0, "the segment given back once");
@@ -435,7 +435,7 @@ fn fill_stale(base: *mut crate::record::sync::AtomicU64, words: usize) {
 /// pool and the ring give every byte back once.
 #[test]
 fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too() {
-    use crate::record::ring::alloc_mapped;
+    use crate::record::segment::alloc_mapped;
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(|| {
@@ -447,7 +447,7 @@ fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too()
             assert!(budget.try_take(segment_bytes(32)));
             let base = alloc_mapped(32).unwrap();
             fill_stale(base, 32);
-            assert!(pool.put(budget, base, 32));
+            assert!(pool.put(base, 32));
         });
         let p = {
             let ring = ring.clone();
@@ -471,7 +471,7 @@ fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too()
             RING_POOLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         drop(ring);
-        pool.close(budget);
+        pool.close();
         assert_eq!(budget.used(), 0, "every segment given back once");
     });
     assert!(

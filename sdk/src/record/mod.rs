@@ -2,13 +2,22 @@
 //!
 //! A call site's cached on/off byte ([`callsite`]), the clock read
 //! ([`clock`]), the argument words ([`args`]), the record layouts
-//! ([`layout`]), the lock-free ring they go into ([`ring`]), the budget their memory
-//! is taken from ([`budget`]) and the pool of segments reused ([`pool`]), and which ring
-//! the calling thread owns ([`registry`]). [`scope`] is what the macros call.
+//! ([`layout`]) with their header word ([`header`]) and the EVENT record's
+//! codes ([`event`]), the lock-free ring they go into ([`ring`]), the memory
+//! of its segments ([`segment`]), the budget that memory is taken from, with
+//! the pool of segments reused ([`budget`]), and which ring the calling
+//! thread owns ([`registry`]). [`scope`] is what the macros call.
 //!
 //! Rules of this layer:
 //! - it knows no output format and no sink: it produces words in rings, and
-//!   the flusher (`session`) hands them to an encoder (`encode`);
+//!   the flusher (`session`) hands them to an encoder (`encode`); the meaning
+//!   of a record (header, layouts, EVENT codes) is defined here, and the
+//!   encoders take it from here;
+//! - imports go one way: `segment`, `header`, `event` and `sync` are leaves;
+//!   `budget` (its byte count and its pool) uses `segment`; `ring` uses
+//!   `budget`, `segment` and `header`; `layout` the ring; `registry` the
+//!   ring and the budget; `scope` all of them. No module here imports one
+//!   that imports it;
 //! - it is the only place with lock-free `unsafe` code, and every lock-free
 //!   hand-over in it is model-checked with loom (`loom_tests`, under
 //!   `--cfg ringtrace_loom`, with the atomics of [`sync`]);
@@ -26,11 +35,13 @@ pub(crate) mod args;
 pub(crate) mod budget;
 pub(crate) mod callsite;
 pub(crate) mod clock;
+pub(crate) mod event;
+pub(crate) mod header;
 pub(crate) mod layout;
-pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod ring;
 pub(crate) mod scope;
+pub(crate) mod segment;
 pub(crate) mod sync;
 
 #[cfg(all(test, ringtrace_loom))]

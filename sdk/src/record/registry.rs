@@ -18,20 +18,50 @@
 //! cached ring is from an earlier session gets a fresh one on its next event.
 
 use crate::record::budget::{Budget, DEFAULT_BUDGET_BYTES};
-use crate::record::ring::{segment_bytes, Ring};
+use crate::record::ring::Ring;
+use crate::record::segment::{segment_bytes, words_for};
 use crate::record::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 use std::cell::Cell;
+
+/// A recording thread's identity and mode: what the encoders see of it
+/// (never its ring). A `ThreadRing` derefs to it.
+pub(crate) struct ThreadInfo {
+    /// Packet sequence id of this thread in the trace (unique in the session).
+    pub(crate) seq_id: u32,
+    pub(crate) pid: i32,
+    pub(crate) tid: i64,
+    pub(crate) name: String,
+    /// The session is a flight recorder (set once, before the ring is shared).
+    overwrite: bool,
+}
+
+impl ThreadInfo {
+    /// Flight-recorder mode: the oldest records are overwritten when full.
+    pub(crate) fn is_overwrite(&self) -> bool {
+        self.overwrite
+    }
+
+    /// Thread `seq_id` (tid 2 of pid 1, named "t"), for unit tests of what
+    /// reads threads' records.
+    #[cfg(test)]
+    pub(crate) fn for_test(seq_id: u32, overwrite: bool) -> ThreadInfo {
+        ThreadInfo {
+            seq_id,
+            pid: 1,
+            tid: 2,
+            name: "t".into(),
+            overwrite,
+        }
+    }
+}
 
 /// One thread's ring and identity.
 pub(crate) struct ThreadRing {
     pub(crate) ring: Ring,
     /// Session this ring belongs to.
     pub(crate) session: u64,
-    /// Packet sequence id of this thread in the trace (unique in the session).
-    pub(crate) seq_id: u32,
-    pub(crate) pid: i32,
-    pub(crate) tid: i64,
-    pub(crate) name: String,
+    /// Who the thread is (`Deref`): all an encoder is shown.
+    info: ThreadInfo,
     /// Set (Release) by the owning thread's exit; once seen (Acquire), every
     /// record the thread wrote is published.
     pub(crate) retired: AtomicBool,
@@ -42,8 +72,14 @@ pub(crate) struct ThreadRing {
     pub(crate) thread_time: bool,
     /// Budget this thread's bookkeeping (`THREAD_BYTES`) was taken from.
     budget: &'static Budget,
-    /// The session is a flight recorder (set once, before the ring is shared).
-    pub(crate) overwrite: bool,
+}
+
+impl std::ops::Deref for ThreadRing {
+    type Target = ThreadInfo;
+
+    fn deref(&self) -> &ThreadInfo {
+        &self.info
+    }
 }
 
 /// What a recording thread costs besides its ring's segments, taken from the
@@ -95,13 +131,15 @@ impl ThreadRing {
     ) -> Self {
         ThreadRing {
             budget,
-            overwrite: false,
             ring,
             session,
-            seq_id,
-            pid,
-            tid,
-            name,
+            info: ThreadInfo {
+                seq_id,
+                pid,
+                tid,
+                name,
+                overwrite: false,
+            },
             retired: AtomicBool::new(false),
             depth: AtomicU32::new(0),
             thread_time: false,
@@ -116,11 +154,6 @@ impl ThreadRing {
 
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
-    }
-
-    /// Flight-recorder mode: the oldest records are overwritten when full.
-    pub(crate) fn is_overwrite(&self) -> bool {
-        self.overwrite
     }
 }
 
@@ -212,9 +245,7 @@ impl Registry {
         st.next_seq = FIRST_THREAD_SEQ;
         self.budget.set_limit(config.budget_bytes);
         self.budget.reset_peak();
-        self.budget
-            .pool()
-            .open(crate::record::ring::words_for(config.bytes));
+        self.budget.pool().open(words_for(config.bytes));
         self.session.store(id, Ordering::Relaxed);
     }
 
@@ -225,7 +256,7 @@ impl Registry {
         self.session.store(0, Ordering::Relaxed);
         // The pooled segments go back to the system and the budget; rings
         // freed from now on are not kept.
-        self.budget.pool().close(self.budget);
+        self.budget.pool().close();
         std::mem::take(&mut st.rings)
     }
 
@@ -272,7 +303,7 @@ impl Registry {
         st.next_seq += 1;
         let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name, self.budget);
         tr.thread_time = st.config.thread_time;
-        tr.overwrite = st.config.overwrite;
+        tr.info.overwrite = st.config.overwrite;
         let ring = Arc::new(tr);
         st.rings.push(ring.clone());
         Some(ring)

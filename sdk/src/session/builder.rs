@@ -243,8 +243,9 @@ impl Builder {
     /// [`start`](Builder::start), one segment of each size a ring grows
     /// through (4, 16, 64, 256 KiB, 1 MiB, none past
     /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread);
-    /// 1.33 MiB at the defaults, which costs `start` the time to map it in:
-    /// about 0.4 ms in a VM; none with system tracing only, where nothing
+    /// 1.33 MiB at the defaults, which costs `start` the time to map it in,
+    /// a fraction of a millisecond (measured in the repository's
+    /// `BENCHMARKS.md`); none with system tracing only, where nothing
     /// records until a tracing session starts), and the segments rings
     /// give up, kept for the next thread that grows and given back after a
     /// second unused. The stock is given back after 10 s in which no
@@ -380,10 +381,9 @@ impl Builder {
     ///
     /// # Cost
     ///
-    /// The vDSO does not serve this clock: each read is a system call. On
-    /// the development machine (AMD EPYC, Linux 6.18, 2 cores) one read took
-    /// 380 ns against 22 ns for a vDSO `CLOCK_BOOTTIME` read, so a scope
-    /// costs about 0.76 µs more with thread time on.
+    /// The vDSO does not serve this clock: each read is a system call, two
+    /// per scope, each many times a vDSO clock read (measured in the
+    /// repository's `BENCHMARKS.md`, "Thread time").
     ///
     /// # Examples
     ///

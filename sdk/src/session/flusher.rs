@@ -110,11 +110,19 @@ impl Shared {
 /// [`TraceGuard::stop`](crate::TraceGuard::stop).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Events written to the trace.
+    /// Trace events written: the events the file holds, in its format's
+    /// units. Perfetto writes a scope as two (its begin and its end, each a
+    /// `TrackEvent`), Chrome JSON as one (`X`; a `B` and an `E` with
+    /// [`JsonScopes::BeginEnd`](crate::JsonScopes::BeginEnd)); an instant, a
+    /// counter value or a log message is one in both. Track and thread
+    /// descriptions (JSON `M` events) are not counted. A reader that pairs
+    /// begins with ends (`ringtrace inspect`) counts slices instead.
     pub events_written: u64,
-    /// Events lost: dropped because a ring was full, overwritten in
-    /// flight-recorder mode, too large for a ring, or recorded while their
-    /// thread was being torn down. Each loss is also marked in the trace.
+    /// Events lost, counted as they were recorded (a scope's begin and its
+    /// end are one each, as in Perfetto): dropped because a ring was full,
+    /// overwritten in flight-recorder mode, too large for a ring, or
+    /// recorded while their thread was being torn down. Each loss is also
+    /// marked in the trace.
     pub events_lost: u64,
     /// Of those, events too large for a ring.
     pub events_oversized: u64,
@@ -223,7 +231,7 @@ impl Spares {
             REGISTRY
                 .budget
                 .pool()
-                .stock_until(REGISTRY.budget, &|| GROWTH.count() != grown);
+                .stock_until(&|| GROWTH.count() != grown);
         }
     }
 }
@@ -362,7 +370,7 @@ impl Flusher {
             REGISTRY
                 .budget
                 .pool()
-                .trim_at(REGISTRY.budget, crate::record::pool::ms_at(pass_at));
+                .trim_at(crate::record::budget::ms_at(pass_at));
             let mut gone = Vec::new();
             for tr in &rings {
                 let retired = tr.is_retired();

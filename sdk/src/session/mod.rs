@@ -184,14 +184,14 @@ impl Builder {
         };
         // The pool's stock: one mapped-in segment of each size a thread's
         // ring grows through, up to 1 MiB, within an eighth of the budget
-        // (`record::pool`). Here, not on the flusher: a thread that records
+        // (`record::budget`). Here, not on the flusher: a thread that records
         // at once grows through its first sizes within microseconds, before
         // the flusher runs, and would map them in itself (~340 us of page
         // faults per MiB in 4 KiB pages). Costs start() that time, once.
         // Not with system tracing only: call sites stay off until a tracing
         // session starts, maybe never; the flusher stocks after a growth.
         if file_output {
-            REGISTRY.budget.pool().stock(REGISTRY.budget);
+            REGISTRY.budget.pool().stock();
         }
         let shared = Arc::new(Shared::new());
         let process = {
@@ -681,8 +681,8 @@ mod tests {
         guard.stop().unwrap();
         assert_eq!(pool.stocked(), stocked, "nothing stocked up to the stop");
         // SAFETY: taken from the pool above (mapped, ours), freed once.
-        unsafe { crate::record::ring::free_mapped(base, words) };
-        budget.give_back(crate::record::ring::segment_bytes(words));
+        unsafe { crate::record::segment::free_mapped(base, words) };
+        budget.give_back(crate::record::segment::segment_bytes(words));
         assert_eq!(budget.used(), before);
     }
 

@@ -11,8 +11,8 @@
 #![forbid(unsafe_code)]
 
 use crate::encode::{Batch, Context, Encoder};
+use crate::record::header::{header_kind, header_len, KIND_LOST};
 use crate::record::registry::ThreadRing;
-use crate::record::ring::{header_kind, header_len, KIND_LOST};
 use crate::record::sync::Arc;
 use std::collections::{HashMap, VecDeque};
 
@@ -228,7 +228,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::ring::make_header;
+    use crate::record::header::make_header;
 
     fn thread(seq: u32) -> Arc<ThreadRing> {
         Arc::new(ThreadRing::for_test(seq, true))

@@ -7,11 +7,11 @@
 
 use super::wire::TrackEventConfig;
 use crate::encode::Sites;
+use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::{
     KIND_ASYNC_END, KIND_BEGIN, KIND_BEGIN_TT, KIND_END, KIND_END_ARGS, KIND_END_TT, KIND_FLOW,
     KIND_LOST, MAX_SITE_ID,
 };
-use crate::record::ring::{header_kind, header_len, header_payload};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

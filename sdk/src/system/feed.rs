@@ -14,7 +14,7 @@ use super::wire::{self, ChunkToMove, MAX_FRAME};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::LOST_EVENT_NAME;
 use crate::encode::{Batch, Context, Encoder};
-use crate::record::registry::ThreadRing;
+use crate::record::registry::ThreadInfo;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -201,7 +201,7 @@ impl SystemFeed {
     }
 
     /// `count` events of `thread` were lost outside its records.
-    pub(crate) fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64) {
+    pub(crate) fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadInfo, count: u64) {
         for i in 0..self.instances.len() {
             self.out.clear();
             self.instances[i]
@@ -365,7 +365,7 @@ impl SystemFeed {
     /// into their sequences' chunks. A sequence that meets a full buffer
     /// loses the rest of its packets here; the encoder is told, so the next
     /// packets restart the sequence with the loss marked.
-    fn place(&mut self, i: usize, thread: Option<&ThreadRing>, ctx: &mut Context<'_>) {
+    fn place(&mut self, i: usize, thread: Option<&ThreadInfo>, ctx: &mut Context<'_>) {
         if self.out.is_empty() {
             return;
         }

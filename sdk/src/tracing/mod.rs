@@ -73,13 +73,11 @@
 //!
 //! Most of a span's cost through this layer is `tracing-subscriber`'s
 //! registry (its span slab, parent links, extension maps and per-layer filter
-//! state), not ringtrace's recording: on a 2-vCPU AMD EPYC VM a span's whole
-//! life (new, enter, exit, close) took about 290 ns through the layer, 140 ns
-//! through the registry with a do-nothing layer behind a per-layer filter,
-//! and 90 ns through [`subscriber()`], which records the same trace without
-//! the registry. The README's Performance section has the measurements
-//! against tracing-chrome, tracing-perfetto and tracing-perfetto-sdk, and how
-//! to rerun them (`benches/peers`).
+//! state), not ringtrace's recording: [`subscriber()`] records the same trace
+//! without the registry, at well under half the cost per span. The
+//! measurements (against the registry alone, tracing-chrome,
+//! tracing-perfetto and tracing-perfetto-sdk) and how to rerun them
+//! (`benches/peers`) are in the repository's `BENCHMARKS.md`.
 
 #![forbid(unsafe_code)]
 //!

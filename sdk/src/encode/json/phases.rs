@@ -23,7 +23,7 @@
 use super::*;
 use crate::encode::event::{open_site, open_tts, EventView, OPEN_DYNAMIC, OPEN_TTS};
 use crate::encode::track_key;
-use crate::events::{op, LogLevel};
+use crate::record::event::{op, LogLevel};
 use std::collections::HashMap;
 
 /// How scopes are written.

@@ -22,7 +22,7 @@
 use super::*;
 use crate::encode::event::{EventView, IdView};
 use crate::encode::{hash_str, mix};
-use crate::events::{op, LogLevel};
+use crate::record::event::{op, LogLevel};
 
 // TracePacket / TrackEvent / descriptors: fields not used by the base encoder.
 const TE_EXTRA_COUNTER_VALUES: u32 = 12;

@@ -21,8 +21,8 @@ use crate::encode::protowire::patch_len;
 use crate::record::args::{
     ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
 };
+use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
-use crate::record::ring::{header_kind, header_len, header_payload};
 use std::mem::MaybeUninit;
 
 /// Largest template: what a packet holds after its timestamp.
@@ -798,8 +798,8 @@ mod tests {
     use crate::record::args::TraceValue;
     use crate::record::callsite::CallsiteKind;
     use crate::record::clock::Calibration;
+    use crate::record::header::make_header;
     use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
-    use crate::record::ring::make_header;
 
     static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
     static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);

@@ -3,39 +3,39 @@
 //! it before it is allocated and given back when it is freed, so the total
 //! never exceeds the limit whatever the number of threads.
 //!
+//! One owner of the two things rings draw memory from: the byte count
+//! ([`count`], a leaf) and the pool of mapped-in segments kept for reuse
+//! ([`pool`], whose bytes stay counted). A ring holds a `&Budget`; the pool
+//! is reached through [`Budget::pool`], a handle that carries the count, so
+//! no caller passes the budget back into its own pool.
+//!
 //! Taking is a compare-and-swap loop on one counter: it happens on cold paths
 //! only (a thread's first event, a ring growing, a ring segment freed by the
 //! flusher), never per event.
 
-use crate::record::pool::Pool;
-use crate::record::sync::{AtomicU64, Ordering};
+mod count;
+mod pool;
+
+pub(crate) use pool::{ms_at, Pool};
+
+use count::ByteCount;
+use pool::PoolSlots;
 
 /// Default process-wide budget: 32 MiB.
 pub(crate) const DEFAULT_BUDGET_BYTES: u64 = 32 << 20;
 
 pub(crate) struct Budget {
-    limit: AtomicU64,
-    used: AtomicU64,
-    /// Highest `used` seen (for tests and stats).
-    peak: AtomicU64,
+    count: ByteCount,
     /// Mapped-in ring segments kept for reuse; their bytes stay taken.
-    pool: Pool,
-    /// Requests refused because they would have gone over the limit (tests
-    /// only: every thread would write this line exactly when memory is short).
-    #[cfg(test)]
-    refused: AtomicU64,
+    pool: PoolSlots,
 }
 
 /// The body of `Budget::new`, a `const fn` except under loom.
 macro_rules! new_budget {
     ($limit:expr) => {
         Budget {
-            limit: AtomicU64::new($limit),
-            used: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-            pool: Pool::new(),
-            #[cfg(test)]
-            refused: AtomicU64::new(0),
+            count: ByteCount::new($limit),
+            pool: PoolSlots::new(),
         }
     };
 }
@@ -64,57 +64,38 @@ impl Budget {
         budget
     }
 
+    /// The pool of segments kept for reuse, whose bytes are taken from
+    /// this budget (closed, keeping nothing, until a session opens it).
+    pub(crate) fn pool(&self) -> Pool<'_> {
+        Pool::of(&self.pool, &self.count)
+    }
+
     /// Sets the limit (a new session). Bytes already taken stay taken.
     pub(crate) fn set_limit(&self, limit: u64) {
-        self.limit.store(limit, Ordering::Relaxed);
+        self.count.set_limit(limit)
     }
 
     /// The limit.
+    #[cfg(all(test, not(ringtrace_loom)))]
     pub(crate) fn limit(&self) -> u64 {
-        self.limit.load(Ordering::Relaxed)
-    }
-
-    /// The pool of segments kept for reuse, whose bytes are taken from
-    /// this budget (closed, keeping nothing, until a session opens it).
-    pub(crate) fn pool(&self) -> &Pool {
-        &self.pool
+        self.count.limit()
     }
 
     /// Starts measuring the peak again from what is taken now.
     pub(crate) fn reset_peak(&self) {
-        self.peak.store(self.used(), Ordering::Relaxed);
+        self.count.reset_peak()
     }
 
     /// Takes `bytes` if that keeps the total within the limit.
     pub(crate) fn try_take(&self, bytes: u64) -> bool {
-        let limit = self.limit.load(Ordering::Relaxed);
-        let mut used = self.used.load(Ordering::Relaxed);
-        loop {
-            let Some(new) = used.checked_add(bytes).filter(|&n| n <= limit) else {
-                #[cfg(test)]
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                return false;
-            };
-            // Relaxed: the counter orders nothing; the memory it accounts for
-            // is handed between threads by the ring's own release/acquire.
-            match self
-                .used
-                .compare_exchange_weak(used, new, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    self.peak.fetch_max(new, Ordering::Relaxed);
-                    return true;
-                }
-                Err(now) => used = now,
-            }
-        }
+        self.count.try_take(bytes)
     }
 
     /// Whether `bytes` would fit now (a hint: only `try_take` takes). Reads
     /// the shared counters and writes nothing, so threads that ask while
     /// memory is short do not contend.
     pub(crate) fn has_room(&self, bytes: u64) -> bool {
-        self.used().saturating_add(bytes) <= self.limit.load(Ordering::Relaxed)
+        self.count.has_room(bytes)
     }
 
     /// `try_take` on a cold path (a thread's first ring, a growth the pool
@@ -130,29 +111,29 @@ impl Budget {
     #[cold]
     #[inline(never)]
     fn take_from_pool(&self, bytes: u64) -> bool {
-        self.pool.give_back_for(self, bytes) > 0 && self.try_take(bytes)
+        self.pool().give_back_for(bytes) > 0 && self.try_take(bytes)
     }
 
     /// Gives back `bytes` taken earlier.
     pub(crate) fn give_back(&self, bytes: u64) {
-        let before = self.used.fetch_sub(bytes, Ordering::Relaxed);
-        debug_assert!(before >= bytes, "budget given back more than taken");
+        self.count.give_back(bytes)
     }
 
     /// Bytes taken now.
+    #[cfg(test)]
     pub(crate) fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
+        self.count.used()
     }
 
     /// Highest number of bytes taken at once since `reset_peak`.
     pub(crate) fn peak(&self) -> u64 {
-        self.peak.load(Ordering::Relaxed)
+        self.count.peak()
     }
 
     /// Requests refused so far (monotonic).
-    #[cfg(test)]
+    #[cfg(all(test, not(ringtrace_loom)))]
     pub(crate) fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.count.refused()
     }
 }
 

@@ -38,8 +38,8 @@
 //! (a process that stopped recording holds no stock); the session empties
 //! the pool at stop. Outside a session the pool is closed: nothing is kept.
 
-use crate::record::budget::Budget;
-use crate::record::ring::{
+use super::count::ByteCount;
+use crate::record::segment::{
     alloc_mapped, free_mapped, map_in_segment, pack_segment, segment_bytes, unpack_segment, PAGE,
 };
 use crate::record::sync::{fence, AtomicBool, AtomicU64, Ordering};
@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicU64 as PlainU64, Ordering as Plain};
 pub(crate) const SLOTS: usize = 2;
 
 /// Largest pooled segment. Bigger segments are backed by transparent huge
-/// pages (`ring::HUGE_PAGE`, 2 MiB), ten times cheaper per byte to fault
+/// pages (`segment::HUGE_PAGE`, 2 MiB), ten times cheaper per byte to fault
 /// in: the flusher's spare keeps ahead of a producer there.
 pub(crate) const POOL_MAX_BYTES: usize = 1 << 20;
 
@@ -76,9 +76,10 @@ pub(crate) const STOCK_IDLE_MS: u64 = 10_000;
 /// Part of the budget the pool may hold (`limit / POOL_SHARE`).
 const POOL_SHARE: u64 = 8;
 
-pub(crate) struct Pool {
+/// The pool's state, in its budget (`Budget`); used through [`Pool`].
+pub(crate) struct PoolSlots {
     /// `CLASSES * SLOTS` words: class `c`'s slot `s` at `c * SLOTS + s`; 0
-    /// or a pooled segment (`ring::pack_segment`). Whoever changes a word
+    /// or a pooled segment (`segment::pack_segment`). Whoever changes a word
     /// with a CAS from 0 gives the segment to the pool (Release); whoever
     /// changes it to 0 owns the segment (Acquire).
     words: [AtomicU64; CLASSES * SLOTS],
@@ -124,12 +125,12 @@ fn class_of(words: usize) -> Option<usize> {
         .then(|| (log - MIN_CLASS) as usize)
 }
 
-/// The body of `Pool::new`, a `const fn` except under loom.
+/// The body of `PoolSlots::new`, a `const fn` except under loom.
 macro_rules! new_pool {
     () => {{
         #[allow(clippy::declare_interior_mutable_const)]
         const IDLE: PlainU64 = PlainU64::new(0);
-        Pool {
+        PoolSlots {
             words: new_pool!(@words),
             since: [IDLE; CLASSES * SLOTS],
             bytes: PlainU64::new(0),
@@ -158,53 +159,66 @@ macro_rules! new_pool {
     };
 }
 
-impl Pool {
+impl PoolSlots {
     #[cfg(not(ringtrace_loom))]
-    pub(crate) const fn new() -> Pool {
+    pub(crate) const fn new() -> PoolSlots {
         new_pool!()
     }
 
     #[cfg(ringtrace_loom)]
-    pub(crate) fn new() -> Pool {
+    pub(crate) fn new() -> PoolSlots {
         new_pool!()
+    }
+}
+
+/// The pool of a budget: its state and the budget's byte count, which
+/// every pooled segment's bytes stay in (`Budget::pool`).
+#[derive(Clone, Copy)]
+pub(crate) struct Pool<'a> {
+    slots: &'a PoolSlots,
+    count: &'a ByteCount,
+}
+
+impl<'a> Pool<'a> {
+    /// The pool kept in `slots`, its bytes counted in `count`.
+    pub(super) fn of(slots: &'a PoolSlots, count: &'a ByteCount) -> Pool<'a> {
+        Pool { slots, count }
     }
 
     /// Starts keeping segments (a session started whose rings grow up to
     /// `largest` slots: `stock` makes none bigger).
     pub(crate) fn open(&self, largest: usize) {
-        self.largest.store(largest as u64, Plain::Relaxed);
+        self.slots.largest.store(largest as u64, Plain::Relaxed);
         self.touch();
-        self.open.store(true, Ordering::Relaxed);
+        self.slots.open.store(true, Ordering::Relaxed);
     }
 
     /// The flusher saw a ring made or grown: the stock is in use (see
     /// `trim`). Not called by recording threads.
     pub(crate) fn touch(&self) {
-        self.touched.store(now_ms(), Plain::Relaxed);
+        self.slots.touched.store(now_ms(), Plain::Relaxed);
     }
 
     /// Stops keeping segments and gives back every pooled one (a session
     /// stopped), including one a thread puts meanwhile (see `put`).
-    pub(crate) fn close(&self, budget: &Budget) {
-        self.open.store(false, Ordering::SeqCst);
+    pub(crate) fn close(&self) {
+        self.slots.open.store(false, Ordering::SeqCst);
         // Pairs with `put`'s fence: either its slot's word is seen below,
         // or it sees `open` false and frees the segment itself.
         fence(Ordering::SeqCst);
-        self.free_all(budget);
+        self.free_all();
     }
 
     /// Gives back every pooled segment; returns their bytes.
-    fn free_all(&self, budget: &Budget) -> u64 {
-        (0..CLASSES * SLOTS)
-            .map(|i| self.free_slot(budget, i))
-            .sum()
+    fn free_all(&self) -> u64 {
+        (0..CLASSES * SLOTS).map(|i| self.free_slot(i)).sum()
     }
 
     /// Whether the budget is short: less than an eighth of it is free
     /// (beyond what the pool holds, which is in `used`). The pool then
     /// keeps nothing.
-    fn short(budget: &Budget) -> bool {
-        !budget.has_room(budget.limit() / POOL_SHARE)
+    fn short(&self) -> bool {
+        !self.count.has_room(self.count.limit() / POOL_SHARE)
     }
 
     /// A cold path the budget refused `bytes` (a thread's first ring, a
@@ -212,13 +226,13 @@ impl Pool {
     /// largest first, until that much is free or the pool is empty.
     /// Returns the bytes given back. Takes the pooled words with a CAS each
     /// and unmaps (system calls): never on the recording hot path.
-    pub(crate) fn give_back_for(&self, budget: &Budget, bytes: u64) -> u64 {
+    pub(crate) fn give_back_for(&self, bytes: u64) -> u64 {
         let mut freed = 0;
         for i in (0..CLASSES * SLOTS).rev() {
-            if budget.has_room(bytes) {
+            if self.count.has_room(bytes) {
                 break;
             }
-            freed += self.free_slot(budget, i);
+            freed += self.free_slot(i);
         }
         freed
     }
@@ -226,19 +240,19 @@ impl Pool {
     /// Segments taken so far (monotonic).
     #[cfg(any(test, ringtrace_loom))]
     pub(crate) fn taken(&self) -> u64 {
-        self.taken.load(Plain::Relaxed)
+        self.slots.taken.load(Plain::Relaxed)
     }
 
     /// Bytes stocked so far (monotonic; the session's tests).
     #[cfg(all(test, feature = "enable"))]
     pub(crate) fn stocked(&self) -> u64 {
-        self.stocked.load(Plain::Relaxed)
+        self.slots.stocked.load(Plain::Relaxed)
     }
 
     /// Bytes pooled now.
     #[cfg(any(test, ringtrace_loom))]
     pub(crate) fn pooled_bytes(&self) -> u64 {
-        self.bytes.load(Plain::Relaxed)
+        self.slots.bytes.load(Plain::Relaxed)
     }
 
     /// Takes a pooled segment of `min_words..=max_words` slots (the
@@ -257,7 +271,7 @@ impl Pool {
                 break;
             }
             for s in (0..SLOTS).rev() {
-                let word = &self.words[class * SLOTS + s];
+                let word = &self.slots.words[class * SLOTS + s];
                 let w = word.load(Ordering::Relaxed);
                 // Acquire: pairs with `put`'s Release, so the segment's words
                 // (their last owner's stores) are ours before we write. A
@@ -270,8 +284,10 @@ impl Pool {
                         .is_ok()
                 {
                     let (base, words) = unpack_segment(w);
-                    self.bytes.fetch_sub(segment_bytes(words), Plain::Relaxed);
-                    self.taken.fetch_add(1, Plain::Relaxed);
+                    self.slots
+                        .bytes
+                        .fetch_sub(segment_bytes(words), Plain::Relaxed);
+                    self.slots.taken.fetch_add(1, Plain::Relaxed);
                     return Some((base, words));
                 }
             }
@@ -279,40 +295,47 @@ impl Pool {
         None
     }
 
-    /// Gives a mapped segment (`ring::alloc_mapped(words)`, its bytes taken
-    /// from `budget`, no reference into it left) to the pool if the pool is
+    /// Gives a mapped segment (`segment::alloc_mapped(words)`, its bytes taken
+    /// from the budget, no reference into it left) to the pool if the pool is
     /// open, keeps that size, has a free slot for it, and the bounds allow
     /// (see the module's doc). Else the caller still owns it (and unmaps it).
-    pub(crate) fn put(&self, budget: &Budget, base: *mut AtomicU64, words: usize) -> bool {
+    pub(crate) fn put(&self, base: *mut AtomicU64, words: usize) -> bool {
         let Some(class) = class_of(words) else {
             return false;
         };
         let bytes = segment_bytes(words);
-        if !self.open.load(Ordering::Relaxed)
-            || Pool::short(budget)
-            || self.bytes.load(Plain::Relaxed) + bytes > budget.limit() / POOL_SHARE
+        if !self.slots.open.load(Ordering::Relaxed)
+            || self.short()
+            || self.slots.bytes.load(Plain::Relaxed) + bytes > self.count.limit() / POOL_SHARE
         {
             return false;
         }
         let packed = pack_segment(base, words);
         for s in 0..SLOTS {
             let i = class * SLOTS + s;
-            if self.words[i].load(Ordering::Relaxed) != 0 {
+            if self.slots.words[i].load(Ordering::Relaxed) != 0 {
                 continue;
             }
             // A segment freed while partly written (a ring dropped) may
             // have pages never touched: mapped in now, while it is ours.
             map_in_segment(base, words);
-            self.bytes.fetch_add(bytes, Plain::Relaxed);
+            self.slots.bytes.fetch_add(bytes, Plain::Relaxed);
             let since = now_ms();
-            self.since[i].store(since, Plain::Relaxed);
+            self.slots.since[i].store(since, Plain::Relaxed);
             // Before the word is published: a scan that sees the word sees
             // `due` at most this slot's time (one racing with us may raise
             // `due` past it again: then it is trimmed a pass late).
-            self.due.fetch_min(since + POOL_IDLE_MS, Plain::Relaxed);
+            self.slots
+                .due
+                .fetch_min(since + POOL_IDLE_MS, Plain::Relaxed);
             // Release: pairs with `take`'s Acquire; our writes to the
             // segment (and its mapping in) happen before its next owner's.
-            match self.words[i].compare_exchange(0, packed, Ordering::Release, Ordering::Relaxed) {
+            match self.slots.words[i].compare_exchange(
+                0,
+                packed,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     // The pool may have closed since `open` was loaded
                     // above, its scan missing our word. Pairs with
@@ -321,13 +344,13 @@ impl Pool {
                     // `close`, a taker) frees it. The segment is no longer
                     // the caller's either way.
                     fence(Ordering::SeqCst);
-                    if !self.open.load(Ordering::Relaxed) {
-                        self.free_slot(budget, i);
+                    if !self.slots.open.load(Ordering::Relaxed) {
+                        self.free_slot(i);
                     }
                     return true;
                 }
                 Err(_) => {
-                    self.bytes.fetch_sub(bytes, Plain::Relaxed);
+                    self.slots.bytes.fetch_sub(bytes, Plain::Relaxed);
                 }
             }
         }
@@ -336,22 +359,24 @@ impl Pool {
 
     /// Frees slot `i`'s segment, if any, giving its bytes back; returns
     /// them.
-    fn free_slot(&self, budget: &Budget, i: usize) -> u64 {
-        let w = self.words[i].load(Ordering::Relaxed);
+    fn free_slot(&self, i: usize) -> u64 {
+        let w = self.slots.words[i].load(Ordering::Relaxed);
         if w == 0
-            || self.words[i]
+            || self.slots.words[i]
                 .compare_exchange(w, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
             return 0;
         }
         let (base, words) = unpack_segment(w);
-        self.bytes.fetch_sub(segment_bytes(words), Plain::Relaxed);
+        self.slots
+            .bytes
+            .fetch_sub(segment_bytes(words), Plain::Relaxed);
         // SAFETY: the CAS made us the segment's owner (no taker can have
         // it); it came to the pool from `alloc_mapped(words)` (`put`'s
         // contract) and leaves it here once.
         unsafe { free_mapped(base, words) };
-        budget.give_back(segment_bytes(words));
+        self.count.give_back(segment_bytes(words));
         segment_bytes(words)
     }
 
@@ -360,19 +385,19 @@ impl Pool {
     /// [`STOCK_IDLE_MS`] without a ring made or grown; everything when the
     /// budget is short. Returns how many.
     #[cfg(all(test, not(ringtrace_loom)))]
-    pub(crate) fn trim(&self, budget: &Budget) -> usize {
-        self.trim_at(budget, now_ms())
+    pub(crate) fn trim(&self) -> usize {
+        self.trim_at(now_ms())
     }
 
     /// `trim` at time `now` (`now_ms`). Before the earliest time a pooled
     /// segment can be idle, and with the budget not short, it looks at no
     /// slot: most passes of the flusher.
-    pub(crate) fn trim_at(&self, budget: &Budget, now: u64) -> usize {
-        let short = Pool::short(budget);
-        if !short && now < self.due.load(Plain::Relaxed) {
+    pub(crate) fn trim_at(&self, now: u64) -> usize {
+        let short = self.short();
+        if !short && now < self.slots.due.load(Plain::Relaxed) {
             return 0;
         }
-        let touched = self.touched.load(Plain::Relaxed);
+        let touched = self.slots.touched.load(Plain::Relaxed);
         // Slots filled after this scan are idle POOL_IDLE_MS after it at
         // the earliest (`put` lowers `due` to its own slot's time anyway);
         // the stock's time only moves later with `touched`.
@@ -381,23 +406,23 @@ impl Pool {
         for class in 0..CLASSES {
             for s in 0..SLOTS {
                 let i = class * SLOTS + s;
-                if self.words[i].load(Ordering::Relaxed) == 0 {
+                if self.slots.words[i].load(Ordering::Relaxed) == 0 {
                     continue;
                 }
-                let since = self.since[i].load(Plain::Relaxed);
+                let since = self.slots.since[i].load(Plain::Relaxed);
                 let idle_at = if s == 0 {
                     since.max(touched) + STOCK_IDLE_MS
                 } else {
                     since + POOL_IDLE_MS
                 };
-                if (short || now >= idle_at) && self.free_slot(budget, i) > 0 {
+                if (short || now >= idle_at) && self.free_slot(i) > 0 {
                     freed += 1;
                 } else {
                     due = due.min(idle_at);
                 }
             }
         }
-        self.due.store(due, Plain::Relaxed);
+        self.slots.due.store(due, Plain::Relaxed);
         freed
     }
 
@@ -406,47 +431,50 @@ impl Pool {
     /// its first 1 KiB (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
     /// first, mapped in here, while the bounds allow: the first growths of
     /// a thread then take pooled pages. Returns the bytes newly stocked.
-    pub(crate) fn stock(&self, budget: &Budget) -> u64 {
-        self.stock_until(budget, &|| false)
+    pub(crate) fn stock(&self) -> u64 {
+        self.stock_until(&|| false)
     }
 
     /// `stock`, stopping before the next size once `interrupted()`: the
     /// flusher has a growing ring's spare to make first (mapping in 1 MiB
     /// of 4 KiB pages takes it ~0.3 ms, in which a fresh thread outgrows
     /// 1 MiB and would map its next segment itself).
-    pub(crate) fn stock_until(&self, budget: &Budget, interrupted: &dyn Fn() -> bool) -> u64 {
+    pub(crate) fn stock_until(&self, interrupted: &dyn Fn() -> bool) -> u64 {
         let mut stocked = 0;
         for class in (0..CLASSES).step_by(2) {
             if interrupted() {
                 break;
             }
-            if (0..SLOTS).any(|s| self.words[class * SLOTS + s].load(Ordering::Relaxed) != 0) {
+            if (0..SLOTS).any(|s| self.slots.words[class * SLOTS + s].load(Ordering::Relaxed) != 0)
+            {
                 continue;
             }
             let words = 1usize << (class as u32 + MIN_CLASS);
-            if words as u64 > self.largest.load(Plain::Relaxed) {
+            if words as u64 > self.slots.largest.load(Plain::Relaxed) {
                 break; // no ring of the session grows to it
             }
             let bytes = segment_bytes(words);
             // Only while an eighth of the budget stays free after it.
-            if !self.open.load(Ordering::Relaxed)
-                || !budget.has_room(bytes.saturating_add(budget.limit() / POOL_SHARE))
-                || self.bytes.load(Plain::Relaxed) + bytes > budget.limit() / POOL_SHARE
-                || !budget.try_take(bytes)
+            if !self.slots.open.load(Ordering::Relaxed)
+                || !self
+                    .count
+                    .has_room(bytes.saturating_add(self.count.limit() / POOL_SHARE))
+                || self.slots.bytes.load(Plain::Relaxed) + bytes > self.count.limit() / POOL_SHARE
+                || !self.count.try_take(bytes)
             {
                 break;
             }
             let Some(base) = alloc_mapped(words) else {
-                budget.give_back(bytes);
+                self.count.give_back(bytes);
                 break;
             };
-            if self.put(budget, base, words) {
+            if self.put(base, words) {
                 stocked += bytes;
-                self.stocked.fetch_add(bytes, Plain::Relaxed);
+                self.slots.stocked.fetch_add(bytes, Plain::Relaxed);
             } else {
                 // SAFETY: just mapped above, never shared, freed once.
                 unsafe { free_mapped(base, words) };
-                budget.give_back(bytes);
+                self.count.give_back(bytes);
             }
         }
         stocked
@@ -456,6 +484,7 @@ impl Pool {
 #[cfg(all(test, not(ringtrace_loom)))]
 mod tests {
     use super::*;
+    use crate::record::budget::Budget;
 
     const PAGE_WORDS: usize = PAGE / 8;
 
@@ -472,14 +501,11 @@ mod tests {
         let budget = Budget::leaked(64 << 20);
         let pool = budget.pool();
         let a = segment(budget, PAGE_WORDS);
-        assert!(
-            !pool.put(budget, a, PAGE_WORDS),
-            "closed: the caller keeps it"
-        );
+        assert!(!pool.put(a, PAGE_WORDS), "closed: the caller keeps it");
         pool.open(usize::MAX);
-        assert!(pool.put(budget, a, PAGE_WORDS));
+        assert!(pool.put(a, PAGE_WORDS));
         let b = segment(budget, 4 * PAGE_WORDS);
-        assert!(pool.put(budget, b, 4 * PAGE_WORDS));
+        assert!(pool.put(b, 4 * PAGE_WORDS));
         assert_eq!(pool.pooled_bytes(), segment_bytes(5 * PAGE_WORDS));
         assert_eq!(budget.used(), segment_bytes(5 * PAGE_WORDS));
         assert_eq!(
@@ -489,14 +515,14 @@ mod tests {
         assert_eq!(pool.take(2 * PAGE_WORDS, 1 << 20), None, "none big enough");
         assert_eq!(pool.take(PAGE_WORDS, PAGE_WORDS), Some((a, PAGE_WORDS)));
         assert_eq!(pool.taken(), 2);
-        assert!(pool.put(budget, a, PAGE_WORDS));
-        assert!(pool.put(budget, b, 4 * PAGE_WORDS));
+        assert!(pool.put(a, PAGE_WORDS));
+        assert!(pool.put(b, 4 * PAGE_WORDS));
         assert_eq!(
             pool.take(PAGE_WORDS * 2, PAGE_WORDS * 2),
             None,
             "never above the most asked for"
         );
-        pool.close(budget);
+        pool.close();
         assert_eq!(pool.pooled_bytes(), 0);
         assert_eq!(budget.used(), 0, "every pooled byte given back at close");
         assert_eq!(pool.take(PAGE_WORDS, 1 << 20), None);
@@ -515,10 +541,10 @@ mod tests {
         let a = segment(budget, big);
         let b = segment(budget, big);
         let c = segment(budget, big);
-        assert!(pool.put(budget, a, big));
-        assert!(pool.put(budget, b, big));
-        assert!(!pool.put(budget, c, big), "over an eighth of the budget");
-        pool.close(budget);
+        assert!(pool.put(a, big));
+        assert!(pool.put(b, big));
+        assert!(!pool.put(c, big), "over an eighth of the budget");
+        pool.close();
         // SAFETY: `c` was mapped above and is not pooled.
         unsafe { free_mapped(c, big) };
         budget.give_back(segment_bytes(big));
@@ -528,17 +554,17 @@ mod tests {
         let pool = budget.pool();
         pool.open(usize::MAX);
         let segs: Vec<_> = (0..3).map(|_| segment(budget, PAGE_WORDS)).collect();
-        assert!(pool.put(budget, segs[0], PAGE_WORDS));
-        assert!(pool.put(budget, segs[1], PAGE_WORDS));
-        assert!(!pool.put(budget, segs[2], PAGE_WORDS), "two per class");
+        assert!(pool.put(segs[0], PAGE_WORDS));
+        assert!(pool.put(segs[1], PAGE_WORDS));
+        assert!(!pool.put(segs[2], PAGE_WORDS), "two per class");
         let huge = 2 * (POOL_MAX_BYTES / 8);
         let h = segment(budget, huge);
-        assert!(!pool.put(budget, h, huge), "huge-page sizes are not pooled");
+        assert!(!pool.put(h, huge), "huge-page sizes are not pooled");
         // The budget with less than the segment free after it.
         budget.set_limit(budget.used() + segment_bytes(PAGE_WORDS) - 8);
         pool.take(PAGE_WORDS, PAGE_WORDS).unwrap();
-        assert!(!pool.put(budget, segs[0], PAGE_WORDS), "the last memory");
-        pool.close(budget);
+        assert!(!pool.put(segs[0], PAGE_WORDS), "the last memory");
+        pool.close();
         for (base, words) in [(segs[0], PAGE_WORDS), (segs[2], PAGE_WORDS), (h, huge)] {
             // SAFETY: mapped above, not pooled, freed once.
             unsafe { free_mapped(base, words) };
@@ -554,40 +580,40 @@ mod tests {
     fn stock_and_trim() {
         let budget = Budget::leaked(4 << 20); // an eighth: 512 KiB
         let pool = budget.pool();
-        assert_eq!(pool.stock(budget), 0, "closed");
+        assert_eq!(pool.stock(), 0, "closed");
         pool.open(usize::MAX);
-        let stocked = pool.stock(budget);
+        let stocked = pool.stock();
         // 4 + 16 + 64 + 256 KiB; 1 MiB would pass the eighth.
         assert_eq!(stocked, (4 + 16 + 64 + 256) << 10);
         assert_eq!(budget.used(), stocked);
-        assert_eq!(pool.stock(budget), 0, "stocked already");
+        assert_eq!(pool.stock(), 0, "stocked already");
         let (base, words) = pool.take(PAGE_WORDS, PAGE_WORDS).unwrap();
-        assert_eq!(pool.stock(budget), segment_bytes(PAGE_WORDS), "restocked");
-        assert!(pool.put(budget, base, words), "a second 4 KiB");
-        assert_eq!(pool.trim(budget), 0, "not idle yet");
+        assert_eq!(pool.stock(), segment_bytes(PAGE_WORDS), "restocked");
+        assert!(pool.put(base, words), "a second 4 KiB");
+        assert_eq!(pool.trim(), 0, "not idle yet");
         let later = now_ms() + POOL_IDLE_MS;
-        assert_eq!(pool.trim_at(budget, later), 1, "the second 4 KiB");
+        assert_eq!(pool.trim_at(later), 1, "the second 4 KiB");
         assert_eq!(budget.used(), stocked, "the stock is kept");
 
         // The stock too, once no ring was made or grew for STOCK_IDLE_MS.
         pool.touch();
         let touched = now_ms();
         assert_eq!(
-            pool.trim_at(budget, touched + STOCK_IDLE_MS - 2),
+            pool.trim_at(touched + STOCK_IDLE_MS - 2),
             0,
             "a ring grew within STOCK_IDLE_MS"
         );
-        assert_eq!(pool.trim_at(budget, touched + STOCK_IDLE_MS + 2), 4);
+        assert_eq!(pool.trim_at(touched + STOCK_IDLE_MS + 2), 4);
         assert_eq!(pool.pooled_bytes(), 0);
         assert_eq!(budget.used(), 0, "an idle process holds no stock");
-        pool.close(budget);
+        pool.close();
 
         // Rings of 64 KiB at most: nothing bigger is stocked.
         let budget = Budget::leaked(32 << 20);
         let pool = budget.pool();
         pool.open(64 << 10 >> 3);
-        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
-        pool.close(budget);
+        assert_eq!(pool.stock(), (4 + 16 + 64) << 10);
+        pool.close();
         assert_eq!(budget.used(), 0);
     }
 
@@ -599,20 +625,20 @@ mod tests {
         let budget = Budget::leaked(4 << 20);
         let pool = budget.pool();
         pool.open(usize::MAX);
-        pool.stock(budget);
+        pool.stock();
         let t0 = now_ms();
         // A scan an hour ahead: the stock goes, and the empty pool's next
         // scan is set an hour ahead too.
-        assert_eq!(pool.trim_at(budget, t0 + 3600 * 1000), 4);
+        assert_eq!(pool.trim_at(t0 + 3600 * 1000), 4);
         assert_eq!(pool.pooled_bytes(), 0);
         let seg = segment(budget, PAGE_WORDS);
-        assert!(pool.put(budget, seg, PAGE_WORDS));
+        assert!(pool.put(seg, PAGE_WORDS));
         let seg = segment(budget, PAGE_WORDS);
-        assert!(pool.put(budget, seg, PAGE_WORDS), "a second 4 KiB");
+        assert!(pool.put(seg, PAGE_WORDS), "a second 4 KiB");
         let put_at = now_ms();
-        assert_eq!(pool.trim_at(budget, put_at), 0, "not idle yet");
+        assert_eq!(pool.trim_at(put_at), 0, "not idle yet");
         assert_eq!(
-            pool.trim_at(budget, put_at + POOL_IDLE_MS + 2),
+            pool.trim_at(put_at + POOL_IDLE_MS + 2),
             1,
             "the second 4 KiB, idle a second after it was put"
         );
@@ -621,66 +647,7 @@ mod tests {
             segment_bytes(PAGE_WORDS),
             "the stock slot stays"
         );
-        pool.close(budget);
-        assert_eq!(budget.used(), 0);
-    }
-
-    /// The budget full but for 512 bytes while the stock holds 84 KiB: a
-    /// new thread's first 1 KiB ring gets memory, its cold path giving
-    /// pooled segments back and asking again (it used to be refused).
-    #[test]
-    fn a_new_ring_takes_the_stock_back_when_the_budget_is_full() {
-        use crate::record::ring::Ring;
-        let budget = Budget::leaked(1 << 20); // an eighth: 128 KiB
-        let pool = budget.pool();
-        pool.open(usize::MAX);
-        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
-        let rest = budget.limit() - budget.used();
-        assert!(budget.try_take(rest - 512)); // other threads fill the budget
-        let ring = Ring::new(1 << 10, 1 << 20, false, budget);
-        let pooled = pool.pooled_bytes();
-        assert!(
-            ring.is_some(),
-            "a 1 KiB first ring refused while the pool holds {pooled} bytes"
-        );
-        drop(ring);
-        budget.give_back(rest - 512);
-        pool.close(budget);
-        assert_eq!(budget.used(), 0);
-    }
-
-    /// A ring made while the budget is short takes what the pool gives
-    /// back, the smallest part of it that makes room (largest segments
-    /// first), and the pool keeps nothing more while the budget is short:
-    /// the flusher's trim gives back the rest, the stock included, and
-    /// neither `stock` nor `put` keeps any.
-    #[test]
-    fn a_short_budget_empties_the_pool_and_nothing_is_restocked() {
-        use crate::record::ring::Ring;
-        let budget = Budget::leaked(1 << 20);
-        let pool = budget.pool();
-        pool.open(usize::MAX);
-        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10);
-        let rest = budget.limit() - budget.used();
-        assert!(budget.try_take(rest - 512));
-        let ring = Ring::new(1 << 10, 1 << 20, false, budget).expect("the pool gives way");
-        assert_eq!(
-            pool.pooled_bytes(),
-            (4 + 16) << 10,
-            "only the 64 KiB given back"
-        );
-        assert_eq!(pool.trim_at(budget, now_ms()), 2, "short: the stock goes");
-        assert_eq!(pool.pooled_bytes(), 0);
-        assert_eq!(pool.stock(budget), 0, "short: no restock");
-        let seg = segment(budget, PAGE_WORDS);
-        assert!(!pool.put(budget, seg, PAGE_WORDS), "short: nothing kept");
-        // SAFETY: mapped above, not pooled, freed once.
-        unsafe { free_mapped(seg, PAGE_WORDS) };
-        budget.give_back(segment_bytes(PAGE_WORDS));
-        drop(ring);
-        budget.give_back(rest - 512);
-        assert_eq!(pool.stock(budget), (4 + 16 + 64) << 10, "room again");
-        pool.close(budget);
+        pool.close();
         assert_eq!(budget.used(), 0);
     }
 }

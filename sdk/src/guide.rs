@@ -1,0 +1,44 @@
+//! Guides: how ringtrace behaves where a program's shape matters (memory,
+//! capture windows, exit paths, system tracing, archives). Each is a page of
+//! `sdk/docs/` in the package; its examples run as doc tests. This module
+//! holds no items; it exists in documentation builds only.
+//!
+//! - [`memory`]: the budget, how rings grow, what it covers.
+//! - [`capture_windows`]: files cut out of a running program
+//!   ([`rotate_output`](crate::rotate_output), [`dump_to`](crate::dump_to)).
+//! - [`exit_paths`]: what a trace holds when the program exits, panics, is
+//!   killed, or its disk fills up.
+//! - [`system_tracing`]: recording for Perfetto's `traced`, and where to get
+//!   it.
+//! - [`archives`]: several processes on one timeline, the `ringtrace`
+//!   command, and what its counts mean.
+//! - [`cpu_sampling`]: CPU stack samples beside the slices, their two
+//!   stack modes, what they cost, where they are refused.
+//!
+//! The `log` bridge is documented in its module, `ringtrace::log` (feature
+//! `log`); `tracing` integration in [`layer()`](crate::layer) and
+//! [`subscriber()`](crate::subscriber) (feature `tracing`, default).
+
+pub mod memory {
+    #![doc = include_str!("../docs/memory.md")]
+}
+
+pub mod capture_windows {
+    #![doc = include_str!("../docs/capture-windows.md")]
+}
+
+pub mod exit_paths {
+    #![doc = include_str!("../docs/exit-paths.md")]
+}
+
+pub mod system_tracing {
+    #![doc = include_str!("../docs/system-tracing.md")]
+}
+
+pub mod archives {
+    #![doc = include_str!("../docs/archives.md")]
+}
+
+pub mod cpu_sampling {
+    #![doc = include_str!("../docs/cpu-sampling.md")]
+}
