@@ -147,6 +147,8 @@ pub fn refused(trace: &str) -> Value {
 /// while they come and go; open fds counted before the session and after.
 pub fn threads(trace: &str) -> Value {
     let fds_before = open_fds();
+    let heap_before = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+    let rss_before = rss_kib();
     let guard = ringtrace::builder()
         .output(trace)
         .cpu_sampling(1000)
@@ -170,8 +172,20 @@ pub fn threads(trace: &str) -> Value {
     }
     let stats = guard.stop().unwrap();
     let fds_after = open_fds();
+    let heap_after = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
     json!({"tids": tids, "fds_before": fds_before, "fds_after": fds_after,
+           "heap_before": heap_before, "heap_after": heap_after,
+           "rss_before_kib": rss_before, "rss_after_kib": rss_kib(),
            "stats": stats_json(&stats)})
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn open_fds() -> usize {
