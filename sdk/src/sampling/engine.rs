@@ -363,7 +363,7 @@ impl Sampler {
         loop {
             let stopping = self.shared.stop.load(Ordering::Acquire);
             if stopping || Instant::now() >= next_scan {
-                self.scan_threads(source);
+                self.scan_threads(source, !stopping);
                 self.shared.ready.store(true, Ordering::Release);
                 next_scan = Instant::now() + SCAN_EVERY;
             }
@@ -411,8 +411,9 @@ impl Sampler {
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
 
-    /// Opens events for new threads; drains and closes those that exited.
-    fn scan_threads(&mut self, source: StackSource) {
+    /// Drains and closes the events of threads that exited; opens events
+    /// for new threads if `open`.
+    fn scan_threads(&mut self, source: StackSource, open: bool) {
         let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
             return;
         };
@@ -434,6 +435,9 @@ impl Sampler {
             }
         }
         self.refused.retain(|t| alive.contains(t));
+        if !open {
+            return;
+        }
         for tid in alive {
             if tid == self.my_tid || self.threads.contains_key(&tid) || self.refused.contains(&tid)
             {
@@ -546,7 +550,7 @@ impl Sampler {
                 PerfRecord::Sample(s) => add(s.tid, s.time_ns, s.cpu, &s.chain, s.regs, s.stack),
             }),
             Source::Timer(timer) => {
-                timer.drain(|c| add(c.tid, c.ts_ns, 0, &[], Some(c.regs), c.stack));
+                timer.drain(|c| add(c.tid, c.ts_ns, c.cpu, &[], Some(c.regs), c.stack));
                 lost += timer::DROPPED.swap(0, Ordering::Relaxed);
             }
         }

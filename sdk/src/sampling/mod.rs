@@ -80,9 +80,15 @@ pub(crate) struct Totals {
     pub(crate) threads_unsampled: u64,
 }
 
-/// Starts sampling (the session's start, once its flusher runs).
-pub(crate) fn start(opts: Options) {
+/// Starts sampling (the session's start, once its flusher runs). Not in
+/// flight-recorder mode (`overwrite`): samples are written as they come,
+/// and a recorder's file must hold only the recent past.
+pub(crate) fn start(opts: Options, overwrite: bool) {
     if opts.hz == 0 {
+        return;
+    }
+    if overwrite {
+        eprintln!("ringtrace: CPU sampling off: not available in flight-recorder (overwrite) mode");
         return;
     }
     #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
@@ -137,7 +143,11 @@ impl crate::Builder {
     /// packets, a "callstacks" track per thread and flame graphs in the UI.
     /// JSON output: the object form's `stackFrames` and `samples` (a JSON
     /// trace with sampling on is written in the object form). The kernel's
-    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`.
+    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. Not in
+    /// flight-recorder mode ([`overwrite`](crate::Builder::overwrite)), nor
+    /// to Perfetto's `traced`
+    /// ([`system_tracing`](crate::Builder::system_tracing)): samples go to
+    /// the file as they come.
     ///
     /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
     /// [`init_from_env`](crate::init_from_env).

@@ -38,6 +38,7 @@ struct Buf {
 
 struct BufData {
     tid: i32,
+    cpu: u32,
     ts_ns: u64,
     regs: [u64; 3],
     len: usize,
@@ -65,8 +66,8 @@ static TAKEN: [AtomicBool; MAX_THREADS] = [const { AtomicBool::new(false) }; MAX
 pub(crate) static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// `SIGPROF`'s handler: copies registers and stack, nothing else. Only
-/// async-signal-safe calls (`gettid`, `clock_gettime`, `process_vm_readv`:
-/// system calls); no lock, no allocation.
+/// async-signal-safe calls (`gettid`, `clock_gettime`, `sched_getcpu`,
+/// `process_vm_readv`: system calls or the vDSO); no lock, no allocation.
 extern "C" fn on_signal(_sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo and ucontext to an
     // SA_SIGINFO handler; errno is this thread's and restored on return.
@@ -108,6 +109,7 @@ fn fill(slot: &Slot, uc: &libc::ucontext_t) {
     // SAFETY: system calls with valid out-pointers into `buf`.
     unsafe {
         buf.tid = libc::syscall(libc::SYS_gettid) as i32;
+        buf.cpu = libc::sched_getcpu().max(0) as u32;
         let mut ts: libc::timespec = std::mem::zeroed();
         libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts);
         buf.ts_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
@@ -155,6 +157,7 @@ fn fill(slot: &Slot, uc: &libc::ucontext_t) {
 /// A copied sample, handed to the unwinder.
 pub(crate) struct Copied<'a> {
     pub(crate) tid: i32,
+    pub(crate) cpu: u32,
     pub(crate) ts_ns: u64,
     pub(crate) regs: [u64; 3],
     pub(crate) stack: &'a [u8],
@@ -289,6 +292,7 @@ impl ThreadTimer {
                 let d = unsafe { &*b.data.get() };
                 f(Copied {
                     tid: d.tid,
+                    cpu: d.cpu,
                     ts_ns: d.ts_ns,
                     regs: d.regs,
                     stack: &d.bytes[..d.len.min(COPY)],

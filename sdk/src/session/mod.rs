@@ -267,7 +267,7 @@ impl Builder {
         });
         callsite::set_active(true);
         // CPU sampling (`sampling`), off unless asked for.
-        crate::sampling::start(self.cpu_sampling);
+        crate::sampling::start(self.cpu_sampling, self.overwrite);
         *slot = Some(Session {
             id,
             shared,
