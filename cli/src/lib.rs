@@ -94,10 +94,12 @@ pub fn inspect_bytes(name: &str, bytes: Vec<u8>, limit: u64) -> Result<Inspected
         return Ok(Inspected::Archive { summary, valid });
     }
     let bytes = trace_bytes(name, bytes, limit)?;
-    let m = model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?;
-    let mut summary = inspect::trace_summary(&m);
-    // CPU stack samples (`samples`).
-    summary["cpu_samples"] = samples::summary(&samples::decode(&bytes));
+    let mut summary = {
+        let m = model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?;
+        inspect::trace_summary(&m)
+    };
+    // CPU stack samples (`samples`), once the model is freed.
+    summary["cpu_samples"] = samples::summary(&samples::decode(&bytes, limit));
     Ok(Inspected::Trace(summary))
 }
 
@@ -114,7 +116,7 @@ pub fn folded_samples(
     limit: u64,
 ) -> Result<(Vec<String>, usize), String> {
     let bytes = trace_bytes(name, bytes, limit)?;
-    let all = samples::decode(&bytes);
+    let all = samples::decode(&bytes, limit);
     let model = match under {
         Some(_) => Some(model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?),
         None => None,

@@ -31,12 +31,13 @@ pub struct Samples {
     pub truncated: u64,
 }
 
-/// The samples of `bytes` (a Perfetto or JSON trace, decompressed).
-pub fn decode(bytes: &[u8]) -> Samples {
+/// The samples of `bytes` (a Perfetto or JSON trace, decompressed);
+/// `compressed_packets` inflate to at most `limit` bytes in all.
+pub fn decode(bytes: &[u8], limit: u64) -> Samples {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     match first {
         Some(b'{') | Some(b'[') => decode_json(bytes),
-        _ => decode_perfetto(bytes),
+        _ => decode_perfetto(bytes, limit),
     }
 }
 
@@ -66,84 +67,89 @@ impl Interned {
     }
 }
 
-fn decode_perfetto(bytes: &[u8]) -> Samples {
+fn decode_perfetto(bytes: &[u8], limit: u64) -> Samples {
     let mut out = Samples::default();
-    let mut packets = Vec::new();
-    collect_packets(bytes, &mut packets, 0);
     let mut seqs: HashMap<u32, Interned> = HashMap::new();
-    for p in &packets {
-        let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
-        if p.sequence_flags.unwrap_or(0) & 1 != 0 {
-            seqs.insert(seq_id, Interned::default());
-        }
-        if let Some(d) = &p.interned_data {
-            let t = seqs.entry(seq_id).or_default();
-            let text = |b: &Option<Vec<u8>>| {
-                String::from_utf8_lossy(b.as_deref().unwrap_or(&[])).into_owned()
-            };
-            for s in &d.function_names {
-                t.names.insert(s.iid.unwrap_or(0), text(&s.str));
-            }
-            for s in &d.mapping_paths {
-                t.paths.insert(s.iid.unwrap_or(0), text(&s.str));
-            }
-            for m in &d.mappings {
-                let file = m
-                    .path_string_ids
-                    .last()
-                    .and_then(|id| t.paths.get(id))
-                    .cloned()
-                    .unwrap_or_else(|| "[unknown]".into());
-                t.mappings.insert(m.iid.unwrap_or(0), file);
-            }
-            for f in &d.frames {
-                t.frames.insert(
-                    f.iid.unwrap_or(0),
-                    (
-                        f.function_name_id.unwrap_or(0),
-                        f.mapping_id.unwrap_or(0),
-                        f.rel_pc.unwrap_or(0),
-                    ),
-                );
-            }
-            for c in &d.callstacks {
-                t.stacks.insert(c.iid.unwrap_or(0), c.frame_ids.clone());
-            }
-        }
-        let Some(ps) = &p.perf_sample else { continue };
-        if let Some(n) = ps.kernel_records_lost {
-            out.lost += n;
-            continue;
-        }
-        if ps.unwind_error.is_some_and(|e| e != 0 && e != 1) {
-            out.truncated += 1;
-        }
-        let t = seqs.get(&seq_id);
-        let frames = ps.callstack_iid.and_then(|iid| {
-            let t = t?;
-            t.stacks
-                .get(&iid)?
-                .iter()
-                .map(|&f| t.frame_name(f))
-                .collect::<Option<Vec<String>>>()
-        });
-        let Some(frames) = frames else {
-            out.unresolved += 1;
-            continue;
-        };
-        out.samples.push(CpuSample {
-            ts: i64::try_from(p.timestamp.unwrap_or(0)).unwrap_or(i64::MAX),
-            pid: ps.pid.unwrap_or(0) as i64,
-            tid: ps.tid.unwrap_or(0) as i64,
-            frames,
-        });
-    }
+    let mut budget = limit;
+    for_each_packet(bytes, &mut budget, 0, &mut |p| {
+        packet(p, &mut seqs, &mut out);
+    });
     out
 }
 
-/// The packets of a `Trace`, `compressed_packets` expanded (bounded
-/// depth); stops at the first bytes that do not decode.
-fn collect_packets(mut data: &[u8], out: &mut Vec<TracePacket>, depth: u32) {
+/// Takes in one packet: its interned entries, its sample.
+fn packet(p: &TracePacket, seqs: &mut HashMap<u32, Interned>, out: &mut Samples) {
+    let seq_id = p.trusted_packet_sequence_id.unwrap_or(0);
+    if p.sequence_flags.unwrap_or(0) & 1 != 0 {
+        seqs.insert(seq_id, Interned::default());
+    }
+    if let Some(d) = &p.interned_data {
+        let t = seqs.entry(seq_id).or_default();
+        let text =
+            |b: &Option<Vec<u8>>| String::from_utf8_lossy(b.as_deref().unwrap_or(&[])).into_owned();
+        for s in &d.function_names {
+            t.names.insert(s.iid.unwrap_or(0), text(&s.str));
+        }
+        for s in &d.mapping_paths {
+            t.paths.insert(s.iid.unwrap_or(0), text(&s.str));
+        }
+        for m in &d.mappings {
+            let file = m
+                .path_string_ids
+                .last()
+                .and_then(|id| t.paths.get(id))
+                .cloned()
+                .unwrap_or_else(|| "[unknown]".into());
+            t.mappings.insert(m.iid.unwrap_or(0), file);
+        }
+        for f in &d.frames {
+            t.frames.insert(
+                f.iid.unwrap_or(0),
+                (
+                    f.function_name_id.unwrap_or(0),
+                    f.mapping_id.unwrap_or(0),
+                    f.rel_pc.unwrap_or(0),
+                ),
+            );
+        }
+        for c in &d.callstacks {
+            t.stacks.insert(c.iid.unwrap_or(0), c.frame_ids.clone());
+        }
+    }
+    let Some(ps) = &p.perf_sample else { return };
+    if let Some(n) = ps.kernel_records_lost {
+        out.lost += n;
+        return;
+    }
+    if ps.unwind_error.is_some_and(|e| e != 0 && e != 1) {
+        out.truncated += 1;
+    }
+    let t = seqs.get(&seq_id);
+    let frames = ps.callstack_iid.and_then(|iid| {
+        let t = t?;
+        t.stacks
+            .get(&iid)?
+            .iter()
+            .map(|&f| t.frame_name(f))
+            .collect::<Option<Vec<String>>>()
+    });
+    let Some(frames) = frames else {
+        out.unresolved += 1;
+        return;
+    };
+    out.samples.push(CpuSample {
+        ts: i64::try_from(p.timestamp.unwrap_or(0)).unwrap_or(i64::MAX),
+        pid: ps.pid.unwrap_or(0) as i64,
+        tid: ps.tid.unwrap_or(0) as i64,
+        frames,
+    });
+}
+
+/// Hands each packet of a `Trace` to `f`, `compressed_packets` expanded
+/// (nested at most twice, inflating at most `budget` bytes in all); stops
+/// at the first bytes that do not frame a packet.
+fn for_each_packet(mut data: &[u8], budget: &mut u64, depth: u32, f: &mut dyn FnMut(&TracePacket)) {
+    use std::io::Read;
     while !data.is_empty() {
         // Field 1, length-delimited: one packet.
         if data[0] != 0x0a {
@@ -163,16 +169,13 @@ fn collect_packets(mut data: &[u8], out: &mut Vec<TracePacket>, depth: u32) {
             match &p.compressed_packets {
                 Some(z) if depth < 2 => {
                     let mut inflated = Vec::new();
-                    use std::io::Read;
-                    if flate2::read::ZlibDecoder::new(z.as_slice())
-                        .take(1 << 30)
-                        .read_to_end(&mut inflated)
-                        .is_ok()
-                    {
-                        collect_packets(&inflated, out, depth + 1);
-                    }
+                    let _ = flate2::read::ZlibDecoder::new(z.as_slice())
+                        .take(*budget)
+                        .read_to_end(&mut inflated);
+                    *budget -= inflated.len() as u64;
+                    for_each_packet(&inflated, budget, depth + 1, f);
                 }
-                _ => out.push(p),
+                _ => f(&p),
             }
         }
         data = &rest[len..];
@@ -369,7 +372,7 @@ mod tests {
             "2":{"name":"hot","category":"x","parent":"1"}},
             "samples":[{"cpu":0,"tid":7,"ts":1.5,"name":"cpu-clock","sf":2,"weight":1},
                        {"cpu":0,"tid":7,"ts":2.5,"name":"cpu-clock","sf":9,"weight":1}]}"#;
-        let s = decode(doc);
+        let s = decode(doc, 1 << 20);
         assert_eq!(s.samples.len(), 1);
         assert_eq!(s.samples[0].frames, vec!["main", "hot"]);
         assert_eq!((s.samples[0].ts, s.unresolved), (1500, 1));
@@ -445,7 +448,7 @@ mod perfetto_tests {
         let trace = ringtrace_protos::Trace {
             packet: vec![first, sample(1, 200), sample(7, 300), lost],
         };
-        let got = decode(&trace.encode_to_vec());
+        let got = decode(&trace.encode_to_vec(), 1 << 20);
         assert_eq!(got.samples.len(), 2);
         assert_eq!(got.samples[1].frames, vec!["main", "prog+0x20"]);
         assert_eq!((got.samples[1].ts, got.samples[1].tid), (200, 2));
