@@ -156,8 +156,8 @@ pub use record::callsite::{category_enabled, disable_categories, enable_categori
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 pub use ringtrace_macros::trace;
 pub use sampling::CpuStacks;
-pub use session::flusher::Stats;
 pub use session::sink::MemoryBuffer;
+pub use session::Stats;
 pub use session::{
     builder, flush, init_from_env, is_recording, Builder, DisplayTimeUnit, Error, Format,
     JsonScopes, TraceGuard,

@@ -2,14 +2,16 @@
 //! pieces here: the process identity, the tick conversion, and the pairing of
 //! scope ends with their begins.
 //!
-//! Rules of this layer: an encoder sees a thread's identity (`ThreadRing`'s
+//! Rules of this layer: an encoder sees a thread's identity (`ThreadInfo`'s
 //! pid, tid, name, sequence id, mode) and the records drained from it
 //! (`record::layout::parse`), never the ring itself; it knows no `tracing`
 //! layer, no macro and no sink. It only appends bytes to the buffer it is
 //! given, so the file writer and any other output share it.
 
-// One `unsafe` in this layer, allowed where it is: the packet template's
-// copy (`perfetto/fast.rs`, `put`).
+// Two `unsafe` blocks in this layer, each allowed where it is and proved
+// there: the `set_len`s of the Perfetto fast path (`perfetto/fast.rs`:
+// `put`, a packet copied from its template, and `begin_with_args`, a packet
+// whose annotations `protowire::Spare` wrote into spare capacity).
 #![deny(unsafe_code)]
 
 pub(crate) mod event;

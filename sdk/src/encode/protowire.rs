@@ -2,6 +2,11 @@
 //! and nested messages, appended to a `Vec<u8>`. Fields are written exactly as
 //! asked: nothing is elided because it is zero, and repeated scalars are
 //! written one tag per element (never packed), as Perfetto's readers expect.
+//! [`Spare`] writes into a buffer's spare capacity instead, for packets whose
+//! bound is known before they are written (the Perfetto fast path).
+
+use crate::record::args::StrWords;
+use std::mem::MaybeUninit;
 
 pub(crate) const WT_VARINT: u32 = 0;
 pub(crate) const WT_FIXED64: u32 = 1;
@@ -83,7 +88,7 @@ pub(crate) fn len_head(buf: &mut Vec<u8>, field: u32, len: usize) {
 /// A string field from recorded argument words (copied word by word, not
 /// validated again: see `StrWords`).
 #[inline]
-pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &crate::record::args::StrWords<'_>) {
+pub(crate) fn string_words(buf: &mut Vec<u8>, field: u32, v: &StrWords<'_>) {
     len_head(buf, field, v.len());
     v.append_to(buf);
 }
@@ -168,6 +173,141 @@ fn patch_long_len(buf: &mut Vec<u8>, start: usize) {
     buf.resize(end + n - 1, 0);
     buf.copy_within(start..end, start + n - 1);
     buf[start - 1..start - 1 + n].copy_from_slice(&head[..n]);
+}
+
+// The writer of the Perfetto encoder's fast path (`perfetto/fast.rs`):
+// packets of known bound written straight into a buffer's spare capacity.
+
+/// Bytes written in order into a `Vec`'s spare capacity (bounds-checked);
+/// the caller counts the first `n` in with `set_len` (the only `unsafe`
+/// step, which stays with the caller: it alone knows the bound it
+/// reserved). Fixed-size stores may write past `n` (up to 8 bytes for a
+/// word, 24 for a two-word string, 8 per word for a longer one), bytes
+/// that are written over next or never counted in: the caller's bound
+/// leaves room for them.
+pub(crate) struct Spare<'a> {
+    pub(crate) buf: &'a mut [MaybeUninit<u8>],
+    pub(crate) n: usize,
+}
+
+impl Spare<'_> {
+    #[inline(always)]
+    pub(crate) fn byte(&mut self, b: u8) {
+        self.buf[self.n] = MaybeUninit::new(b);
+        self.n += 1;
+    }
+
+    #[inline(always)]
+    pub(crate) fn bytes(&mut self, s: &[u8]) {
+        self.buf[self.n..self.n + s.len()].write_copy_of_slice(s);
+        self.n += s.len();
+    }
+
+    /// A varint: up to 8 bytes built in a register and stored at once.
+    #[inline(always)]
+    pub(crate) fn varint(&mut self, mut v: u64) {
+        let (mut x, mut k) = (0u64, 0);
+        while v >= 0x80 && k < 7 {
+            x |= ((v & 0x7f) | 0x80) << (8 * k);
+            v >>= 7;
+            k += 1;
+        }
+        if v < 0x80 {
+            self.word(x | v << (8 * k), k + 1);
+        } else {
+            self.word(x, 7);
+            self.n = varint_rest(self.buf, self.n, v);
+        }
+    }
+
+    /// A fixed-size copy of all `N` bytes, of which the first `keep` count
+    /// (the rest is written over next).
+    #[inline(always)]
+    pub(crate) fn fixed<const N: usize>(&mut self, bytes: &[u8; N], keep: usize) {
+        self.buf[self.n..self.n + N].write_copy_of_slice(bytes);
+        self.n += keep;
+    }
+
+    /// A short string field at the end of a message head: the first 6
+    /// bytes of `head` (for a debug annotation: its tag, length, name, the
+    /// string's tag and length), then the `n` bytes packed in `words`.
+    /// Strings of up to 16 bytes (most) take two word stores, whatever
+    /// their length: the window is 24 bytes.
+    #[inline(always)]
+    pub(crate) fn short_string(&mut self, head: u64, words: &[u64], n: usize) {
+        let (a, b) = match *words {
+            [] => (0, 0),
+            [a] => (a, 0),
+            [a, b] => (a, b),
+            _ => {
+                string_run(self.buf, self.n, head, words);
+                self.n += 6 + n;
+                return;
+            }
+        };
+        self.two_words_string(head, a, b, n);
+    }
+
+    /// A string of up to 16 bytes: `head` (as in
+    /// [`Self::short_string`]), then the words `a` and `b` holding its `n`
+    /// bytes (and whatever follows them, written over next).
+    #[inline(always)]
+    pub(crate) fn two_words_string(&mut self, head: u64, a: u64, b: u64, n: usize) {
+        let win = &mut self.buf[self.n..self.n + 24];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        win[6..14].write_copy_of_slice(&a.to_le_bytes());
+        win[14..22].write_copy_of_slice(&b.to_le_bytes());
+        self.n += 6 + n;
+    }
+
+    /// Eight bytes, of which the first `keep` count (the rest is written
+    /// over next): a string's words copied whole.
+    #[inline(always)]
+    pub(crate) fn word(&mut self, w: u64, keep: usize) {
+        self.buf[self.n..self.n + 8].write_copy_of_slice(&w.to_le_bytes());
+        self.n += keep;
+    }
+
+    /// A recorded string's bytes, whole words at a time.
+    #[inline(always)]
+    pub(crate) fn str_words(&mut self, sw: &StrWords<'_>) {
+        let mut left = sw.len();
+        for &word in sw.words() {
+            let keep = left.min(8);
+            self.word(word, keep);
+            left -= keep;
+        }
+    }
+}
+
+// The out-of-line helpers of `Spare` take its buffer and position, not
+// `&mut Spare`: a `Spare` whose address is never passed on stays in
+// registers in the loops that write annotations.
+
+/// The rest of a varint of more than 7 bytes, at `buf[n..]`; the position
+/// after it.
+#[cold]
+fn varint_rest(buf: &mut [MaybeUninit<u8>], mut n: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        buf[n] = MaybeUninit::new(v as u8 | 0x80);
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = MaybeUninit::new(v as u8);
+    n + 1
+}
+
+/// A short string of more than two words at `buf[at..]`:
+/// `head` (see [`Spare::short_string`]), then its words copied whole into
+/// a window of 8 bytes per word past the head (one bounds check).
+#[inline(never)]
+fn string_run(buf: &mut [MaybeUninit<u8>], at: usize, head: u64, words: &[u64]) {
+    let win = &mut buf[at..at + 8 + 8 * words.len()];
+    win[..8].write_copy_of_slice(&head.to_le_bytes());
+    let (chunks, _) = win[6..].as_chunks_mut::<8>();
+    for (dst, &word) in chunks.iter_mut().zip(words) {
+        dst.write_copy_of_slice(&word.to_le_bytes());
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! Capture windows: files cut out of a running session without stopping it.
 //!
-//! * [`rotate_output`]: the session's file is finished (complete, loadable)
+//! * [`rotate_output`](crate::rotate_output): the session's file is finished (complete, loadable)
 //!   and recording goes on into a new one, with no gap: the flusher drains
 //!   every ring into the old file, closes it, then writes what follows into
 //!   the new one. An event is in exactly one of the files (or counted lost).
-//! * [`dump_to`] (flight-recorder mode): what the rings hold now, plus what is
+//! * [`dump_to`](crate::dump_to) (flight-recorder mode): what the rings hold now, plus what is
 //!   recorded during `after`, goes into a new complete file; then the
 //!   session goes back to its own output and to overwriting. The dump takes
 //!   the events it writes out of the rings, so the session's own output and
@@ -23,9 +23,13 @@
 use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
-use crate::session::flusher::{write_out, Shared, Stats};
+use crate::session::builder::Format;
+use crate::session::error::Error;
+use crate::session::output::{write_out, File};
 use crate::session::sink::{Sink, Units};
-use crate::session::{Error, Format, SESSION};
+use crate::session::stats::Stats;
+use crate::session::waker::Waker;
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -63,18 +67,19 @@ impl Formats {
             sink.compress_perfetto_packets();
         }
         Ok(Target {
-            encoder: Some(self.encoder(format)),
-            sink: Some(sink),
+            file: Some(File {
+                encoder: self.encoder(format),
+                sink,
+            }),
             path: Some(path.to_path_buf()),
         })
     }
 }
 
-/// An output: a file's encoder and sink.
+/// A file and where it is.
 pub(crate) struct Target {
-    /// `None` (with `sink`): no file, as a session with system tracing only.
-    pub(crate) encoder: Option<Box<dyn Encoder>>,
-    pub(crate) sink: Option<Sink>,
+    /// `None`: no file, as a session with system tracing only.
+    pub(crate) file: Option<File>,
     /// The file (`None`: the session's writer).
     pub(crate) path: Option<PathBuf>,
 }
@@ -109,86 +114,16 @@ impl Requests {
     }
 }
 
-/// Finishes the session's current file and goes on recording into a new
-/// one at `path` (format from its extension), with no gap and no event in
-/// two files: every event recorded before the call is in the finished file
-/// or the new one, and every event after it is in the new one (events lost
-/// are counted and marked, as always). Can be called from any thread; the
-/// session's [`Stats`] at stop cover every file.
-///
-/// In a session without a file (system tracing only), this starts one.
-///
-/// Returns the totals of the finished file. A scope open across the switch
-/// has its begin in one file and its end in the other: neither file shows
-/// it as a slice (the end is counted in
-/// [`unmatched_ends`](Stats::unmatched_ends)).
-///
-/// # Examples
-///
-/// ```
-/// let dir = std::env::temp_dir();
-/// let _trace = ringtrace::builder().output(dir.join("ringtrace-doc-part1.pftrace")).start()?;
-/// ringtrace::trace_instant!("in part 1");
-/// let part1 = ringtrace::rotate_output(dir.join("ringtrace-doc-part2.json"))?;
-/// assert_eq!(part1.events_written, 1); // part1 is complete now
-/// ringtrace::trace_instant!("in part 2");
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::NotRecording`] without a session (or if it stops first),
-/// [`Error::UnknownFormat`] / [`Error::Io`] if the new file cannot be
-/// created (the session goes on in the old one), [`Error::Io`] if writing
-/// the finished file failed.
-pub fn rotate_output(path: impl AsRef<Path>) -> Result<Stats, Error> {
-    ask(path.as_ref(), None)
-}
-
-/// Flight-recorder mode: writes what the rings hold now, then what is
-/// recorded during `after`, into a new complete file at `path` (format from
-/// its extension), while recording goes on; returns when the file is
-/// finished (after `after`), with its totals. Call it again for another
-/// file: each holds the events recorded since the previous dump (as much of
-/// them as the rings kept). The events a dump writes are taken out of the
-/// rings, so the session's own output (written on [`flush`](crate::flush)
-/// and at stop) does not hold them again.
-///
-/// Events the rings overwrote before the dump are counted and marked at the
-/// start of the file, as in every flight-recorder output.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// let dir = std::env::temp_dir();
-/// let _trace = ringtrace::builder()
-///     .output(dir.join("ringtrace-doc-recorder.pftrace"))
-///     .overwrite(true)
-///     .start()?;
-/// ringtrace::trace_instant!("before the incident");
-/// let dump = ringtrace::dump_to(dir.join("ringtrace-doc-incident.pftrace"), Duration::from_millis(20))?;
-/// assert!(dump.events_written >= 1);
-/// # Ok::<(), ringtrace::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::NotRecording`] without a session (or if it stops first),
-/// [`Error::InvalidConfig`] if the session is not in flight-recorder mode
-/// (use [`rotate_output`] there), [`Error::UnknownFormat`] / [`Error::Io`] if
-/// the file cannot be created, [`Error::Io`] if writing it failed.
-pub fn dump_to(path: impl AsRef<Path>, after: Duration) -> Result<Stats, Error> {
-    ask(path.as_ref(), Some(after))
-}
-
-/// Opens the file, queues the request, waits for the flusher's answer.
-fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
-    let (shared, formats) = {
-        let slot = SESSION.lock();
-        let s = slot.as_ref().ok_or(Error::NotRecording)?;
-        (s.shared.clone(), s.formats.clone())
-    };
+/// Opens the file, queues the request with `requests`, wakes the flusher
+/// and waits for its answer (`rotate_output`, `dump_to`: `formats` and the
+/// rest are the session's).
+pub(crate) fn ask(
+    requests: &Mutex<Requests>,
+    waker: &Waker,
+    formats: &Formats,
+    path: &Path,
+    after: Option<Duration>,
+) -> Result<Stats, Error> {
     if after.is_some() && !formats.overwrite {
         return Err(Error::InvalidConfig(
             "dump_to needs a flight-recorder session (overwrite(true)); use rotate_output".into(),
@@ -201,13 +136,13 @@ fn ask(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
         None => Request::Rotate(target, tx),
     };
     {
-        let mut requests = shared.requests.lock();
+        let mut requests = requests.lock();
         if requests.closed {
             return Err(Error::NotRecording);
         }
         requests.queue.push(request);
     }
-    shared.wake();
+    waker.wake();
     rx.recv()
         .unwrap_or_else(|_| Err(Error::Flusher("the flusher thread panicked".into())))
 }
@@ -247,9 +182,8 @@ impl Windows {
     /// becomes the output now, so the pass drains the rings into it.
     pub(crate) fn before_pass(
         &mut self,
-        shared: &Shared,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        requests: &Mutex<Requests>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         out: &mut Vec<u8>,
@@ -258,7 +192,7 @@ impl Windows {
             return true;
         }
         let request = {
-            let mut requests = shared.requests.lock();
+            let mut requests = requests.lock();
             if requests.queue.is_empty() {
                 return false;
             }
@@ -267,7 +201,7 @@ impl Windows {
         match request {
             Request::Rotate(target, reply) => self.rotate = Some((target, reply)),
             Request::Dump(mut target, after, reply) => {
-                self.swap_in(encoder, sink, &mut target, ctx, out);
+                self.swap_in(file, &mut target, ctx, out);
                 let stashed = self.switch_file(target, lost);
                 let now = Instant::now();
                 // A window too long for the clock: until the session stops.
@@ -294,15 +228,14 @@ impl Windows {
     /// (or any dump when `stopping`).
     pub(crate) fn after_pass(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
         stopping: bool,
         out: &mut Vec<u8>,
     ) {
         if let Some((mut target, reply)) = self.rotate.take() {
-            self.swap_in(encoder, sink, &mut target, ctx, out);
+            self.swap_in(file, &mut target, ctx, out);
             let old = self.switch_file(target, lost);
             let _ = reply.send(self.finish(old, ctx, out));
         }
@@ -313,8 +246,7 @@ impl Windows {
             // The session's own output comes back, its counts where they
             // were: it wrote nothing meanwhile.
             let t = &mut main.target;
-            std::mem::swap(encoder, &mut t.encoder);
-            std::mem::swap(sink, &mut t.sink);
+            std::mem::swap(file, &mut t.file);
             std::mem::swap(&mut self.path, &mut t.path);
             let dump = self.switch_file(main.target, lost);
             self.lost_at_start = lost - main.lost;
@@ -341,7 +273,7 @@ impl Windows {
         out: &mut Vec<u8>,
     ) -> Result<Stats, Error> {
         let t = &mut done.target;
-        let (Some(encoder), Some(sink)) = (t.encoder.as_deref_mut(), t.sink.as_mut()) else {
+        let Some(File { encoder, sink }) = t.file.as_mut() else {
             return Ok(Stats::default()); // there was no file
         };
         let now = ctx.cal.now_ns();
@@ -375,29 +307,27 @@ impl Windows {
     /// `out` first.
     fn swap_in(
         &mut self,
-        encoder: &mut Option<Box<dyn Encoder>>,
-        sink: &mut Option<Sink>,
+        file: &mut Option<File>,
         target: &mut Target,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
     ) {
-        write_out(sink, out);
-        std::mem::swap(encoder, &mut target.encoder);
-        std::mem::swap(sink, &mut target.sink);
+        write_out(file, out);
+        std::mem::swap(file, &mut target.file);
         std::mem::swap(&mut self.path, &mut target.path);
-        if let Some(e) = encoder.as_deref_mut() {
-            e.header(ctx, out);
+        if let Some(f) = file.as_mut() {
+            f.encoder.header(ctx, out);
         }
-        write_out(sink, out);
+        write_out(file, out);
     }
 }
 
-/// The flusher is done, however it ended (`flusher::Finally`, a panic
+/// The flusher is done, however it ended (`Control::close`, a panic
 /// included): no more requests; those still queued fail, so no caller of
 /// `rotate_output`/`dump_to` waits for an answer that will not come.
-pub(crate) fn close_requests(shared: &Shared) {
+pub(crate) fn close_requests(requests: &Mutex<Requests>) {
     let queued = {
-        let mut requests = shared.requests.lock();
+        let mut requests = requests.lock();
         requests.closed = true;
         std::mem::take(&mut requests.queue)
     };

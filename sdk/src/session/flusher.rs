@@ -1,5 +1,5 @@
 //! The flusher: a background thread that drains the rings, encodes what it
-//! finds and writes it out. Only this thread touches the output.
+//! finds and writes it out. Only this thread touches the outputs.
 //!
 //! It wakes every few milliseconds: a ring past its high-water mark (half
 //! full) is drained at once; every ring is drained each flush interval, on
@@ -8,21 +8,21 @@
 //! to the end and then forgotten. In flight-recorder (overwrite) mode the
 //! rings are drained as often, into the process-wide `Recorder` instead of
 //! the file's encoder; it is written out on `flush()` and at stop.
+//!
+//! Each pass is a sequence of named steps (`Flusher::run`); every output
+//! (the file, system tracing: `output`) is called once per step.
 
 #![forbid(unsafe_code)]
 
-use crate::encode::{Batch, Context, Encoder, IdMap, ProcessInfo, Sites};
+use crate::encode::{Batch, Context, IdMap, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::ring::GROWTH;
 use crate::record::sync::Arc;
-use crate::session::capture::{Requests, Windows};
-use crate::session::recorder::Recorder;
-use crate::session::sink::Sink;
-use crate::system::data_source::RecordFilter;
-use crate::system::feed::SystemFeed;
-use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::session::control::Control;
+use crate::session::output::{Outputs, Pass, Tally};
+use crate::session::stats::Stats;
+use std::sync::atomic::Ordering;
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};
 
@@ -30,151 +30,67 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(5);
 /// How often a global clock snapshot is written.
 const CLOCK_SNAPSHOT_PERIOD: Duration = Duration::from_secs(1);
-/// How long `Shared::wait_parked` yields its CPU before it sleeps between
-/// looks (a flusher slow to start on a loaded machine).
-const PARK_SPIN: Duration = Duration::from_millis(2);
-/// How long `Shared::wait_parked` waits at most (`start` then returns with
-/// the flusher still on its way: only the first events' timing is at stake).
-const PARK_WAIT: Duration = Duration::from_millis(250);
 /// Words drained at a time (128 KiB, ~0.1 ms of encoding): between two
 /// chunks the flusher makes ready the spare of a ring that grew meanwhile.
 const DRAIN_CHUNK_WORDS: usize = 1 << 14;
 
-/// State shared between the session handle and the flusher thread.
-pub(crate) struct Shared {
-    pub(crate) stop: AtomicBool,
-    pub(crate) flush_requested: AtomicU64,
-    pub(crate) flush_done: Mutex<u64>,
-    pub(crate) flush_cv: Condvar,
-    pub(crate) wake: Mutex<()>,
-    pub(crate) wake_cv: Condvar,
-    /// Capture windows asked of the flusher (`capture`).
-    pub(crate) requests: Mutex<Requests>,
-    /// Set once the flusher has come to wait for work (or has ended):
-    /// `start` returns only then (`Shared::wait_parked`).
-    parked: AtomicBool,
-}
-
-impl Shared {
-    pub(crate) fn new() -> Self {
-        Shared {
-            stop: AtomicBool::new(false),
-            flush_requested: AtomicU64::new(0),
-            flush_done: Mutex::new(0),
-            flush_cv: Condvar::new(),
-            wake: Mutex::new(()),
-            wake_cv: Condvar::new(),
-            requests: Mutex::new(Requests::default()),
-            parked: AtomicBool::new(false),
-        }
-    }
-
-    /// Returns once the flusher has run up to its first wait for work and
-    /// sleeps there (or has ended), or after [`PARK_WAIT`] at most. `start`
-    /// calls it so that the flusher is a thread that sleeps, not one just
-    /// made and queued: a new thread is queued on its parent's CPU, and
-    /// measured here it then waited there a scheduler tick (4 ms) and took
-    /// that CPU from the recording thread, its first lap in a fresh session,
-    /// while the other CPU idled. A thread that sleeps is placed anew when
-    /// it is woken. This thread yields its CPU until the flusher has
-    /// released `wake` in its wait (a flusher queued behind us runs and
-    /// parks; one on another CPU is waited for), then sleeps between looks.
-    /// Bounded: before it parks the flusher writes the trace's first bytes,
-    /// and a writer that blocks (a pipe nobody reads) or a system tracing
-    /// handshake that hangs must not hold `start` up.
-    pub(crate) fn wait_parked(&self) {
-        let since = Instant::now();
-        loop {
-            if self.parked.load(Ordering::Acquire) && self.wake.try_lock().is_some() {
-                return;
-            }
-            let waited = since.elapsed();
-            if waited >= PARK_WAIT {
-                return;
-            }
-            if waited < PARK_SPIN {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-    }
-
-    pub(crate) fn wake(&self) {
-        let _g = self.wake.lock();
-        self.wake_cv.notify_all();
-    }
-}
-
-/// Totals of a finished session, returned by
-/// [`TraceGuard::stop`](crate::TraceGuard::stop).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Trace events written: the events the file holds, in its format's
-    /// units. Perfetto writes a scope as two (its begin and its end, each a
-    /// `TrackEvent`), Chrome JSON as one (`X`; a `B` and an `E` with
-    /// [`JsonScopes::BeginEnd`](crate::JsonScopes::BeginEnd)); an instant, a
-    /// counter value or a log message is one in both. Track and thread
-    /// descriptions (JSON `M` events) are not counted. A reader that pairs
-    /// begins with ends (`ringtrace inspect`) counts slices instead.
-    pub events_written: u64,
-    /// Events lost, counted as they were recorded (a scope's begin and its
-    /// end are one each, as in Perfetto): dropped because a ring was full,
-    /// overwritten in flight-recorder mode, too large for a ring, or
-    /// recorded while their thread was being torn down. Each loss is also
-    /// marked in the trace.
-    pub events_lost: u64,
-    /// Of those, events too large for a ring.
-    pub events_oversized: u64,
-    /// Of those, events of threads that had no ring because the memory
-    /// budget ([`Builder::buffer_bytes`](crate::Builder::buffer_bytes)) was
-    /// used up. Marked on the process track (an events-lost instant with
-    /// `reason = "no memory"`), except those of an event racing with the
-    /// session's stop.
-    pub events_no_memory: u64,
-    /// Scope ends that matched no recorded begin (the begin was lost, or the
-    /// scope began before the session) and were left out.
-    pub unmatched_ends: u64,
-    /// Threads that recorded at least one event.
-    pub threads: u64,
-    /// Bytes written to the output.
-    pub bytes_written: u64,
-    /// Most memory the rings and their threads' bookkeeping held at once
-    /// during the session (at most
-    /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
-    pub buffer_bytes_peak: u64,
-    /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
-    pub cpu_samples: u64,
-    /// CPU samples lost: records the kernel dropped (its ring was full) and
-    /// samples beyond what waits for the flusher. Also written to the trace
-    /// (Perfetto: `kernel_records_lost`).
-    pub cpu_samples_lost: u64,
-    /// CPU samples whose stack unwinding stopped before the thread's first
-    /// frame (the frames found are kept; Perfetto: `unwind_error`).
-    pub cpu_stacks_truncated: u64,
-    /// Threads that were sampled.
-    pub cpu_threads_sampled: u64,
-    /// Threads that could not be sampled (memory budget, perf refused).
-    pub cpu_threads_unsampled: u64,
-}
-
-pub(crate) struct Flusher {
-    pub(crate) shared: StdArc<Shared>,
-    /// The file output (None: system tracing only).
-    pub(crate) output: Option<(Box<dyn Encoder>, Sink)>,
-    /// System tracing (the Perfetto producer), if on.
-    pub(crate) system: Option<SystemFeed>,
+/// What encoders read besides the records: the clock's calibration
+/// (refreshed at each full pass, so a `Context` cannot be kept across
+/// passes), the process, the call-site cache.
+pub(crate) struct Env {
     pub(crate) cal: Calibration,
     pub(crate) process: ProcessInfo,
-    pub(crate) overwrite: bool,
+    pub(crate) sites: Sites,
+}
+
+impl Env {
+    fn ctx(&mut self) -> Context<'_> {
+        Context {
+            cal: &self.cal,
+            process: &self.process,
+            sites: &mut self.sites,
+        }
+    }
+}
+
+/// The background thread's state: what `start` gives it, and what it keeps
+/// from one pass to the next.
+pub(crate) struct Flusher {
+    control: StdArc<Control>,
+    outputs: Outputs,
+    env: Env,
     /// Overwrite mode: bytes of the flight recorder's store (taken from the
     /// budget by the session, given back when the flusher ends).
-    pub(crate) recorder_bytes: u64,
-    pub(crate) interval: Duration,
-    /// Rotations and dumps (`capture`).
-    pub(crate) windows: Windows,
-    /// `GROWTH`'s count before the session's call sites were on.
-    pub(crate) growth_at_start: u64,
+    recorder_bytes: u64,
+    interval: Duration,
+    /// When the next full pass and the next clock snapshot are due (a
+    /// compare per pass; none past what an `Instant` can hold).
+    next_full: Option<Instant>,
+    next_snapshot: Option<Instant>,
+    /// The last `flush()` request a pass has answered.
+    flush_seen: u64,
+    spares: Spares,
+    /// The pool's idle clock: the newest ring and `GROWTH`'s count at the
+    /// last pass.
+    last_in_use: (Option<u32>, u64),
+    /// Events of threads without a ring counted and not yet marked.
+    no_ring_pending: u64,
+    rings: Vec<Arc<ThreadRing>>,
+    state: IdMap<u32, RingState>,
+    /// The drain's buffer (one chunk).
+    words: Vec<u64>,
+    tally: Tally,
+    stats: Stats,
+}
+
+/// One pass, as it started.
+struct PassPlan {
+    /// The pass's one clock read (interval, snapshot, pool's idle).
+    at: Instant,
+    flush_req: u64,
+    /// Every ring is drained (else only those half full or retired).
+    full: bool,
+    outputs: Pass,
 }
 
 #[derive(Default)]
@@ -242,363 +158,293 @@ impl Spares {
 const SPARE_IDLE: Duration = Duration::from_secs(1);
 
 impl Flusher {
-    /// Runs until the session stops; returns the totals and the first write error.
-    pub(crate) fn run(self) -> (Stats, Option<std::io::Error>) {
-        let _finally = Finally(self.shared.clone());
-        let Flusher {
-            shared,
-            output,
-            mut system,
-            mut cal,
-            process,
-            overwrite,
+    /// `growth_at_start`: `GROWTH`'s count before the session's call sites
+    /// were on.
+    pub(crate) fn new(
+        control: StdArc<Control>,
+        outputs: Outputs,
+        env: Env,
+        recorder_bytes: u64,
+        interval: Duration,
+        growth_at_start: u64,
+    ) -> Flusher {
+        Flusher {
+            control,
+            outputs,
+            env,
             recorder_bytes,
             interval,
-            mut windows,
-            growth_at_start,
-        } = self;
-        let (mut encoder, mut sink) = match output {
-            Some((e, s)) => (Some(e), Some(s)),
-            None => (None, None),
-        };
-        let mut recorder = (overwrite && encoder.is_some()).then(|| Recorder::new(recorder_bytes));
-        let mut finished: Vec<(Arc<ThreadRing>, u64)> = Vec::new();
-        // With system tracing on, call sites also record categories only a
-        // tracing session wants: the file keeps to its own filter.
-        let mut file_filter = system.as_ref().map(|_| (RecordFilter::default(), u64::MAX));
-        let mut file_words = Vec::new();
-        let mut sites = Sites::default();
-        // The encoders' view of the session, made afresh where needed (`cal`
-        // is refreshed in between, so one cannot be kept).
-        macro_rules! ctx {
-            () => {
-                Context {
-                    cal: &cal,
-                    process: &process,
-                    sites: &mut sites,
-                }
-            };
+            next_full: None,
+            next_snapshot: None,
+            flush_seen: 0,
+            // Rings may have grown before this thread ran: look at once.
+            spares: Spares {
+                seen: u64::MAX,
+                stocked: growth_at_start,
+                rings: IdMap::default(),
+            },
+            last_in_use: (None, u64::MAX),
+            no_ring_pending: 0,
+            rings: Vec::new(),
+            state: IdMap::default(),
+            words: Vec::with_capacity(DRAIN_CHUNK_WORDS * 2),
+            tally: Tally::default(),
+            stats: Stats::default(),
         }
-        let mut out = Vec::with_capacity(WRITE_AT * 2);
-        let mut words = Vec::with_capacity(DRAIN_CHUNK_WORDS * 2);
-        let mut rings: Vec<Arc<ThreadRing>> = Vec::new();
-        let mut state: IdMap<u32, RingState> = IdMap::default();
-        let mut stats = Stats::default();
-        {
-            let mut ctx = ctx!();
-            if let Some(e) = encoder.as_deref_mut() {
-                e.header(&mut ctx, &mut out);
-            }
-        }
-        write_out(&mut sink, &mut out);
-        // When the next full pass and the next clock snapshot are due (a
-        // compare per pass; none past what an `Instant` can hold).
-        let start_at = Instant::now();
-        let mut next_full = start_at.checked_add(interval);
-        let mut next_snapshot = start_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
-        let mut flush_seen = 0;
-        // Rings may have grown before this thread ran: look at once.
-        let mut spares = Spares {
-            seen: u64::MAX,
-            stocked: growth_at_start,
-            rings: IdMap::default(),
-        };
-        {
-            let shared = shared.clone();
-            GROWTH.set_waker(Some(Box::new(move || shared.wake())));
-        }
-        let mut last_in_use = (None, u64::MAX);
-        // Events of threads without a ring counted and not yet marked.
-        let mut no_ring_pending = 0;
+    }
+
+    /// Runs until the session stops; returns the totals and the first write error.
+    pub(crate) fn run(mut self) -> (Stats, Option<std::io::Error>) {
+        let _finally = Finally(self.control.clone());
+        self.open();
         loop {
-            {
-                let mut g = shared.wake.lock();
-                if !shared.stop.load(Ordering::Acquire)
-                    && shared.flush_requested.load(Ordering::Acquire) == flush_seen
-                    && shared.requests.lock().is_empty()
-                    && GROWTH.count() == spares.seen
-                {
-                    shared.parked.store(true, Ordering::Release);
-                    shared.wake_cv.wait_for(&mut g, POLL);
-                }
-            }
-            // The pass's one clock read (interval, snapshot, pool's idle).
-            let pass_at = Instant::now();
-            let stopping = shared.stop.load(Ordering::Acquire);
-            let flush_req = shared.flush_requested.load(Ordering::Acquire);
-            let system_full = match system.as_mut() {
-                Some(sys) => sys.begin_cycle(&mut ctx!()),
-                None => false,
-            };
-            let window = {
-                let mut ctx = ctx!();
-                let lost = stats.events_lost + stats.events_oversized;
-                windows.before_pass(&shared, &mut encoder, &mut sink, &mut ctx, lost, &mut out)
-            };
-            // A flight recorder drains the rings as often (into the
-            // recorder); it writes out on flush, at stop and into a dump.
-            let dump = stopping || window || flush_req != flush_seen;
-            let full = dump || system_full || next_full.is_some_and(|at| pass_at >= at);
-            // While a dump's window is open, records go straight to its file.
-            let dumping = windows.dumping();
-            if full {
-                cal.refresh();
-                next_full = pass_at.checked_add(interval);
-            }
-            if let (true, Some(rec), Some(e)) = (dump, recorder.as_mut(), encoder.as_deref_mut()) {
-                // What the recorder holds is older than what the rings hold:
-                // it goes first, then this pass drains the rings straight
-                // into the file.
-                let mut ctx = ctx!();
-                let spill = |out: &mut Vec<u8>| write_if_full(&mut sink, out);
-                rec.write_out(e, &mut ctx, &mut out, spill, &mut finished);
-            }
-            REGISTRY.snapshot(&mut rings);
-            // First, before draining: the next segment of each ring that
-            // grew, which its thread may need within microseconds.
-            if !stopping {
-                spares.tend_if_grown(&rings, full, true);
-            }
-            // The stock's idle clock: a ring made (a new newest sequence)
-            // or grown since the last pass. Kept here, off the threads'
-            // first events (whose stack depth `tests/memory.rs` measures).
-            let in_use = (rings.iter().map(|tr| tr.seq_id).max(), GROWTH.count());
-            if in_use != last_in_use {
-                last_in_use = in_use;
-                REGISTRY.budget.pool().touch();
-            }
-            REGISTRY
-                .budget
-                .pool()
-                .trim_at(crate::record::budget::ms_at(pass_at));
-            let mut gone = Vec::new();
-            for tr in &rings {
-                let retired = tr.is_retired();
-                let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
-                if !(full || retired || hot) {
-                    continue;
-                }
-                let st = state.entry(tr.seq_id).or_default();
-                let mut ctx = ctx!();
-                // Bounded: a producer still writing cannot keep us here.
-                let mut budget = tr.ring.capacity_words() * 2;
-                loop {
-                    words.clear();
-                    let d = tr
-                        .ring
-                        .drain(&mut words, DRAIN_CHUNK_WORDS, &mut st.seen_overwritten);
-                    stats.events_lost += d.overwritten;
-                    if d.words == 0 && d.overwritten == 0 {
-                        break;
-                    }
-                    let batch = Batch {
-                        thread: tr,
-                        words: &words,
-                        overwritten: d.overwritten,
-                    };
-                    if let Some(e) = encoder.as_deref_mut() {
-                        windows.wrote(tr.seq_id);
-                        let mine = match file_filter.as_mut() {
-                            None => batch.words,
-                            Some((filter, generation)) => {
-                                let now = crate::record::callsite::filter_generation();
-                                if *generation != now {
-                                    *generation = now;
-                                    filter.forget_sites();
-                                }
-                                filter.select(
-                                    tr.seq_id,
-                                    &words,
-                                    &crate::record::callsite::category_enabled,
-                                    ctx.sites,
-                                    &mut file_words,
-                                );
-                                &file_words
-                            }
-                        };
-                        match recorder.as_mut().filter(|_| !(dump || dumping)) {
-                            Some(rec) => {
-                                stats.events_lost +=
-                                    rec.push(tr, mine, d.overwritten, &mut finished);
-                            }
-                            None => {
-                                let mine = Batch {
-                                    words: mine,
-                                    ..batch
-                                };
-                                e.batch(&mut ctx, &mine, &mut out);
-                            }
-                        }
-                    }
-                    if let Some(sys) = system.as_mut() {
-                        sys.batch(&mut ctx, &batch);
-                    }
-                    write_if_full(&mut sink, &mut out);
-                    if !stopping {
-                        spares.tend_if_grown(&rings, false, false);
-                    }
-                    budget = budget.saturating_sub(words.len().max(1));
-                    if budget == 0 {
-                        break;
-                    }
-                }
-                let oversized = tr.ring.oversized();
-                if oversized > st.reported_oversized {
-                    let n = oversized - st.reported_oversized;
-                    st.reported_oversized = oversized;
-                    stats.events_oversized += n;
-                    if let Some(e) = encoder.as_deref_mut() {
-                        e.note_lost(&mut ctx, tr, n, &mut out);
-                    }
-                    if let Some(sys) = system.as_mut() {
-                        sys.note_lost(&mut ctx, tr, n);
-                    }
-                }
-                if retired && tr.ring.used_words() == 0 {
-                    tr.ring.reclaim_spare();
-                    // A thread the recorder still holds records of is
-                    // finished when they are written out or forgotten.
-                    let unmarked = match recorder.as_mut() {
-                        Some(rec) => rec.thread_exited(tr),
-                        None => Some(0),
-                    };
-                    if let Some(unmarked) = unmarked {
-                        thread_finished(
-                            &mut encoder,
-                            &mut system,
-                            &mut ctx,
-                            tr,
-                            unmarked,
-                            &mut stats,
-                            &mut out,
-                        );
-                    }
-                    if let Some(f) = file_filter.as_mut() {
-                        f.0.forget_thread(tr.seq_id);
-                    }
-                    state.remove(&tr.seq_id);
-                    spares.rings.remove(&tr.seq_id);
-                    gone.push(tr.seq_id);
-                }
-            }
-            gone.sort_unstable();
-            REGISTRY.remove(&gone);
-            if !finished.is_empty() {
-                let mut ctx = ctx!();
-                for (tr, unmarked) in finished.drain(..) {
-                    thread_finished(
-                        &mut encoder,
-                        &mut system,
-                        &mut ctx,
-                        &tr,
-                        unmarked,
-                        &mut stats,
-                        &mut out,
-                    );
-                }
-            }
-            // CPU stack samples (`sampling`): to the file's encoder.
-            if let Some(e) = encoder.as_deref_mut() {
-                let mut ctx = ctx!();
-                crate::sampling::take_pending(|v| e.samples(&mut ctx, v, &mut out));
-            }
-            // Events of threads the budget had no ring for: no stream of
-            // theirs can carry the loss, so it is marked on the process
-            // track with the count since the last mark (a flight recorder
-            // marks it when it writes out).
-            no_ring_pending += REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
-            if no_ring_pending > 0 && (recorder.is_none() || dump) {
-                let count = std::mem::take(&mut no_ring_pending);
-                stats.events_no_memory += count;
-                let now = cal.now_ns();
-                let mut ctx = ctx!();
-                if let Some(e) = encoder.as_deref_mut() {
-                    e.note_lost_no_ring(&mut ctx, now, count, &mut out);
-                }
-                if let Some(sys) = system.as_mut() {
-                    sys.note_lost_no_ring(&mut ctx, now, count);
-                }
-            }
-            if next_snapshot.is_some_and(|at| pass_at >= at) {
-                next_snapshot = pass_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
-                let mut ctx = ctx!();
-                if let Some(e) = encoder.as_deref_mut() {
-                    e.tick(&mut ctx, &mut out);
-                }
-                if let Some(sys) = system.as_mut() {
-                    sys.tick(&mut ctx);
-                }
-            }
-            {
-                let mut ctx = ctx!();
-                let lost = stats.events_lost + stats.events_oversized;
-                windows.after_pass(&mut encoder, &mut sink, &mut ctx, lost, stopping, &mut out);
-            }
-            if stopping {
-                // Threads still running: their drops so far, then close the
-                // file. Their spares go back to the budget.
-                let mut ctx = ctx!();
-                for tr in &rings {
-                    tr.ring.reclaim_spare();
-                    if !tr.is_retired() || tr.ring.used_words() > 0 {
-                        thread_finished(
-                            &mut encoder,
-                            &mut system,
-                            &mut ctx,
-                            tr,
-                            0,
-                            &mut stats,
-                            &mut out,
-                        );
-                    }
-                }
-                let now = cal.now_ns();
-                if let Some(e) = encoder.as_deref_mut() {
-                    e.finish(&mut ctx, now, &mut out);
-                }
-                if let Some(sys) = system.as_mut() {
-                    sys.finish(&mut ctx, now);
-                }
-                write_out(&mut sink, &mut out);
-                if let Some(s) = sink.as_mut() {
-                    s.flush();
-                }
+            self.wait_for_work();
+            let pass = self.begin_pass();
+            self.outputs
+                .before_drain(&mut self.env.ctx(), &mut self.tally);
+            self.tend_memory(&pass);
+            self.drain_rings(&pass);
+            self.write_samples();
+            self.finish_let_go();
+            self.mark_lost_without_ring();
+            self.snapshot_clock(&pass);
+            let lost = self.stats.events_lost + self.stats.events_oversized;
+            self.outputs
+                .after_pass(&mut self.env.ctx(), &pass.outputs, lost);
+            if pass.outputs.stopping {
+                self.finish_outputs();
                 break;
             }
-            if let Some(sys) = system.as_mut() {
-                let now = cal.now_ns();
-                sys.end_cycle(&mut ctx!(), now);
+            self.end_pass(&pass);
+        }
+        self.totals()
+    }
+
+    /// Opens the outputs (the file's header) and arms the growth doorbell.
+    fn open(&mut self) {
+        self.outputs.open(&mut self.env.ctx());
+        let start_at = Instant::now();
+        self.next_full = start_at.checked_add(self.interval);
+        self.next_snapshot = start_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
+        let waker = self.control.waker.clone();
+        GROWTH.set_waker(Some(Box::new(move || waker.wake())));
+    }
+
+    /// Sleeps until woken or [`POLL`] has passed, unless work is waiting.
+    fn wait_for_work(&self) {
+        let c = &self.control;
+        let seen = (self.flush_seen, self.spares.seen);
+        c.waker.sleep_unless(POLL, || {
+            c.stop.load(Ordering::Acquire)
+                || c.flush_requested.load(Ordering::Acquire) != seen.0
+                || !c.requests.lock().is_empty()
+                || GROWTH.count() != seen.1
+        });
+    }
+
+    /// What this pass does: the outputs take what was asked of them; a
+    /// full pass (stop, flush, an output's need, the interval) refreshes
+    /// the clock's calibration.
+    fn begin_pass(&mut self) -> PassPlan {
+        let at = Instant::now();
+        let stopping = self.control.stop.load(Ordering::Acquire);
+        let flush_req = self.control.flush_requested.load(Ordering::Acquire);
+        let pass = Pass {
+            stopping,
+            flush: flush_req != self.flush_seen,
+        };
+        let lost = self.stats.events_lost + self.stats.events_oversized;
+        let asked = self.outputs.begin_pass(&mut self.env.ctx(), &pass, lost);
+        let full =
+            asked || pass.stopping || pass.flush || self.next_full.is_some_and(|due| at >= due);
+        if full {
+            self.env.cal.refresh();
+            self.next_full = at.checked_add(self.interval);
+        }
+        PassPlan {
+            at,
+            flush_req,
+            full,
+            outputs: pass,
+        }
+    }
+
+    /// Before draining: the next segment of each ring that grew, which its
+    /// thread may need within microseconds; the pool's idle clock and trim.
+    fn tend_memory(&mut self, pass: &PassPlan) {
+        REGISTRY.snapshot(&mut self.rings);
+        if !pass.outputs.stopping {
+            self.spares.tend_if_grown(&self.rings, pass.full, true);
+        }
+        // The stock's idle clock: a ring made (a new newest sequence)
+        // or grown since the last pass. Kept here, off the threads'
+        // first events (whose stack depth `tests/memory.rs` measures).
+        let in_use = (self.rings.iter().map(|tr| tr.seq_id).max(), GROWTH.count());
+        if in_use != self.last_in_use {
+            self.last_in_use = in_use;
+            REGISTRY.budget.pool().touch();
+        }
+        REGISTRY
+            .budget
+            .pool()
+            .trim_at(crate::record::budget::ms_at(pass.at));
+    }
+
+    /// Drains every ring a full pass wants, or those half full or retired;
+    /// forgets the rings of exited threads once drained to the end.
+    fn drain_rings(&mut self, pass: &PassPlan) {
+        let rings = std::mem::take(&mut self.rings);
+        let mut gone = Vec::new();
+        for tr in &rings {
+            let retired = tr.is_retired();
+            let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
+            if !(pass.full || retired || hot) {
+                continue;
             }
-            write_out(&mut sink, &mut out);
-            if let Some(s) = sink.as_mut() {
-                s.flush();
-            }
-            if flush_req != flush_seen {
-                flush_seen = flush_req;
-                *shared.flush_done.lock() = flush_req;
-                shared.flush_cv.notify_all();
+            self.drain_ring(tr, &rings, pass.outputs.stopping);
+            if retired && tr.ring.used_words() == 0 {
+                self.retire(tr);
+                gone.push(tr.seq_id);
             }
         }
-        // Totals of the whole session: every file it wrote.
-        if let Some(e) = encoder.as_deref() {
-            let enc = e.stats();
-            stats.events_written = enc.events;
-            stats.unmatched_ends = enc.unmatched_ends;
+        self.rings = rings;
+        gone.sort_unstable();
+        REGISTRY.remove(&gone);
+    }
+
+    /// Drains one ring in chunks into every output (making ready the spare
+    /// of a ring that grew meanwhile between two chunks), then marks the
+    /// events too large for it.
+    fn drain_ring(&mut self, tr: &Arc<ThreadRing>, rings: &[Arc<ThreadRing>], stopping: bool) {
+        let st = self.state.entry(tr.seq_id).or_default();
+        let mut ctx = self.env.ctx();
+        // Bounded: a producer still writing cannot keep us here.
+        let mut budget = tr.ring.capacity_words() * 2;
+        loop {
+            self.words.clear();
+            let d = tr
+                .ring
+                .drain(&mut self.words, DRAIN_CHUNK_WORDS, &mut st.seen_overwritten);
+            self.stats.events_lost += d.overwritten;
+            if d.words == 0 && d.overwritten == 0 {
+                break;
+            }
+            let batch = Batch {
+                thread: tr,
+                words: &self.words,
+                overwritten: d.overwritten,
+            };
+            self.outputs.batch(&mut ctx, tr, &batch, &mut self.tally);
+            if !stopping {
+                self.spares.tend_if_grown(rings, false, false);
+            }
+            budget = budget.saturating_sub(self.words.len().max(1));
+            if budget == 0 {
+                break;
+            }
         }
-        stats.events_written += windows.finished.events_written;
-        stats.unmatched_ends += windows.finished.unmatched_ends;
+        self.stats.events_lost += std::mem::take(&mut self.tally.lost);
+        let oversized = tr.ring.oversized();
+        if oversized > st.reported_oversized {
+            let n = oversized - st.reported_oversized;
+            st.reported_oversized = oversized;
+            self.stats.events_oversized += n;
+            self.outputs.note_lost(&mut ctx, tr, n);
+        }
+    }
+
+    /// A retired ring drained to the end: its spare goes back, and its
+    /// thread is finished unless an output holds records of it still.
+    fn retire(&mut self, tr: &Arc<ThreadRing>) {
+        tr.ring.reclaim_spare();
+        if self.outputs.thread_exited(tr) {
+            self.thread_finished(tr);
+        }
+        self.state.remove(&tr.seq_id);
+        self.spares.rings.remove(&tr.seq_id);
+    }
+
+    /// CPU stack samples taken since the last pass (`sampling`), to the
+    /// outputs.
+    fn write_samples(&mut self) {
+        let (outputs, env) = (&mut self.outputs, &mut self.env);
+        crate::sampling::take_pending(|v| outputs.samples(&mut env.ctx(), v));
+    }
+
+    /// Threads the outputs held back and have let go of.
+    fn finish_let_go(&mut self) {
+        for tr in std::mem::take(&mut self.tally.let_go) {
+            self.thread_finished(&tr);
+        }
+    }
+
+    /// Counts a thread's drops and marks those not yet in the stream on
+    /// every output, which then forget the thread.
+    fn thread_finished(&mut self, tr: &ThreadRing) {
+        self.stats.threads += 1;
+        self.stats.events_lost += tr.ring.dropped();
+        let pending = tr.ring.pending_lost();
+        self.outputs.thread_done(&mut self.env.ctx(), tr, pending);
+    }
+
+    /// Events of threads the budget had no ring for: no stream of theirs
+    /// can carry the loss, so it is marked on the process track with the
+    /// count since the last mark (a flight recorder marks it when it writes
+    /// out).
+    fn mark_lost_without_ring(&mut self) {
+        self.no_ring_pending += REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
+        if self.no_ring_pending > 0 && !self.outputs.defers_marks() {
+            let count = std::mem::take(&mut self.no_ring_pending);
+            self.stats.events_no_memory += count;
+            let now = self.env.cal.now_ns();
+            self.outputs
+                .note_lost_no_ring(&mut self.env.ctx(), now, count);
+        }
+    }
+
+    /// The periodic clock snapshot, when due.
+    fn snapshot_clock(&mut self, pass: &PassPlan) {
+        if self.next_snapshot.is_some_and(|due| pass.at >= due) {
+            self.next_snapshot = pass.at.checked_add(CLOCK_SNAPSHOT_PERIOD);
+            self.outputs.tick(&mut self.env.ctx());
+        }
+    }
+
+    /// The last pass: threads still running get their drops so far marked,
+    /// their spares go back to the budget; then the outputs close.
+    fn finish_outputs(&mut self) {
+        let rings = std::mem::take(&mut self.rings);
+        for tr in &rings {
+            tr.ring.reclaim_spare();
+            if !tr.is_retired() || tr.ring.used_words() > 0 {
+                self.thread_finished(tr);
+            }
+        }
+        let now = self.env.cal.now_ns();
+        self.outputs.finish(&mut self.env.ctx(), now);
+    }
+
+    /// What the pass made goes out; a `flush()` it served is answered.
+    fn end_pass(&mut self, pass: &PassPlan) {
+        self.outputs.end_pass(&mut self.env.ctx());
+        if pass.flush_req != self.flush_seen {
+            self.flush_seen = pass.flush_req;
+            self.control.flushed(pass.flush_req);
+        }
+    }
+
+    /// Totals of the whole session: every output's, and the losses counted
+    /// after the last pass.
+    fn totals(mut self) -> (Stats, Option<std::io::Error>) {
+        let stats = &mut self.stats;
         // Counted after the last pass (an event racing with the stop): in
         // the stats, not marked.
         stats.events_no_memory +=
-            no_ring_pending + REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
+            self.no_ring_pending + REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
         stats.events_lost += stats.events_oversized
             + stats.events_no_memory
             + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
-        if let Some(sys) = system.as_ref() {
-            stats.events_lost += sys.stats().events_dropped;
-        }
-        stats.bytes_written =
-            sink.as_ref().map_or(0, Sink::bytes_written) + windows.finished.bytes_written;
+        let error = self.outputs.totals(stats);
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
         let cpu = crate::sampling::end();
         stats.cpu_samples = cpu.samples;
@@ -606,26 +452,23 @@ impl Flusher {
         stats.cpu_stacks_truncated = cpu.truncated;
         stats.cpu_threads_sampled = cpu.threads;
         stats.cpu_threads_unsampled = cpu.threads_unsampled;
-        drop(recorder);
-        REGISTRY.budget.give_back(recorder_bytes);
-        (stats, sink.as_mut().and_then(Sink::take_error))
+        let stats = *stats;
+        drop(self.outputs);
+        REGISTRY.budget.give_back(self.recorder_bytes);
+        (stats, error)
     }
 }
 
-/// However the flusher ends, a panic included: every flush waiting is
-/// answered and every capture request queued is refused (a panic's own
-/// message reaches `stop()` through the thread's join). The one place this
-/// is done.
-struct Finally(StdArc<Shared>);
+/// However the flusher ends, a panic included: the growth doorbell is
+/// disarmed, every flush waiting is answered and every capture request
+/// queued is refused (a panic's own message reaches `stop()` through the
+/// thread's join). The one place this is done.
+struct Finally(StdArc<Control>);
 
 impl Drop for Finally {
     fn drop(&mut self) {
-        // A flusher that ended (a panic) before it parked releases `start`.
-        self.0.parked.store(true, Ordering::Release);
         GROWTH.set_waker(None);
-        crate::session::capture::close_requests(&self.0);
-        *self.0.flush_done.lock() = u64::MAX;
-        self.0.flush_cv.notify_all();
+        self.0.close();
     }
 }
 
@@ -653,60 +496,5 @@ fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut IdMap<u32, SpareState>) {
             tr.ring.reclaim_spare();
             st.since = None;
         }
-    }
-}
-
-/// Bytes the flusher lets pile up before it writes them out: large enough
-/// for few system calls (one per 256 KiB: tens of microseconds against the
-/// milliseconds of encoding them), small enough to stay in cache on their
-/// way out. This and the sink's copy laid out in pages are most of the
-/// flusher's working memory, which is not in the budget: at 1 MiB, with
-/// 10,000 threads on a 4 MiB budget, recording grew peak RSS by the budget
-/// plus 1.05 to 1.1 MiB whatever the number of threads (the same from 2,000
-/// to 10,000 threads); at 256 KiB by the budget plus about 0.6 MiB.
-const WRITE_AT: usize = 256 << 10;
-
-/// Writes `out` out once it holds [`WRITE_AT`] bytes.
-fn write_if_full(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
-    if out.len() >= WRITE_AT {
-        write_out(sink, out);
-    }
-}
-
-/// Writes `out` to the file output, if any (else drops it).
-pub(crate) fn write_out(sink: &mut Option<Sink>, out: &mut Vec<u8>) {
-    match sink {
-        Some(s) => s.write(out),
-        None => out.clear(),
-    }
-}
-
-/// Reports drops not yet marked in the stream, and forgets the thread.
-#[allow(clippy::too_many_arguments)]
-fn thread_finished(
-    encoder: &mut Option<Box<dyn Encoder>>,
-    system: &mut Option<SystemFeed>,
-    ctx: &mut Context<'_>,
-    tr: &ThreadRing,
-    unmarked: u64,
-    stats: &mut Stats,
-    out: &mut Vec<u8>,
-) {
-    stats.threads += 1;
-    stats.events_lost += tr.ring.dropped();
-    let pending = tr.ring.pending_lost();
-    if let Some(e) = encoder.as_deref_mut() {
-        // `unmarked`: losses the flight recorder counted and had no record
-        // of the thread left to mark them next to.
-        if pending + unmarked > 0 {
-            e.note_lost(ctx, tr, pending + unmarked, out);
-        }
-        e.thread_done(ctx, tr.seq_id, out);
-    }
-    if let Some(sys) = system.as_mut() {
-        if pending > 0 {
-            sys.note_lost(ctx, tr, pending);
-        }
-        sys.thread_done(ctx, tr.seq_id);
     }
 }

@@ -1,37 +1,64 @@
 //! Sessions: configuring, starting and stopping tracing, and finishing the
 //! trace however the program ends (guard drop, `std::process::exit`, a panic
 //! unwinding out of `main`).
-
 //!
-//! [`Builder`] holds the options ([`builder`]), this module starts and stops
-//! the one session a process has, [`flusher`] is its background thread,
-//! [`sink`] where the bytes go, [`signals`] the opt-in SIGINT/SIGTERM handling,
-//! [`capture`] the files cut out of a running session (`rotate_output`,
-//! `dump_to`).
+//! [`Builder`] holds the options ([`builder`]); this module starts and stops
+//! the one session a process has and holds its public entry points (`start`,
+//! `stop`, `flush`, `rotate_output`, `dump_to`). The rest, each one job:
 //!
-//! Rules of this layer: it wires the recording path (`record`) to an encoder
-//! (`encode`) and a sink; it reads rings only through the registry's drain
-//! API, and it never formats bytes itself.
+//! | file | job |
+//! | --- | --- |
+//! | `control` | what the handle and the flusher share: stop, flush requests and answers, the capture queue |
+//! | `waker` | where the flusher sleeps, and what wakes it (the handle, a ring that grew, system tracing's connection thread) |
+//! | `flusher` | the background thread: each pass as named steps (drain, spares, pool, losses, clock) |
+//! | `output` | the seam: the `Output` hooks every destination of drained records implements (system tracing's feed included), `Outputs` |
+//! | `file` | the session's file as an output: its encoder and sink, the flight recorder in front, capture windows |
+//! | `capture` | capture windows (`rotate_output`, `dump_to`): requests, and the flusher's side of swapping files |
+//! | `recorder` | the flight recorder's store (overwrite mode) |
+//! | `sink` | where a file's bytes go, laid out so a kill leaves whole events |
+//! | `stats` | [`Stats`], the totals (every loss counted there) |
+//! | `signals` | the opt-in SIGINT/SIGTERM handling |
+//!
+//! Rules of this layer: it wires the recording path (`record`) to encoders
+//! (`encode`) and sinks, and to system tracing (`system`), which knows
+//! nothing of it (its connection thread gets a closure that wakes the
+//! flusher); it reads rings only through the registry's drain API, and it
+//! never formats bytes itself. Only the flusher thread calls outputs, and it
+//! calls every output once per step: a new destination (a file that
+//! rotates, a capture file) is one more `Output`, not another branch in the
+//! flusher. No file of this folder imports one that imports it back:
+//! `stats`, `waker`, `sink`, `recorder`, `error` and `builder` are leaves;
+//! then `output`, `capture`, `control`, `file`, `flusher` and this module
+//! each import only leaves and files listed before them.
 
 mod builder;
 pub(crate) mod capture;
+mod control;
 mod error;
+mod file;
 pub(crate) mod flusher;
+mod output;
 mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
+mod stats;
+mod waker;
 
 pub(crate) use builder::Output;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
-pub use capture::{dump_to, rotate_output};
 pub use error::Error;
+pub use stats::Stats;
 
 use crate::encode::perfetto::PerfettoOptions;
 use crate::encode::ProcessInfo;
 use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
-use crate::session::flusher::{Flusher, Shared, Stats};
+use crate::session::control::Control;
+use crate::session::file::FileOutput;
+use crate::session::flusher::{Env, Flusher};
+use crate::session::output::{File, Outputs};
+use crate::session::recorder::Recorder;
 use crate::session::sink::{Sink, Units};
 use crate::system::feed::SystemFeed;
 use crate::system::producer::Link;
@@ -151,7 +178,7 @@ impl Builder {
             if self.compressed_packets {
                 sink.compress_perfetto_packets();
             }
-            (encoder, sink)
+            File { encoder, sink }
         });
         if self.finish_on_signals {
             crate::session::signals::install(finish_current_session).map_err(|e| Error::Io {
@@ -193,7 +220,7 @@ impl Builder {
         if file_output {
             REGISTRY.budget.pool().stock();
         }
-        let shared = Arc::new(Shared::new());
+        let control = Arc::new(Control::new());
         let process = {
             let mut p = ProcessInfo::current(self.process_name);
             p.labels = self.process_labels;
@@ -201,10 +228,12 @@ impl Builder {
             p
         };
         let link = self.system_tracing.then(|| {
+            // The connection thread only wakes the flusher for its commands.
+            let waker = control.waker.clone();
             Link::new(
                 crate::system::transport::default_address(),
                 process.name.clone(),
-                shared.clone(),
+                Box::new(move || waker.wake()),
             )
         });
         let system = link.as_ref().map(|link| {
@@ -216,18 +245,31 @@ impl Builder {
                 },
             )
         });
-        let flusher = Flusher {
-            shared: shared.clone(),
+        let file = FileOutput::new(
             output,
-            system,
-            cal,
-            process,
-            overwrite: self.overwrite,
+            capture::Windows::new(path.clone()),
+            // A flight recorder writes into the file: none without one.
+            (self.overwrite && file_output).then(|| Recorder::new(recorder_bytes)),
+            system.is_some(),
+            control.clone(),
+        );
+        let mut outputs = Outputs::default();
+        outputs.push(file);
+        if let Some(system) = system {
+            outputs.push(system);
+        }
+        let flusher = Flusher::new(
+            control.clone(),
+            outputs,
+            Env {
+                cal,
+                process,
+                sites: Default::default(),
+            },
             recorder_bytes,
-            interval: self.flush_interval.max(Duration::from_millis(1)),
-            windows: capture::Windows::new(path.clone()),
-            growth_at_start: crate::record::ring::GROWTH.count(),
-        };
+            self.flush_interval.max(Duration::from_millis(1)),
+            crate::record::ring::GROWTH.count(),
+        );
         #[cfg(test)]
         if tests::FAIL_FLUSHER_SPAWN.swap(false, Ordering::Relaxed) {
             drop(flusher);
@@ -246,8 +288,7 @@ impl Builder {
                 match spawned {
                     Ok(h) => Some((link, h)),
                     Err(e) => {
-                        shared.stop.store(true, Ordering::Release);
-                        shared.wake();
+                        control.request_stop();
                         let _ = handle.join();
                         REGISTRY.close();
                         return Err(Error::Flusher(format!(
@@ -258,7 +299,7 @@ impl Builder {
             }
             None => None,
         };
-        shared.wait_parked();
+        control.waker.wait_parked();
         // Without a file, only system tracing sessions turn call sites on.
         callsite::replace_filter(if file_output {
             self.filter
@@ -270,7 +311,7 @@ impl Builder {
         crate::sampling::start(self.cpu_sampling, self.overwrite);
         *slot = Some(Session {
             id,
-            shared,
+            control,
             handle,
             path: path.clone(),
             formats,
@@ -305,7 +346,7 @@ fn abandon_start(recorder_bytes: u64, e: impl std::fmt::Display) -> Error {
 
 struct Session {
     id: u64,
-    shared: Arc<Shared>,
+    control: Arc<Control>,
     handle: JoinHandle<(Stats, Option<std::io::Error>)>,
     path: Option<PathBuf>,
     /// How new files of capture windows are written.
@@ -351,11 +392,7 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     callsite::set_active(false);
     // The sampler's last samples reach the flusher's last pass.
     crate::sampling::stop();
-    session
-        .shared
-        .stop
-        .store(true, std::sync::atomic::Ordering::Release);
-    session.shared.wake();
+    session.control.request_stop();
     let joined = session.handle.join();
     if let Some((link, handle)) = session.producer {
         // After the flusher's last commits: now the connection may close.
@@ -450,19 +487,94 @@ impl Drop for TraceGuard {
 /// # Ok::<(), ringtrace::Error>(())
 /// ```
 pub fn flush() {
-    let shared = match SESSION.lock().as_ref() {
-        Some(s) => s.shared.clone(),
+    let control = match SESSION.lock().as_ref() {
+        Some(s) => s.control.clone(),
         None => return,
     };
-    let want = shared.flush_requested.fetch_add(1, Ordering::AcqRel) + 1;
-    shared.wake();
-    let mut done = shared.flush_done.lock();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while *done < want {
-        if shared.flush_cv.wait_until(&mut done, deadline).timed_out() {
-            break;
-        }
-    }
+    control.flush(Duration::from_secs(10));
+}
+
+/// Finishes the session's current file and goes on recording into a new
+/// one at `path` (format from its extension), with no gap and no event in
+/// two files: every event recorded before the call is in the finished file
+/// or the new one, and every event after it is in the new one (events lost
+/// are counted and marked, as always). Can be called from any thread; the
+/// session's [`Stats`] at stop cover every file.
+///
+/// In a session without a file (system tracing only), this starts one.
+///
+/// Returns the totals of the finished file. A scope open across the switch
+/// has its begin in one file and its end in the other: neither file shows
+/// it as a slice (the end is counted in
+/// [`unmatched_ends`](Stats::unmatched_ends)).
+///
+/// # Examples
+///
+/// ```
+/// let dir = std::env::temp_dir();
+/// let _trace = ringtrace::builder().output(dir.join("ringtrace-doc-part1.pftrace")).start()?;
+/// ringtrace::trace_instant!("in part 1");
+/// let part1 = ringtrace::rotate_output(dir.join("ringtrace-doc-part2.json"))?;
+/// assert_eq!(part1.events_written, 1); // part1 is complete now
+/// ringtrace::trace_instant!("in part 2");
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotRecording`] without a session (or if it stops first),
+/// [`Error::UnknownFormat`] / [`Error::Io`] if the new file cannot be
+/// created (the session goes on in the old one), [`Error::Io`] if writing
+/// the finished file failed.
+pub fn rotate_output(path: impl AsRef<Path>) -> Result<Stats, Error> {
+    capture_window(path.as_ref(), None)
+}
+
+/// Flight-recorder mode: writes what the rings hold now, then what is
+/// recorded during `after`, into a new complete file at `path` (format from
+/// its extension), while recording goes on; returns when the file is
+/// finished (after `after`), with its totals. Call it again for another
+/// file: each holds the events recorded since the previous dump (as much of
+/// them as the rings kept). The events a dump writes are taken out of the
+/// rings, so the session's own output (written on [`flush`]
+/// and at stop) does not hold them again.
+///
+/// Events the rings overwrote before the dump are counted and marked at the
+/// start of the file, as in every flight-recorder output.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// let dir = std::env::temp_dir();
+/// let _trace = ringtrace::builder()
+///     .output(dir.join("ringtrace-doc-recorder.pftrace"))
+///     .overwrite(true)
+///     .start()?;
+/// ringtrace::trace_instant!("before the incident");
+/// let dump = ringtrace::dump_to(dir.join("ringtrace-doc-incident.pftrace"), Duration::from_millis(20))?;
+/// assert!(dump.events_written >= 1);
+/// # Ok::<(), ringtrace::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NotRecording`] without a session (or if it stops first),
+/// [`Error::InvalidConfig`] if the session is not in flight-recorder mode
+/// (use [`rotate_output`] there), [`Error::UnknownFormat`] / [`Error::Io`] if
+/// the file cannot be created, [`Error::Io`] if writing it failed.
+pub fn dump_to(path: impl AsRef<Path>, after: Duration) -> Result<Stats, Error> {
+    capture_window(path.as_ref(), Some(after))
+}
+
+/// Asks the session's flusher for a capture window (`capture`).
+fn capture_window(path: &Path, after: Option<Duration>) -> Result<Stats, Error> {
+    let (control, formats) = {
+        let slot = SESSION.lock();
+        let s = slot.as_ref().ok_or(Error::NotRecording)?;
+        (s.control.clone(), s.formats.clone())
+    };
+    capture::ask(&control.requests, &control.waker, &formats, path, after)
 }
 
 /// Whether a session is recording.
@@ -554,172 +666,4 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    #[cfg(feature = "enable")]
-    use crate::record::registry::REGISTRY;
-
-    /// The next flusher spawn fails (tests of `start`'s error path).
-    pub(super) static FAIL_FLUSHER_SPAWN: std::sync::atomic::AtomicBool =
-        std::sync::atomic::AtomicBool::new(false);
-
-    /// One session at a time across the unit tests that start one.
-    #[cfg(feature = "enable")]
-    static SESSIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// A flight recorder whose flusher cannot be spawned gives its store
-    /// (half the budget) back, and the pool its stock: the budget ends where
-    /// it was (before: half the budget stayed taken for good).
-    #[cfg(feature = "enable")]
-    #[test]
-    fn a_start_whose_flusher_fails_gives_the_budget_back() {
-        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-        let before = REGISTRY.budget.used();
-        FAIL_FLUSHER_SPAWN.store(true, std::sync::atomic::Ordering::Relaxed);
-        let started = crate::builder()
-            .writer(crate::MemoryBuffer::new())
-            .overwrite(true)
-            .buffer_bytes(8 << 20)
-            .start();
-        assert!(matches!(started, Err(crate::Error::Flusher(_))));
-        assert_eq!(REGISTRY.budget.used(), before, "every byte given back");
-    }
-
-    /// `start` returns once the flusher has run to its wait for work: the
-    /// trace's first packets (which the flusher writes before it waits) are
-    /// in the writer by then. Before, `start` returned with the flusher
-    /// thread only made: queued on the starting thread's CPU, it could wait
-    /// there a scheduler tick, then take that CPU from the first events
-    /// (a fresh session's first lap, 1.9x the clock floor).
-    #[cfg(feature = "enable")]
-    #[test]
-    fn start_returns_once_the_flusher_waits_for_work() {
-        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-        for _ in 0..20 {
-            let buf = crate::MemoryBuffer::new();
-            let guard = crate::builder()
-                .writer(buf.clone())
-                .flush_interval(std::time::Duration::from_secs(3600))
-                .start()
-                .unwrap();
-            let header = buf.contents();
-            assert_eq!(
-                header.first(),
-                Some(&0x0a),
-                "a packet, written by the flusher"
-            );
-            guard.stop().unwrap();
-        }
-    }
-
-    /// `start` waits for the flusher a bounded time: a writer that blocks
-    /// (here until the test opens it) holds the flusher in its first write,
-    /// before it ever waits for work, and `start` returns all the same.
-    #[cfg(feature = "enable")]
-    #[test]
-    fn start_does_not_wait_for_a_writer_that_blocks() {
-        use std::sync::{mpsc, Arc, Condvar, Mutex};
-        struct Gate(Arc<(Mutex<bool>, Condvar)>);
-        impl std::io::Write for Gate {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                let (open, cv) = &*self.0;
-                let mut open = open.lock().unwrap();
-                while !*open {
-                    open = cv.wait(open).unwrap();
-                }
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let open = || {
-            *gate.0.lock().unwrap() = true;
-            gate.1.notify_all();
-        };
-        let (tx, rx) = mpsc::channel();
-        let writer = Gate(gate.clone());
-        std::thread::spawn(move || {
-            let _ = tx.send(crate::builder().writer(writer).start());
-        });
-        let started = rx.recv_timeout(std::time::Duration::from_secs(10));
-        open(); // lets the flusher (and a `start` still waiting) go on
-        let guard = started
-            .expect("start returned while the writer blocked")
-            .unwrap();
-        guard.stop().unwrap();
-    }
-
-    /// With system tracing only, nothing records until a tracing session
-    /// turns call sites on (maybe never): `start` stocks no pool. And a
-    /// session that recorded nothing restocks nothing, its stopping pass
-    /// included (before: every full pass, the stop's too, stocked again
-    /// what the pool missed, just before stop emptied it).
-    #[cfg(feature = "enable")]
-    #[test]
-    fn no_stock_without_a_file_and_none_restocked_at_stop() {
-        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-        let budget = REGISTRY.budget;
-        let pool = budget.pool();
-        let before = budget.used();
-        let guard = crate::builder().system_tracing(true).start().unwrap();
-        assert_eq!(pool.pooled_bytes(), 0, "no stock with system tracing only");
-        guard.stop().unwrap();
-        assert_eq!(budget.used(), before);
-
-        let guard = crate::builder()
-            .writer(crate::MemoryBuffer::new())
-            .flush_interval(std::time::Duration::from_secs(3600))
-            .start()
-            .unwrap();
-        // A segment taken from the stock, not by a growth: a full pass of
-        // the old flusher restocked it.
-        let (base, words) = pool.take(512, 512).expect("the 4 KiB stock");
-        let stocked = pool.stocked();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        guard.stop().unwrap();
-        assert_eq!(pool.stocked(), stocked, "nothing stocked up to the stop");
-        // SAFETY: taken from the pool above (mapped, ours), freed once.
-        unsafe { crate::record::segment::free_mapped(base, words) };
-        budget.give_back(crate::record::segment::segment_bytes(words));
-        assert_eq!(budget.used(), before);
-    }
-
-    /// A session stocks the pool at start; a thread that records enough to
-    /// grow its ring takes its segments from there (and gives them back
-    /// after), and stop gives every byte back: the budget ends where it
-    /// was before the session.
-    #[cfg(feature = "enable")]
-    #[test]
-    fn a_session_stocks_the_pool_and_gives_the_budget_back_at_stop() {
-        let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
-        let budget = REGISTRY.budget;
-        let before = budget.used();
-        let guard = crate::builder()
-            .writer(crate::MemoryBuffer::new())
-            .buffer_bytes(32 << 20)
-            .buffer_bytes_per_thread(1 << 20)
-            .start()
-            .unwrap();
-        let pool = budget.pool();
-        assert_eq!(
-            pool.pooled_bytes(),
-            (4 + 16 + 64 + 256 + 1024) << 10,
-            "one segment per growth size, to 1 MiB"
-        );
-        let taken = pool.taken();
-        std::thread::spawn(|| {
-            for i in 0..100_000u64 {
-                crate::trace_instant!("pool", "tick", i = i);
-            }
-        })
-        .join()
-        .unwrap();
-        assert!(pool.taken() >= taken + 4, "grew into pooled segments");
-        let stats = guard.stop().unwrap();
-        assert_eq!(stats.events_lost + stats.events_written, 100_000);
-        assert_eq!(pool.pooled_bytes(), 0, "emptied at stop");
-        assert_eq!(budget.used(), before, "every byte given back");
-    }
-}
+mod tests;

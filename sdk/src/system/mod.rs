@@ -12,9 +12,14 @@
 //! | `feed` | the flusher's side: an encoder per instance, commits, flush/stop/clear answers |
 //!
 //! The recording threads are untouched: they write their rings as always.
-//! The flusher drains them once and feeds the file encoder and one Perfetto
-//! encoder per data source instance (tracing session), each with the
-//! records of the categories that session selected.
+//! The flusher drains them once and hands the batches to each of its
+//! outputs: the file, and this feed, with one Perfetto encoder per data
+//! source instance (tracing session), each given the records of the
+//! categories that session selected.
+//!
+//! Rules: this layer imports nothing of `session`, which uses it (the feed's
+//! `Output` implementation lives there); the connection thread wakes the
+//! flusher through the closure it is given at start.
 
 pub(crate) mod chunks;
 pub(crate) mod data_source;

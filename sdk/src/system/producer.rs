@@ -10,7 +10,6 @@ use super::chunks::Memory;
 use super::shm::SharedMemory;
 use super::transport::{FrameReader, Stream};
 use super::wire::{self, Command, DataSourceConfig, Frame};
-use crate::session::flusher::Shared;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
@@ -48,6 +47,9 @@ pub(crate) enum Control {
     },
 }
 
+/// What wakes the flusher (the session's waker, given at start).
+pub(crate) type Wake = Box<dyn Fn() + Send + Sync>;
+
 /// The sending half of a live connection.
 struct Conn {
     id: u64,
@@ -84,7 +86,9 @@ pub(crate) struct Link {
     producer_name: String,
     conn: Mutex<Option<Conn>>,
     controls: Mutex<Vec<Control>>,
-    flusher: Arc<Shared>,
+    /// Wakes the flusher (which takes the controls): all the connection
+    /// thread needs of it.
+    wake_flusher: Wake,
     shutdown: AtomicBool,
     sleep: Mutex<()>,
     sleep_cv: Condvar,
@@ -101,13 +105,13 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(2);
 const SDK_VERSION: &str = concat!("ringtrace ", env!("CARGO_PKG_VERSION"));
 
 impl Link {
-    pub(crate) fn new(address: String, producer_name: String, flusher: Arc<Shared>) -> Arc<Link> {
+    pub(crate) fn new(address: String, producer_name: String, wake_flusher: Wake) -> Arc<Link> {
         Arc::new(Link {
             address,
             producer_name,
             conn: Mutex::new(None),
             controls: Mutex::new(Vec::new()),
-            flusher,
+            wake_flusher,
             shutdown: AtomicBool::new(false),
             sleep: Mutex::new(()),
             sleep_cv: Condvar::new(),
@@ -172,7 +176,7 @@ impl Link {
 
     fn push(&self, c: Control) {
         self.controls.lock().push(c);
-        self.flusher.wake();
+        (self.wake_flusher)();
     }
 
     /// Ends the connection thread (after the flusher's last commits).

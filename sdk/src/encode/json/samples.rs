@@ -6,7 +6,8 @@
 //! form's other top-level data and written when the file ends; a session
 //! with sampling on writes JSON in the object form.
 
-use super::{escape_into, micros, JsonEncoder, Line};
+use super::text::{escape_into, micros, Line};
+use super::JsonEncoder;
 use crate::sampling::SampleView;
 use std::fmt::Write as _;
 

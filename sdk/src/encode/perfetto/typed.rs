@@ -19,40 +19,33 @@
 //! linked ids, colors, global samples) has no Perfetto counterpart and is
 //! written in JSON only.
 
-use super::*;
+use super::annotations::annotation_value;
+use super::fields::{
+    CALLSTACK_FRAMES, CD_TYPE, CD_UNIT, CD_UNIT_NAME, COUNTER_THREAD_TIME_NS, DA_NAME, ENTRY_IID,
+    FRAME_FUNCTION_NAME, ID_LOG_MESSAGE_BODY, LMB_BODY, LM_BODY_IID, LM_PRIO,
+    LM_SOURCE_LOCATION_IID, MERGE_NONE, PD_CMDLINE, PD_LEGACY_SORT_INDEX, PD_PID,
+    PD_PROCESS_LABELS, PD_PROCESS_NAME, P_TRACK_DESCRIPTOR, TD_COUNTER, TD_NAME, TD_PARENT_UUID,
+    TD_PROCESS, TD_SIBLING_MERGE_BEHAVIOR, TD_SIBLING_ORDER_RANK, TD_THREAD, TD_UUID, TE_CALLSTACK,
+    TE_CATEGORY_IIDS, TE_COUNTER_VALUE, TE_DEBUG_ANNOTATIONS, TE_DOUBLE_COUNTER_VALUE,
+    TE_EXTRA_COUNTER_TRACK_UUIDS, TE_EXTRA_COUNTER_VALUES, TE_FLOW_IDS, TE_LOG_MESSAGE, TE_NAME,
+    TE_TERMINATING_FLOW_IDS, TE_TRACK_UUID, TE_TYPE, THD_LEGACY_SORT_INDEX, THD_PID,
+    THD_THREAD_NAME, THD_TID, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END, UNIT_TIME_NS,
+};
+use super::intern::{intern_category, intern_location};
+use super::{PacketTime, PerfettoEncoder, Seq, UUID_KIND_COUNTER};
 use crate::encode::event::{EventView, IdView};
+use crate::encode::protowire::{double, int, nested, string, uint};
 use crate::encode::{hash_str, mix};
+use crate::encode::{Context, OpenScope};
+use crate::record::args::{ArgReader, ArgValue};
+use crate::record::callsite::Callsite;
 use crate::record::event::{op, LogLevel};
-
-// TracePacket / TrackEvent / descriptors: fields not used by the base encoder.
-const TE_EXTRA_COUNTER_VALUES: u32 = 12;
-const TE_EXTRA_COUNTER_TRACK_UUIDS: u32 = 31;
-const TE_LOG_MESSAGE: u32 = 21;
-const TE_TERMINATING_FLOW_IDS: u32 = 48;
-const TE_CALLSTACK: u32 = 55;
-const CALLSTACK_FRAMES: u32 = 1;
-const FRAME_FUNCTION_NAME: u32 = 1;
-const LM_SOURCE_LOCATION_IID: u32 = 1;
-const LM_BODY_IID: u32 = 2;
-const LM_PRIO: u32 = 3;
-const ID_LOG_MESSAGE_BODY: u32 = 20;
-const LMB_BODY: u32 = 2;
-const TD_SIBLING_ORDER_RANK: u32 = 12;
-const PD_LEGACY_SORT_INDEX: u32 = 3;
-const PD_PROCESS_LABELS: u32 = 8;
-const THD_LEGACY_SORT_INDEX: u32 = 3;
-const CD_TYPE: u32 = 1;
-const CD_UNIT: u32 = 3;
-const CD_UNIT_NAME: u32 = 6;
-const COUNTER_THREAD_TIME_NS: u64 = 1;
-const UNIT_TIME_NS: u64 = 1;
+use crate::record::layout::Record;
+use std::collections::HashMap;
 
 const UUID_KIND_THREAD_TIME: u64 = 3;
 const UUID_KIND_ASYNC_ID: u64 = 4;
 const UUID_KIND_TRACK: u64 = 5;
-const TD_SIBLING_MERGE_BEHAVIOR: u32 = 15;
-/// SIBLING_MERGE_BEHAVIOR_NONE: one uuid, one track (never merged by name).
-const MERGE_NONE: u64 = 2;
 const UUID_MASK: u64 = (1 << 63) - 1;
 
 /// Per-sequence state of the typed API's events.

@@ -9,119 +9,50 @@
 //! mixed with `B`/`E`; scopes still open at the end of the trace are written
 //! with their duration up to that moment and `"ringtrace.unfinished": true`.
 //! Configured so (`JsonScopes::BeginEnd`), every scope is a `B`/`E` pair
-//! instead; the other phases of the format, thread times, stack frames and
-//! the JSON Object Format are written by `phases` (its module docs).
-//! `ts` and `dur` are microseconds of BOOTTIME with three decimals, so the
-//! nanoseconds survive and a JSON and a Perfetto trace of one run line up.
+//! instead. `ts` and `dur` are microseconds of BOOTTIME with three decimals,
+//! so the nanoseconds survive and a JSON and a Perfetto trace of one run line
+//! up. Non-finite numbers have no JSON form: NaN and infinities are written
+//! as the strings `"NaN"`, `"Infinity"` and `"-Infinity"`.
 //!
-//! Non-finite numbers have no JSON form: NaN and infinities are written as the
-//! strings `"NaN"`, `"Infinity"` and `"-Infinity"`.
+//! The rooms: `text` (JSON's text: the line an event is built in, numbers,
+//! escaping, argument values), `scopes` (how a scope is written: `X`, or
+//! `B`/`E`), `typed` (the typed event API's phases), `object` (the file's
+//! first and last bytes, the object form's top-level keys); this module
+//! holds the encoder's state, the heads of events and the path of each
+//! record kind.
 
-use super::{event, Batch, Context, EncodeStats, Encoder, IdMap, OpenScope, ScopeStack};
-use crate::record::args::{ArgReader, ArgValue, StrWords};
+use super::{Batch, Context, EncodeStats, Encoder, IdMap, OpenScope, ScopeStack};
+use crate::record::args::ArgReader;
 use crate::record::callsite::Callsite;
 use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::{parse, Record, KIND_BEGIN, KIND_END, MAX_SITE_ID};
 use crate::record::registry::ThreadInfo as ThreadRing;
 use std::fmt::Write as _;
 
-/// JSON text being built, as bytes: recorded strings are escaped into it
-/// straight from their words (they are UTF-8 already: see `StrWords`), and
-/// numbers are written by hand. `push_str`, `push` and `write!` as on a
-/// `String`; everything put in is UTF-8, so the line is.
-#[derive(Default, Clone, Debug)]
-pub(crate) struct Line(Vec<u8>);
-
-impl Line {
-    #[inline]
-    pub(crate) fn push_str(&mut self, s: &str) {
-        self.0.extend_from_slice(s.as_bytes());
-    }
-
-    #[inline]
-    pub(crate) fn push(&mut self, c: char) {
-        if c.is_ascii() {
-            self.0.push(c as u8);
-        } else {
-            let mut b = [0u8; 4];
-            self.0.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
-        }
-    }
-
-    /// Appends another line's text.
-    #[inline]
-    pub(crate) fn push_line(&mut self, other: &Line) {
-        self.0.extend_from_slice(&other.0);
-    }
-
-    #[inline]
-    pub(crate) fn clear(&mut self) {
-        self.0.clear();
-    }
-
-    #[inline]
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// The text (cold paths: the object form's top-level values).
-    pub(crate) fn into_string(self) -> String {
-        String::from_utf8(self.0)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    }
-
-    /// Appends `v` in decimal, two digits per step, written in place in a
-    /// fixed-size buffer appended whole and cut to its digits (a copy of a
-    /// known size, not a call to `memcpy`).
-    #[inline]
-    pub(crate) fn uint(&mut self, mut v: u64) {
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-            2021222324252627282930313233343536373839\
-            4041424344454647484950515253545556575859\
-            6061626364656667686970717273747576777879\
-            8081828384858687888990919293949596979899";
-        let digits = v.checked_ilog10().map_or(1, |d| d as usize + 1);
-        let mut buf = [0u8; 20];
-        let mut i = digits;
-        while v >= 100 {
-            let r = (v % 100) as usize * 2;
-            v /= 100;
-            i -= 2;
-            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
-        }
-        if v >= 10 {
-            let r = v as usize * 2;
-            buf[0..2].copy_from_slice(&PAIRS[r..r + 2]);
-        } else {
-            buf[0] = b'0' + v as u8;
-        }
-        let len = self.0.len();
-        self.0.extend_from_slice(&buf);
-        self.0.truncate(len + digits);
-    }
-
-    /// Appends `v` in decimal.
-    #[inline]
-    pub(crate) fn int(&mut self, v: i64) {
-        if v < 0 {
-            self.0.push(b'-');
-        }
-        self.uint(v.unsigned_abs());
-    }
-}
-
-impl std::fmt::Write for Line {
-    #[inline]
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.push_str(s);
-        Ok(())
-    }
-}
-
-mod phases;
+mod object;
 // CPU stack samples (`sampling`).
 mod samples;
-pub(crate) use phases::{to_json_text, JsonOptions, ScopeForm};
+mod scopes;
+mod text;
+mod typed;
+
+pub(crate) use object::to_json_text;
+pub(crate) use scopes::ScopeForm;
+use text::{double_into, escape_into, micros, value_into, Line};
+
+/// Options of the JSON output.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct JsonOptions {
+    pub(crate) scopes: ScopeForm,
+    /// Write the JSON Object Format (else the bare array).
+    pub(crate) object: bool,
+    /// `displayTimeUnit`: "ms" or "ns".
+    pub(crate) display_time_unit: Option<&'static str>,
+    /// `otherData` entries: key and the value as JSON text.
+    pub(crate) other_data: Vec<(String, String)>,
+    /// Other top-level keys: key and the value as JSON text.
+    pub(crate) metadata: Vec<(String, String)>,
+}
 
 struct Thread {
     pid: i32,
@@ -151,8 +82,8 @@ pub(crate) struct JsonEncoder {
     line: Line,
     /// `,"pid":..,"tid":..` of the last thread written, and for whom.
     who: (i32, i64, Vec<u8>),
-    /// Options and state of the phases of the typed API (`phases`).
-    phases: phases::Phases,
+    /// Options and state of the phases of the typed API (`typed`).
+    phases: typed::Phases,
     /// Tests: every record takes the general path (see `plain_fast`).
     #[cfg(test)]
     general_only: bool,
@@ -163,6 +94,17 @@ impl JsonEncoder {
     #[allow(dead_code)]
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// A JSON encoder with `opts`.
+    pub(crate) fn with_options(opts: JsonOptions) -> Self {
+        let mut e = Self::default();
+        e.phases.opts = opts;
+        e
+    }
+
+    pub(super) fn begin_end(&self) -> bool {
+        self.phases.opts.scopes == ScopeForm::BeginEnd
     }
 
     fn begin_event(&mut self) {
@@ -202,6 +144,27 @@ impl JsonEncoder {
         escape_into(l, cat);
         l.push_str(",\"ph\":\"");
         head_tail(l, ph, ts_ns, pid, tid);
+    }
+
+    /// `{"name":..[,"cat":..],"ph":..,"ts":..,"pid":..,"tid":..` (unclosed).
+    fn head_opt(&mut self, name: &str, cat: Option<&str>, ph: &str, ts: u64, who: (i32, i64)) {
+        self.begin_event();
+        let l = &mut self.line;
+        l.push_str("{\"name\":");
+        escape_into(l, name);
+        if let Some(c) = cat {
+            l.push_str(",\"cat\":");
+            escape_into(l, c);
+        }
+        let _ = write!(l, ",\"ph\":\"{ph}\",\"ts\":");
+        micros(l, ts);
+        let _ = write!(l, ",\"pid\":{},\"tid\":{}", who.0, who.1);
+    }
+
+    fn finish_line(&mut self, out: &mut Vec<u8>) {
+        self.line.push('}');
+        self.stats.events += 1;
+        self.push_event(out);
     }
 
     /// As [`Self::head`] for a call site's event: its name and category are
@@ -275,30 +238,6 @@ impl JsonEncoder {
             l.push_str(":true");
         }
         l.push('}');
-    }
-
-    fn complete(
-        &mut self,
-        ctx: &mut Context<'_>,
-        t: (i32, i64),
-        scope: &OpenScope,
-        end_ns: u64,
-        flag: Option<&str>,
-        out: &mut Vec<u8>,
-    ) {
-        if self.begin_end() || scope.site & (event::OPEN_DYNAMIC | event::OPEN_TTS) != 0 {
-            return self.complete_ext(ctx, t, scope, end_ns, None, None, flag, &[], out);
-        }
-        let Some(cs) = ctx.sites.get(scope.site) else {
-            return;
-        };
-        self.stats.events += 1;
-        self.head_site(cs, "X", scope.ts_ns, t.0, t.1);
-        self.line.push_str(",\"dur\":");
-        micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
-        self.args(cs, &scope.args, flag);
-        self.line.push('}');
-        self.push_event(out);
     }
 }
 
@@ -620,140 +559,6 @@ impl JsonEncoder {
     }
 }
 
-/// Slice ends with args and flows (what the `tracing` layer writes).
-impl JsonEncoder {
-    /// As `complete`, with the args of the end record (`extra`, merged into
-    /// the slice's: a name in both takes the end's value) and the flows bound
-    /// to this slice. A JSON event binds one flow (v2 `bind_id` with
-    /// `flow_out` or `flow_in`); further flows of the same slice are left out.
-    #[allow(clippy::too_many_arguments)]
-    fn complete_with(
-        &mut self,
-        ctx: &mut Context<'_>,
-        t: (i32, i64),
-        scope: &OpenScope,
-        end_ns: u64,
-        extra: Option<(&'static Callsite, &[u64])>,
-        flows: &[u64],
-        out: &mut Vec<u8>,
-    ) {
-        if scope.site & (event::OPEN_DYNAMIC | event::OPEN_TTS) != 0 {
-            return self.complete_ext(ctx, t, scope, end_ns, None, None, None, flows, out);
-        }
-        let Some(cs) = ctx.sites.get(scope.site) else {
-            return;
-        };
-        self.stats.events += 1;
-        if flows.is_empty()
-            && cs.arg_names.is_empty()
-            && extra.is_none_or(|(end_cs, _)| end_cs.arg_names.is_empty())
-        {
-            return self.plain_x(cs, scope.ts_ns, end_ns, t, out);
-        }
-        self.head_site(cs, "X", scope.ts_ns, t.0, t.1);
-        self.line.push_str(",\"dur\":");
-        micros(&mut self.line, end_ns.saturating_sub(scope.ts_ns));
-        if let Some(&flow) = flows.first() {
-            bind_flow(&mut self.line, flow, t.0);
-        }
-        match extra {
-            Some((end_cs, end_args)) if !end_cs.arg_names.is_empty() => {
-                let l = &mut self.line;
-                l.push_str(",\"args\":{");
-                let mut first = true;
-                let mut value = Line::default();
-                let mut r = ArgReader::new(&scope.args);
-                for name in cs.arg_names {
-                    value.clear();
-                    value_into(&mut value, &mut r, 0);
-                    if end_cs.arg_names.contains(name) {
-                        continue;
-                    }
-                    if !std::mem::take(&mut first) {
-                        l.push(',');
-                    }
-                    escape_into(l, name);
-                    l.push(':');
-                    l.push_line(&value);
-                }
-                let mut r = ArgReader::new(end_args);
-                for name in end_cs.arg_names {
-                    if !std::mem::take(&mut first) {
-                        l.push(',');
-                    }
-                    escape_into(l, name);
-                    l.push(':');
-                    value_into(l, &mut r, 0);
-                }
-                l.push('}');
-            }
-            _ => self.args(cs, &scope.args, None),
-        }
-        self.line.push('}');
-        self.push_event(out);
-    }
-}
-
-impl JsonEncoder {
-    /// Plain scope begins and ends may skip the general path (always, but
-    /// in tests that compare both).
-    #[inline(always)]
-    fn plain_fast(&self) -> bool {
-        #[cfg(test)]
-        return !self.general_only;
-        #[cfg(not(test))]
-        true
-    }
-
-    /// An `X` event without args or flows, written straight into `out`
-    /// (what `head_site`, `dur` and `push_event` write, without building
-    /// the line first): its head up to the timestamp is kept per call site.
-    #[inline]
-    fn plain_x(
-        &mut self,
-        cs: &Callsite,
-        ts_ns: u64,
-        end_ns: u64,
-        t: (i32, i64),
-        out: &mut Vec<u8>,
-    ) {
-        let idx = cs.id() as usize;
-        if self.x_heads.len() <= idx {
-            self.x_heads.resize_with(idx + 1, Vec::new);
-        }
-        if self.x_heads[idx].is_empty() {
-            let mut h = Line::default();
-            h.push_str("{\"name\":");
-            escape_into(&mut h, cs.name);
-            h.push_str(",\"cat\":");
-            escape_into(&mut h, cs.category);
-            h.push_str(",\"ph\":\"X\",\"ts\":");
-            self.x_heads[idx] = h.0;
-        }
-        if self.who.2.is_empty() || self.who.0 != t.0 || self.who.1 != t.1 {
-            let mut w = Line(std::mem::take(&mut self.who.2));
-            w.clear();
-            who_into(&mut w, t.0, t.1);
-            self.who = (t.0, t.1, w.0);
-        }
-        let head = &self.x_heads[idx];
-        let mut l = Line(std::mem::take(out));
-        // Separator, head, two numbers of at most 25 bytes, `,"dur":`, `}`.
-        l.0.reserve(2 + head.len() + self.who.2.len() + 2 * 25 + 8);
-        if self.wrote_event {
-            l.0.extend_from_slice(b",\n");
-        }
-        self.wrote_event = true;
-        l.0.extend_from_slice(head);
-        micros(&mut l, ts_ns);
-        l.0.extend_from_slice(&self.who.2);
-        l.0.extend_from_slice(b",\"dur\":");
-        micros(&mut l, end_ns.saturating_sub(ts_ns));
-        l.0.push(b'}');
-        *out = l.0;
-    }
-}
-
 /// Appends a v2 flow binding (`bind_id` and `flow_out` or `flow_in`) for a
 /// FLOW record word; ids are made unique across processes with the pid.
 fn bind_flow(l: &mut Line, flow: u64, pid: i32) {
@@ -782,195 +587,6 @@ fn who_into(l: &mut Line, pid: i32, tid: i64) {
     l.int(pid as i64);
     l.push_str(",\"tid\":");
     l.int(tid);
-}
-
-/// Appends `ns` as microseconds with exactly three decimals.
-#[inline]
-pub(crate) fn micros(l: &mut Line, ns: u64) {
-    l.uint(ns / 1000);
-    let frac = (ns % 1000) as u16;
-    l.0.extend_from_slice(&[
-        b'.',
-        b'0' + (frac / 100) as u8,
-        b'0' + (frac / 10 % 10) as u8,
-        b'0' + (frac % 10) as u8,
-    ]);
-}
-
-/// Appends `s` as a JSON string: quotes, backslashes and control characters
-/// escaped; everything else raw UTF-8 (never surrogate escapes, which some
-/// readers reject).
-#[inline]
-pub(crate) fn escape_into<W: std::fmt::Write>(l: &mut W, s: &str) {
-    let _ = l.write_char('"');
-    let bytes = s.as_bytes();
-    let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if needs_escape(b) {
-            // Runs end at ASCII bytes: always on a character boundary.
-            let _ = l.write_str(&s[run..i]);
-            run = i + 1;
-            let mut esc = [0u8; 6];
-            let _ = l.write_str(escape_of(b, &mut esc));
-        }
-    }
-    let _ = l.write_str(&s[run..]);
-    let _ = l.write_char('"');
-}
-
-/// The escape sequence of a byte [`needs_escape`] picks.
-#[inline]
-fn escape_of(b: u8, buf: &mut [u8; 6]) -> &str {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    match b {
-        b'"' => "\\\"",
-        b'\\' => "\\\\",
-        b'\n' => "\\n",
-        b'\r' => "\\r",
-        b'\t' => "\\t",
-        _ => {
-            *buf = [
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(b >> 4) as usize],
-                HEX[(b & 15) as usize],
-            ];
-            std::str::from_utf8(buf).unwrap_or("?")
-        }
-    }
-}
-
-/// As [`escape_into`] for a recorded string, read from its words: a word
-/// with no byte to escape (the usual case) is copied whole after one test
-/// of its eight bytes at once; only a word that has one goes byte by byte.
-#[inline]
-fn escape_words(l: &mut Line, s: &StrWords<'_>) {
-    l.0.push(b'"');
-    l.0.reserve(s.len() + 8);
-    s.for_each_word(|w, n| {
-        let bytes = w.to_le_bytes();
-        // The bytes past the string's end (in its last word) read as
-        // spaces, which need no escape.
-        let tail = if n == 8 { 0 } else { u64::MAX << (8 * n) };
-        if escapes_in((w & !tail) | (SPACES & tail)) {
-            escape_raw(l, &bytes[..n]);
-        } else {
-            // The whole word, a copy of fixed size (one store, where a copy
-            // of `n` bytes is a call to memcpy), cut back to the string.
-            l.0.extend_from_slice(&bytes);
-            l.0.truncate(l.0.len() - (8 - n));
-        }
-    });
-    l.0.push(b'"');
-}
-
-/// Eight copies of a byte value `b`, one per byte of a word.
-const fn each_byte(b: u8) -> u64 {
-    0x0101_0101_0101_0101 * b as u64
-}
-
-const SPACES: u64 = each_byte(b' ');
-
-/// Whether a word's eight bytes hold one that [`needs_escape`] picks,
-/// tested on all eight at once. `(x - each_byte(k)) & !x` has a top bit
-/// set if and only if some byte of `x` is below `k` (`k` up to 0x80): the
-/// lowest such byte borrows into its own top bit; with none, no byte
-/// borrows, and a byte whose difference reaches 0x80 is one whose top bit
-/// `!x` clears. A byte equal to `c` is a byte of `x ^ each_byte(c)` that
-/// is below one. Bytes of 0x80 and up (UTF-8 beyond ASCII) never count, as
-/// in [`needs_escape`].
-#[inline]
-fn escapes_in(w: u64) -> bool {
-    const TOP: u64 = each_byte(0x80);
-    let below = |x: u64, k: u8| x.wrapping_sub(each_byte(k)) & !x;
-    let control = below(w, 0x20);
-    let quote = below(w ^ each_byte(b'"'), 1);
-    let backslash = below(w ^ each_byte(b'\\'), 1);
-    let delete = below(w ^ each_byte(0x7f), 1);
-    (control | quote | backslash | delete) & TOP != 0
-}
-
-/// Whether byte `b` of UTF-8 text needs an escape in a JSON string.
-#[inline]
-fn needs_escape(b: u8) -> bool {
-    b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f
-}
-
-/// Appends UTF-8 bytes escaped (no quotes): runs of plain bytes are copied
-/// whole. Bytes of multi-byte characters are all >= 0x80, never escaped, so
-/// a character split across calls comes out whole.
-#[inline]
-fn escape_raw(l: &mut Line, bytes: &[u8]) {
-    let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if !needs_escape(b) {
-            continue;
-        }
-        l.0.extend_from_slice(&bytes[run..i]);
-        run = i + 1;
-        let mut esc = [0u8; 6];
-        l.push_str(escape_of(b, &mut esc));
-    }
-    l.0.extend_from_slice(&bytes[run..]);
-}
-
-/// Appends a double; non-finite values as strings (JSON has no NaN).
-pub(crate) fn double_into<W: std::fmt::Write>(l: &mut W, v: f64) {
-    if v.is_nan() {
-        let _ = l.write_str("\"NaN\"");
-    } else if v.is_infinite() {
-        let _ = l.write_str(if v > 0.0 {
-            "\"Infinity\""
-        } else {
-            "\"-Infinity\""
-        });
-    } else {
-        let _ = write!(l, "{v:?}");
-    }
-}
-
-fn value_into(l: &mut Line, r: &mut ArgReader<'_>, depth: usize) {
-    if depth > crate::record::args::MAX_NESTING {
-        r.skip_value();
-        escape_into(l, crate::record::args::TOO_DEEP);
-        return;
-    }
-    match r.next() {
-        ArgValue::Null => l.push_str("null"),
-        ArgValue::Int(v) => l.int(v),
-        ArgValue::Uint(v) => l.uint(v),
-        ArgValue::Double(v) => double_into(l, v),
-        ArgValue::Bool(v) => l.push_str(if v { "true" } else { "false" }),
-        ArgValue::Pointer(v) => {
-            let _ = write!(l, "\"0x{v:x}\"");
-        }
-        ArgValue::Str(s) => escape_words(l, &s),
-        ArgValue::Dict(n) => {
-            l.push('{');
-            for i in 0..n {
-                if i > 0 {
-                    l.push(',');
-                }
-                let key = r.key_words();
-                escape_words(l, &key);
-                l.push(':');
-                value_into(l, r, depth + 1);
-            }
-            l.push('}');
-        }
-        ArgValue::Array(n) => {
-            l.push('[');
-            for i in 0..n {
-                if i > 0 {
-                    l.push(',');
-                }
-                value_into(l, r, depth + 1);
-            }
-            l.push(']');
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1134,213 +750,5 @@ mod tests {
                 "after case {i}"
             );
         }
-    }
-
-    #[test]
-    fn strings_are_escaped() {
-        let mut l = Line::default();
-        escape_into(&mut l, "a\"b\\c\n\u{1}é😀");
-        assert_eq!(l.into_string(), "\"a\\\"b\\\\c\\n\\u0001é😀\"");
-    }
-
-    #[test]
-    fn recorded_strings_are_escaped_from_their_words() {
-        use crate::record::args::TraceValue;
-        for s in [
-            "",
-            "plain",
-            "a\"b\\c\n\u{1}\u{7f}",
-            "héllo wörld 😀 across words",
-            "12345678\t",
-        ] {
-            let mut words = Vec::new();
-            s.encode(&mut words);
-            let mut got = Line::default();
-            value_into(&mut got, &mut ArgReader::new(&words), 0);
-            let got = got.into_string();
-            let mut want = Line::default();
-            escape_into(&mut want, s);
-            assert_eq!(got, want.into_string());
-            let back: String = serde_json::from_str(&got).unwrap();
-            assert_eq!(back, s);
-        }
-    }
-
-    #[test]
-    fn a_word_test_finds_exactly_the_bytes_to_escape() {
-        // Every byte value at every position of words whose other bytes are
-        // drawn from values near the edges (0x1f/0x20, the quote, the
-        // backslash, 0x7f/0x80) and at random.
-        const EDGES: [u8; 14] = [
-            0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7e, 0x7f, 0x80, 0xff,
-        ];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let plain_byte = |r: u64| {
-            if r & 1 == 0 {
-                EDGES[(r >> 1) as usize % EDGES.len()]
-            } else {
-                (r >> 8) as u8
-            }
-        };
-        for round in 0..2_000 {
-            let mut bytes = [0u8; 8];
-            for b in &mut bytes {
-                *b = plain_byte(next());
-            }
-            if round % 2 == 0 {
-                // Half the rounds: no other byte to escape.
-                for b in &mut bytes {
-                    if needs_escape(*b) {
-                        *b = b'a';
-                    }
-                }
-            }
-            for pos in 0..8 {
-                for v in 0..=255u8 {
-                    let mut w = bytes;
-                    w[pos] = v;
-                    assert_eq!(
-                        escapes_in(u64::from_le_bytes(w)),
-                        w.iter().any(|&b| needs_escape(b)),
-                        "{w:02x?}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn recorded_strings_of_every_length_with_an_escape_anywhere() {
-        // Each byte an escape may be, and a character beyond ASCII, at each
-        // position of strings that end at every offset of a word.
-        use crate::record::args::TraceValue;
-        let odd: Vec<String> = (0..0x80u8)
-            .map(|b| (b as char).to_string())
-            .chain(["é".to_string(), "😀".to_string()])
-            .collect();
-        for len in 0..=20 {
-            for pos in 0..len {
-                for c in &odd {
-                    let s: String = (0..len)
-                        .map(|i| if i == pos { c.as_str() } else { "x" })
-                        .collect();
-                    let mut words = Vec::new();
-                    s.as_str().encode(&mut words);
-                    let mut got = Line::default();
-                    value_into(&mut got, &mut ArgReader::new(&words), 0);
-                    let got = got.into_string();
-                    let mut want = Line::default();
-                    escape_into(&mut want, &s);
-                    assert_eq!(got, want.into_string());
-                    let back: String = serde_json::from_str(&got).unwrap();
-                    assert_eq!(back, s);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn integers_are_written_in_decimal() {
-        let mut l = Line::default();
-        for v in [
-            0i64,
-            7,
-            -7,
-            10,
-            99,
-            100,
-            101,
-            1000,
-            12345,
-            i64::MAX,
-            i64::MIN,
-        ] {
-            l.int(v);
-            l.push(' ');
-        }
-        l.uint(u64::MAX);
-        let want = format!(
-            "0 7 -7 10 99 100 101 1000 12345 {} {} {}",
-            i64::MAX,
-            i64::MIN,
-            u64::MAX
-        );
-        assert_eq!(l.into_string(), want);
-    }
-
-    #[test]
-    fn uint_writes_every_digit_count() {
-        let mut l = Line::default();
-        let mut want = String::new();
-        let mut p = 1u64;
-        for _ in 0..20 {
-            for v in [
-                p - 1,
-                p,
-                p + 1,
-                p.saturating_mul(5),
-                p.saturating_mul(9).saturating_add(7),
-            ] {
-                l.uint(v);
-                l.push(' ');
-                want.push_str(&format!("{v} "));
-            }
-            p = p.saturating_mul(10);
-        }
-        l.uint(u64::MAX);
-        want.push_str(&u64::MAX.to_string());
-        assert_eq!(l.into_string(), want);
-    }
-
-    #[test]
-    fn micros_keep_nanoseconds() {
-        let mut l = Line::default();
-        micros(&mut l, 1_234_567_890);
-        assert_eq!(l.into_string(), "1234567.890");
-        let mut l = Line::default();
-        micros(&mut l, 7);
-        l.push(' ');
-        micros(&mut l, 0);
-        l.push(' ');
-        micros(&mut l, u64::MAX);
-        assert_eq!(l.into_string(), "0.007 0.000 18446744073709551.615");
-    }
-
-    #[test]
-    fn values_nested_too_deep_become_a_placeholder() {
-        use crate::record::args::TraceValue;
-        let mut v: Vec<Vec<u8>> = vec![vec![1]];
-        let mut words = Vec::new();
-        // 100 levels of arrays around one value, then a sibling value.
-        for _ in 0..99 {
-            words.push(crate::record::args::T_ARRAY | (1 << 8));
-        }
-        v.remove(0).encode(&mut words);
-        5u8.encode(&mut words);
-        let mut l = Line::default();
-        let mut r = ArgReader::new(&words);
-        value_into(&mut l, &mut r, 0);
-        let l = l.into_string();
-        assert!(l.contains("<nested too deep>"), "{l}");
-        assert_eq!(
-            r.next(),
-            ArgValue::Uint(5),
-            "the next value is still read correctly"
-        );
-    }
-
-    #[test]
-    fn non_finite_doubles_are_strings() {
-        let mut l = Line::default();
-        double_into(&mut l, f64::NAN);
-        double_into(&mut l, f64::NEG_INFINITY);
-        double_into(&mut l, 0.5);
-        assert_eq!(l.into_string(), "\"NaN\"\"-Infinity\"0.5");
     }
 }

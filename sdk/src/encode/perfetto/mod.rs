@@ -10,106 +10,41 @@
 //! the packet that first uses them. Sequence 1 is the session's own: global
 //! clock snapshots (BOOTTIME, MONOTONIC, REALTIME) and the process descriptor.
 //!
-//! Field numbers are Perfetto's (`protos/perfetto/trace/...`).
+//! The rooms: `fields` (Perfetto's field numbers and enum values), `intern`
+//! (iids and their `InternedData`), `annotations` (call-site arguments as
+//! debug annotations), `descriptors` (clock snapshots, a sequence's reset,
+//! track descriptors), `fast` (templates of the commonest packets), `typed`
+//! (the typed event API's phases); this module holds the sequences' state,
+//! the framing of packets and the general path of each record kind.
 
-use super::protowire::{
-    double, int, len_field_len, len_head, nested, string, string_words, uint, uint_len,
-};
+use super::protowire::{double, int, len_field_len, len_head, nested, string, uint, uint_len};
 use super::LOST_EVENT_NAME;
 use super::{Batch, Context, EncodeStats, Encoder, IdMap, IdSet, OpenScope, ScopeStack};
-use crate::record::args::{ArgReader, ArgValue};
 use crate::record::callsite::Callsite;
-use crate::record::layout::{parse, Record};
+use crate::record::layout::Record;
 use crate::record::registry::{ThreadInfo as ThreadRing, SESSION_SEQ};
 use crate::sys;
+use annotations::annotations;
+use descriptors::global_snapshot;
+use fields::{
+    BOOTTIME, DA_BOOL, DA_NAME, DA_STRING, DA_UINT, LOSS_BUFFER_FULL, LOSS_OVERWRITE, LOSS_PRESENT,
+    P_INTERNED_DATA, P_SEQUENCE_FLAGS, P_SEQUENCE_ID, P_TIMESTAMP, P_TIMESTAMP_CLOCK_ID,
+    P_TRACK_DESCRIPTOR, P_TRACK_EVENT, SEQ_NEEDS_INCREMENTAL_STATE, TD_NAME, TD_PARENT_UUID,
+    TD_UUID, TE_CATEGORY_IIDS, TE_COUNTER_VALUE, TE_DEBUG_ANNOTATIONS, TE_DOUBLE_COUNTER_VALUE,
+    TE_FLOW_IDS, TE_NAME, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TRACK_UUID, TE_TYPE,
+    TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
+};
+use intern::{intern_category, intern_location, intern_name};
 use std::collections::HashMap;
 
-mod events;
+mod annotations;
+mod descriptors;
 mod fast;
+mod fields;
+mod intern;
 // CPU stack samples (`sampling`).
 mod samples;
-
-// TracePacket
-const P_TIMESTAMP: u32 = 8;
-const P_CLOCK_SNAPSHOT: u32 = 6;
-const P_TRACK_EVENT: u32 = 11;
-const P_TRACK_DESCRIPTOR: u32 = 60;
-const P_SEQUENCE_ID: u32 = 10;
-const P_INTERNED_DATA: u32 = 12;
-const P_SEQUENCE_FLAGS: u32 = 13;
-const P_DEFAULTS: u32 = 59;
-const P_PREVIOUS_PACKET_DROPPED: u32 = 42;
-const P_FIRST_PACKET_ON_SEQUENCE: u32 = 87;
-// TracePacketDefaults / TrackEventDefaults
-const D_TIMESTAMP_CLOCK_ID: u32 = 58;
-const D_TRACK_EVENT_DEFAULTS: u32 = 11;
-const TED_TRACK_UUID: u32 = 11;
-// ClockSnapshot / Clock
-const CS_CLOCKS: u32 = 1;
-const CS_PRIMARY_TRACE_CLOCK: u32 = 2;
-const C_ID: u32 = 1;
-const C_TIMESTAMP: u32 = 2;
-const C_IS_INCREMENTAL: u32 = 3;
-const C_UNIT_MULTIPLIER_NS: u32 = 4;
-// TrackEvent
-const TE_CATEGORY_IIDS: u32 = 3;
-const TE_DEBUG_ANNOTATIONS: u32 = 4;
-const TE_TYPE: u32 = 9;
-const TE_NAME_IID: u32 = 10;
-const TE_TRACK_UUID: u32 = 11;
-const TE_NAME: u32 = 23;
-const TE_COUNTER_VALUE: u32 = 30;
-const TE_DOUBLE_COUNTER_VALUE: u32 = 44;
-const TE_SOURCE_LOCATION_IID: u32 = 34;
-const TYPE_SLICE_BEGIN: u64 = 1;
-const TYPE_SLICE_END: u64 = 2;
-const TYPE_INSTANT: u64 = 3;
-const TYPE_COUNTER: u64 = 4;
-// TrackDescriptor and friends
-const TD_UUID: u32 = 1;
-const TD_NAME: u32 = 2;
-const TD_PROCESS: u32 = 3;
-const TD_THREAD: u32 = 4;
-const TD_PARENT_UUID: u32 = 5;
-const TD_COUNTER: u32 = 8;
-const PD_PID: u32 = 1;
-const PD_CMDLINE: u32 = 2;
-const PD_PROCESS_NAME: u32 = 6;
-const THD_PID: u32 = 1;
-const THD_TID: u32 = 2;
-const THD_THREAD_NAME: u32 = 5;
-// InternedData
-const ID_EVENT_CATEGORIES: u32 = 1;
-const ID_EVENT_NAMES: u32 = 2;
-const ID_DEBUG_ANNOTATION_NAMES: u32 = 3;
-const ID_SOURCE_LOCATIONS: u32 = 4;
-const ENTRY_IID: u32 = 1;
-const ENTRY_NAME: u32 = 2;
-const SL_FILE_NAME: u32 = 2;
-const SL_FUNCTION_NAME: u32 = 3;
-const SL_LINE_NUMBER: u32 = 4;
-// DebugAnnotation
-const DA_NAME_IID: u32 = 1;
-const DA_BOOL: u32 = 2;
-const DA_UINT: u32 = 3;
-const DA_INT: u32 = 4;
-const DA_DOUBLE: u32 = 5;
-const DA_STRING: u32 = 6;
-const DA_POINTER: u32 = 7;
-const DA_NAME: u32 = 10;
-const DA_DICT_ENTRIES: u32 = 11;
-const DA_ARRAY_VALUES: u32 = 12;
-
-const SEQ_INCREMENTAL_STATE_CLEARED: u64 = 1;
-const SEQ_NEEDS_INCREMENTAL_STATE: u64 = 2;
-/// previous_packet_dropped bits: DATA_LOSS_PRESENT, OVERWRITE, SMB_FULL.
-const LOSS_PRESENT: u32 = 1;
-const LOSS_OVERWRITE: u32 = 64;
-const LOSS_BUFFER_FULL: u32 = 256;
-
-/// The sequence-scoped incremental clock (ns units).
-const SEQ_CLOCK: u64 = 64;
-const BOOTTIME: u64 = sys::CLOCK_BOOTTIME as u64;
+mod typed;
 
 /// Async ids and counter sites get tracks of their own: uuid derivation keys.
 const UUID_KIND_COUNTER: u64 = 1;
@@ -155,8 +90,8 @@ struct Seq {
     stack: ScopeStack,
     /// Flow ids (FLOW records) waiting for the next slice end to bind to.
     flows: Vec<u64>,
-    /// State of the typed event API's events (`events`).
-    ext: events::SeqExt,
+    /// State of the typed event API's events (`typed`).
+    ext: typed::SeqExt,
     /// Packet templates of plain begins by call site id, and of plain ends
     /// (`fast`); forgotten with the interning.
     begin_tmpl: Vec<fast::Tmpl>,
@@ -191,7 +126,7 @@ impl Seq {
             described: IdSet::default(),
             stack: ScopeStack::default(),
             flows: Vec::new(),
-            ext: events::SeqExt::default(),
+            ext: typed::SeqExt::default(),
             begin_tmpl: Vec::new(),
             instant_tmpl: Vec::new(),
             end_tmpl: fast::Tmpl::default(),
@@ -268,7 +203,7 @@ pub(crate) struct PerfettoEncoder {
     te: Vec<u8>,
     interned: Vec<u8>,
     /// Process metadata set at run time (typed event API).
-    proc_meta: events::ProcMeta,
+    proc_meta: typed::ProcMeta,
     /// The CPU samples' sequence (`samples`).
     samples: samples::SampleSeq,
 }
@@ -289,34 +224,10 @@ impl PerfettoEncoder {
             stats: EncodeStats::default(),
             te: Vec::new(),
             interned: Vec::new(),
-            proc_meta: events::ProcMeta::default(),
+            proc_meta: typed::ProcMeta::default(),
             samples: Default::default(),
         }
     }
-}
-
-/// Writes a global ClockSnapshot (BOOTTIME, MONOTONIC, REALTIME) on the
-/// session sequence, so every other clock can be related to the trace clock.
-fn global_snapshot(out: &mut Vec<u8>) {
-    let boot = sys::boottime_ns();
-    let mono = sys::monotonic_ns();
-    let real = sys::realtime_ns();
-    nested(out, 1, |p| {
-        uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
-        nested(p, P_CLOCK_SNAPSHOT, |cs| {
-            for (id, ts) in [
-                (BOOTTIME, boot),
-                (sys::CLOCK_MONOTONIC as u64, mono),
-                (sys::CLOCK_REALTIME as u64, real),
-            ] {
-                nested(cs, CS_CLOCKS, |c| {
-                    uint(c, C_ID, id);
-                    uint(c, C_TIMESTAMP, ts);
-                });
-            }
-            uint(cs, CS_PRIMARY_TRACE_CLOCK, BOOTTIME);
-        });
-    });
 }
 
 impl Encoder for PerfettoEncoder {
@@ -325,7 +236,7 @@ impl Encoder for PerfettoEncoder {
         nested(out, 1, |p| {
             uint(p, P_TIMESTAMP, sys::boottime_ns());
             uint(p, P_SEQUENCE_ID, SESSION_SEQ as u64);
-            events::process_descriptor_with(p, ctx, &self.proc_meta);
+            typed::process_descriptor_with(p, ctx, &self.proc_meta);
         });
     }
 
@@ -593,59 +504,6 @@ impl PerfettoEncoder {
         }
     }
 
-    /// Writes the packets that (re)start a sequence at `ts`.
-    fn reset(&mut self, ctx: &mut Context<'_>, seq: &mut Seq, ts: u64, out: &mut Vec<u8>) {
-        seq.clear_interning();
-        nested(out, 1, |p| {
-            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            if !seq.started {
-                uint(p, P_FIRST_PACKET_ON_SEQUENCE, 1);
-            }
-            uint(p, P_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
-            if seq.loss_flags != 0 {
-                uint(p, P_PREVIOUS_PACKET_DROPPED, seq.loss_flags as u64);
-            }
-            nested(p, P_DEFAULTS, |d| {
-                uint(d, D_TIMESTAMP_CLOCK_ID, SEQ_CLOCK);
-                nested(d, D_TRACK_EVENT_DEFAULTS, |ted| {
-                    uint(ted, TED_TRACK_UUID, seq.track_uuid)
-                });
-            });
-            nested(p, P_CLOCK_SNAPSHOT, |cs| {
-                nested(cs, CS_CLOCKS, |c| {
-                    uint(c, C_ID, BOOTTIME);
-                    uint(c, C_TIMESTAMP, ts);
-                });
-                nested(cs, CS_CLOCKS, |c| {
-                    uint(c, C_ID, SEQ_CLOCK);
-                    uint(c, C_TIMESTAMP, ts);
-                    uint(c, C_IS_INCREMENTAL, 1);
-                    uint(c, C_UNIT_MULTIPLIER_NS, 1);
-                });
-            });
-        });
-        seq.started = true;
-        seq.valid = true;
-        seq.loss_flags = 0;
-        seq.last_ns = ts;
-        // The process and this thread's track, re-described after every reset.
-        let meta = self.proc_meta.clone();
-        self.descriptor_packet(seq, out, |td| {
-            events::process_descriptor_with(td, ctx, &meta)
-        });
-        self.describe_thread(ctx, seq, out);
-    }
-
-    /// A packet on `seq` at the current clock position carrying what `f` writes.
-    fn descriptor_packet(&mut self, seq: &Seq, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
-        nested(out, 1, |p| {
-            uint(p, P_TIMESTAMP, 0);
-            uint(p, P_SEQUENCE_ID, seq.seq_id as u64);
-            uint(p, P_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
-            f(p);
-        });
-    }
-
     /// Moves the sequence clock to `ts`; returns the delta to write.
     #[inline]
     fn advance(&self, seq: &mut Seq, ts: u64) -> u64 {
@@ -775,70 +633,7 @@ impl PerfettoEncoder {
         value(&mut self.te);
         self.emit(seq, delta, out);
     }
-
-    /// The process-scoped counter track of `cs`, described on this sequence
-    /// before its first value.
-    fn counter_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        cs: &Callsite,
-        _ts: u64,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let uuid = ctx
-            .process
-            .derived_uuid(UUID_KIND_COUNTER, super::hash_str(cs.name));
-        if seq.described.insert(uuid) {
-            // A descriptor packet sits at the clock's current position
-            // (delta 0); the event after it carries the whole delta.
-            let parent = ctx.process.uuid;
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    string(td, TD_NAME, cs.name);
-                    uint(td, TD_PARENT_UUID, parent);
-                    nested(td, TD_COUNTER, |_| {});
-                });
-            });
-        }
-        uuid
-    }
-
-    /// The track of async range `id`, described on this sequence before use.
-    fn async_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        cs: &Callsite,
-        id: u64,
-        _ts: u64,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
-        if seq.described.len() > 4096 {
-            seq.described.clear(); // re-describing is harmless; keep memory bounded
-        }
-        if seq.described.insert(uuid) {
-            // A descriptor packet sits at the clock's current position
-            // (delta 0); the event after it carries the whole delta.
-            let parent = ctx.process.uuid;
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    string(td, TD_NAME, cs.name);
-                    uint(td, TD_PARENT_UUID, parent);
-                });
-            });
-        }
-        uuid
-    }
 }
-
-/// TracePacket.timestamp_clock_id: the clock of this packet's timestamp.
-const P_TIMESTAMP_CLOCK_ID: u32 = 58;
-/// TrackEvent.flow_ids: repeated fixed64, one tag per id (never packed).
-const TE_FLOW_IDS: u32 = 47;
 
 /// Slice ends with args and flows, and ranges that begin in the past (what
 /// the `tracing` layer writes).
@@ -912,189 +707,5 @@ impl PerfettoEncoder {
         self.fill_event(seq, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args);
         self.push_pending_flows(ctx, seq);
         self.emit_at(seq, PacketTime::Boottime(abs_ns), out);
-    }
-}
-
-fn intern_name(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
-    let idx = cs.id() as usize;
-    if seq.name_iids.len() <= idx {
-        seq.name_iids.resize(idx + 1, 0);
-    }
-    if seq.name_iids[idx] == 0 {
-        let iid = seq.next_name_iid;
-        seq.next_name_iid += 1;
-        seq.name_iids[idx] = iid;
-        intern_entry(interned, ID_EVENT_NAMES, iid, cs.name);
-    }
-    seq.name_iids[idx]
-}
-
-fn intern_category(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
-    let idx = cs.id() as usize;
-    match seq.site_cat_iids.get(idx) {
-        Some(&iid) if iid != 0 => iid,
-        _ => {
-            let iid = intern_category_name(seq, cs, interned);
-            if seq.site_cat_iids.len() <= idx {
-                seq.site_cat_iids.resize(idx + 1, 0);
-            }
-            seq.site_cat_iids[idx] = iid;
-            iid
-        }
-    }
-}
-
-fn intern_category_name(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
-    if let Some(&iid) = seq.cat_iids.get(cs.category) {
-        return iid;
-    }
-    let iid = seq.next_cat_iid;
-    seq.next_cat_iid += 1;
-    seq.cat_iids.insert(cs.category, iid);
-    intern_entry(interned, ID_EVENT_CATEGORIES, iid, cs.category);
-    iid
-}
-
-/// The debug annotations of a call site's arguments, names interned by
-/// (call site, argument index).
-fn annotations(
-    seq: &mut Seq,
-    cs: &'static Callsite,
-    args: &[u64],
-    te: &mut Vec<u8>,
-    interned: &mut Vec<u8>,
-) {
-    let idx = cs.id() as usize;
-    if seq.site_ann_start.len() <= idx {
-        seq.site_ann_start.resize(idx + 1, 0);
-    }
-    if seq.site_ann_start[idx] == 0 {
-        seq.site_ann_start[idx] = seq.site_ann_iids.len() as u32 + 1;
-        seq.site_ann_iids
-            .extend(std::iter::repeat_n(0, cs.arg_names.len()));
-    }
-    let start = seq.site_ann_start[idx] as usize - 1;
-    let mut reader = ArgReader::new(args);
-    for (i, &arg_name) in cs.arg_names.iter().enumerate() {
-        let mut iid = seq.site_ann_iids[start + i];
-        if iid == 0 {
-            iid = intern_annotation_name(seq, arg_name, interned);
-            seq.site_ann_iids[start + i] = iid;
-        }
-        annotation(te, iid, &mut reader);
-    }
-}
-
-/// A DebugAnnotation named by `iid` with varint `field` = `v`, sized first.
-#[inline(always)]
-fn scalar_annotation(te: &mut Vec<u8>, iid: u32, field: u32, v: u64) {
-    let len = uint_len(DA_NAME_IID, iid as u64) + uint_len(field, v);
-    len_head(te, TE_DEBUG_ANNOTATIONS, len);
-    uint(te, DA_NAME_IID, iid as u64);
-    uint(te, field, v);
-}
-
-/// One DebugAnnotation named by `iid` with the next value of `r`; scalars
-/// and strings sized first, containers built with [`nested`].
-#[inline]
-fn annotation(te: &mut Vec<u8>, iid: u32, r: &mut ArgReader<'_>) {
-    let name_len = uint_len(DA_NAME_IID, iid as u64);
-    let save = r.pos();
-    match r.next() {
-        // int64 as its two's complement, bool as 0/1: all varints.
-        ArgValue::Int(v) => scalar_annotation(te, iid, DA_INT, v as u64),
-        ArgValue::Uint(v) => scalar_annotation(te, iid, DA_UINT, v),
-        ArgValue::Bool(v) => scalar_annotation(te, iid, DA_BOOL, v as u64),
-        ArgValue::Double(v) => {
-            len_head(te, TE_DEBUG_ANNOTATIONS, name_len + 1 + 8);
-            uint(te, DA_NAME_IID, iid as u64);
-            double(te, DA_DOUBLE, v);
-        }
-        ArgValue::Str(sw) => {
-            len_head(
-                te,
-                TE_DEBUG_ANNOTATIONS,
-                name_len + len_field_len(DA_STRING, sw.len()),
-            );
-            uint(te, DA_NAME_IID, iid as u64);
-            string_words(te, DA_STRING, &sw);
-        }
-        _ => {
-            r.set_pos(save);
-            nested(te, TE_DEBUG_ANNOTATIONS, |a| {
-                uint(a, DA_NAME_IID, iid as u64);
-                annotation_value(a, r, 0);
-            });
-        }
-    }
-}
-
-fn intern_annotation_name(seq: &mut Seq, name: &'static str, interned: &mut Vec<u8>) -> u32 {
-    if let Some(&iid) = seq.ann_iids.get(name) {
-        return iid;
-    }
-    let iid = seq.next_ann_iid;
-    seq.next_ann_iid += 1;
-    seq.ann_iids.insert(name, iid);
-    intern_entry(interned, ID_DEBUG_ANNOTATION_NAMES, iid, name);
-    iid
-}
-
-fn intern_location(seq: &mut Seq, cs: &Callsite, interned: &mut Vec<u8>) -> u32 {
-    let idx = cs.id() as usize;
-    if seq.loc_iids.len() <= idx {
-        seq.loc_iids.resize(idx + 1, 0);
-    }
-    if seq.loc_iids[idx] == 0 {
-        let iid = seq.next_loc_iid;
-        seq.next_loc_iid += 1;
-        seq.loc_iids[idx] = iid;
-        nested(interned, ID_SOURCE_LOCATIONS, |sl| {
-            uint(sl, ENTRY_IID, iid as u64);
-            string(sl, SL_FILE_NAME, cs.file);
-            string(sl, SL_FUNCTION_NAME, cs.module);
-            uint(sl, SL_LINE_NUMBER, cs.line as u64);
-        });
-    }
-    seq.loc_iids[idx]
-}
-
-fn intern_entry(interned: &mut Vec<u8>, field: u32, iid: u32, name: &str) {
-    nested(interned, field, |e| {
-        uint(e, ENTRY_IID, iid as u64);
-        string(e, ENTRY_NAME, name);
-    });
-}
-
-/// Writes the value fields of the next argument value as a DebugAnnotation.
-fn annotation_value(a: &mut Vec<u8>, r: &mut ArgReader<'_>, depth: usize) {
-    if depth > crate::record::args::MAX_NESTING {
-        r.skip_value();
-        string(a, DA_STRING, crate::record::args::TOO_DEEP);
-        return;
-    }
-    match r.next() {
-        // Perfetto has no null: an annotation without a value reads as absent.
-        ArgValue::Null => {}
-        ArgValue::Int(v) => int(a, DA_INT, v),
-        ArgValue::Uint(v) => uint(a, DA_UINT, v),
-        ArgValue::Double(v) => double(a, DA_DOUBLE, v),
-        ArgValue::Bool(v) => uint(a, DA_BOOL, v as u64),
-        ArgValue::Pointer(v) => uint(a, DA_POINTER, v),
-        ArgValue::Str(s) => string_words(a, DA_STRING, &s),
-        ArgValue::Dict(n) => {
-            for _ in 0..n {
-                let key = r.key();
-                nested(a, DA_DICT_ENTRIES, |e| {
-                    string(e, DA_NAME, &key);
-                    annotation_value(e, r, depth + 1);
-                });
-            }
-        }
-        ArgValue::Array(n) => {
-            for _ in 0..n {
-                nested(a, DA_ARRAY_VALUES, |e| annotation_value(e, r, depth + 1));
-            }
-        }
     }
 }

@@ -1,0 +1,422 @@
+//! The fast path against the general path: the same records through both
+//! give the same bytes, across interning clears, losses and every option.
+
+use super::*;
+use crate::encode::perfetto::fields::{LOSS_OVERWRITE, LOSS_PRESENT};
+use crate::encode::perfetto::PerfettoOptions;
+use crate::encode::{Batch, Encoder, ProcessInfo, Sites};
+use crate::record::args::TraceValue;
+use crate::record::callsite::CallsiteKind;
+use crate::record::clock::Calibration;
+use crate::record::header::make_header;
+use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
+use crate::record::registry::ThreadInfo as ThreadRing;
+
+static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
+static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);
+static C: Callsite = Callsite::new("fast", "c", "f.rs", 3, "m", &["x"], CallsiteKind::Scope);
+static D: Callsite = Callsite::new(
+    "fast",
+    "d",
+    "f.rs",
+    4,
+    "m",
+    &["s", "i", "b", "f", "x"],
+    CallsiteKind::Scope,
+);
+
+/// A stream of records: `push_*` append them with rising timestamps.
+struct Words {
+    w: Vec<u64>,
+    ts: u64,
+}
+
+impl Words {
+    fn new() -> Words {
+        Words {
+            w: Vec::new(),
+            ts: crate::record::clock::ticks(),
+        }
+    }
+    fn tick(&mut self, step: u64) -> u64 {
+        self.ts += step;
+        self.ts
+    }
+    fn begin(&mut self, cs: &'static Callsite, depth: u64) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
+        let ts = self.tick(37);
+        self.w
+            .push(make_header(KIND_BEGIN, 2, cs.id() as u64 | depth << 24));
+        self.w.push(ts);
+        self
+    }
+    fn begin_arg(&mut self, cs: &'static Callsite, depth: u64, v: u64) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
+        self.with_arg(KIND_BEGIN, 5000, cs, depth, v)
+    }
+
+    /// A record of `kind` with one argument `v`, `step` ticks on.
+    fn with_arg(
+        &mut self,
+        kind: u64,
+        step: u64,
+        cs: &'static Callsite,
+        depth: u64,
+        v: u64,
+    ) -> &mut Self {
+        self.record(kind, step, cs.id() as u64 | depth << 24, &[&v])
+    }
+    /// A record of `kind` carrying `payload` and the values `vals`.
+    fn record(
+        &mut self,
+        kind: u64,
+        step: u64,
+        payload: u64,
+        vals: &[&dyn TraceValue],
+    ) -> &mut Self {
+        let ts = self.tick(step);
+        let mut args = Vec::new();
+        for v in vals {
+            v.encode(&mut args);
+        }
+        self.w.push(make_header(kind, 2 + args.len(), payload));
+        self.w.push(ts);
+        self.w.extend(args);
+        self
+    }
+    fn begin_args(
+        &mut self,
+        cs: &'static Callsite,
+        depth: u64,
+        vals: &[&dyn TraceValue],
+    ) -> &mut Self {
+        self.with_args(KIND_BEGIN, cs, depth, vals)
+    }
+    fn instant_args(&mut self, cs: &'static Callsite, vals: &[&dyn TraceValue]) -> &mut Self {
+        self.with_args(KIND_INSTANT, cs, 0, vals)
+    }
+    fn with_args(
+        &mut self,
+        kind: u64,
+        cs: &'static Callsite,
+        depth: u64,
+        vals: &[&dyn TraceValue],
+    ) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
+        self.record(kind, 70, cs.id() as u64 | depth << 24, vals)
+    }
+    fn end(&mut self, depth: u64) -> &mut Self {
+        let ts = self.tick(1_000_000);
+        self.w.push(make_header(KIND_END, 2, depth));
+        self.w.push(ts);
+        self
+    }
+    fn end_args(&mut self, cs: &'static Callsite, depth: u64, v: u64) -> &mut Self {
+        self.with_arg(KIND_END_ARGS, 3, cs, depth, v)
+    }
+    fn instant(&mut self, cs: &'static Callsite) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
+        let ts = self.tick(11);
+        self.w.push(make_header(KIND_INSTANT, 2, cs.id() as u64));
+        self.w.push(ts);
+        self
+    }
+    fn flow(&mut self, id: u64) -> &mut Self {
+        let ts = self.tick(0);
+        self.w.push(make_header(KIND_FLOW, 3, 0));
+        self.w.extend([ts, id]);
+        self
+    }
+    fn lost(&mut self, n: u64) -> &mut Self {
+        let ts = self.tick(1);
+        self.w.push(make_header(KIND_LOST, 3, 0));
+        self.w.extend([ts, n]);
+        self
+    }
+    fn take(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.w)
+    }
+}
+
+/// What the general path alone writes for a batch (as `batch` did
+/// before the fast path).
+fn batch_general(e: &mut PerfettoEncoder, ctx: &mut Context<'_>, b: &Batch<'_>, out: &mut Vec<u8>) {
+    let t = b.thread;
+    let track_uuid = ctx.process.thread_uuid(t.tid);
+    let mut seq = e
+        .seqs
+        .remove(&t.seq_id)
+        .unwrap_or_else(|| Box::new(Seq::new(t, track_uuid)));
+    if b.overwritten > 0 {
+        seq.valid = false;
+        seq.loss_flags |= LOSS_PRESENT | LOSS_OVERWRITE;
+        seq.lost_unreported += b.overwritten;
+    }
+    for rec in parse(b.words) {
+        e.record(ctx, &mut seq, rec, out);
+    }
+    e.seqs.insert(t.seq_id, seq);
+}
+
+enum Step {
+    Words(Vec<u64>),
+    Clear,
+}
+
+/// Encodes `steps` with the fast path and with the general path alone;
+/// the bytes must be the same. Returns them.
+fn both(opts: PerfettoOptions, seq_id: u32, steps: &[Step]) -> Vec<u8> {
+    let cal = Calibration::start(false);
+    let process = ProcessInfo::current(Some("fast".into()));
+    let thread = ThreadRing::for_test(seq_id, false);
+    let mut outs = Vec::new();
+    for general in [false, true] {
+        let mut sites = Sites::default();
+        let mut ctx = Context {
+            cal: &cal,
+            process: &process,
+            sites: &mut sites,
+        };
+        let mut e = PerfettoEncoder::new(opts);
+        let mut out = Vec::new();
+        for step in steps {
+            match step {
+                Step::Words(w) => {
+                    let b = Batch {
+                        thread: &thread,
+                        words: w,
+                        overwritten: 0,
+                    };
+                    if general {
+                        batch_general(&mut e, &mut ctx, &b, &mut out);
+                    } else {
+                        e.batch(&mut ctx, &b, &mut out);
+                    }
+                }
+                Step::Clear => e.clear_incremental_state(),
+            }
+        }
+        outs.push((out, e.stats().events));
+    }
+    assert_eq!(outs[0].1, outs[1].1, "events counted");
+    assert!(
+        outs[0].0 == outs[1].0,
+        "fast path bytes differ from the general path's ({} vs {} bytes)",
+        outs[0].0.len(),
+        outs[1].0.len()
+    );
+    outs.swap_remove(0).0
+}
+
+fn all_opts() -> Vec<(PerfettoOptions, u32)> {
+    let mut v = Vec::new();
+    for source_locations in [true, false] {
+        for omit_needs_flag in [false, true] {
+            for seq_id in [3, 300, 1 << 30] {
+                let o = PerfettoOptions {
+                    source_locations,
+                    omit_needs_flag,
+                };
+                v.push((o, seq_id));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn fast_path_writes_what_the_general_path_writes() {
+    let mut w = Words::new();
+    let mut steps = Vec::new();
+    // First uses (interning), then repeats (templates), nested.
+    for _ in 0..3 {
+        w.begin(&A, 0)
+            .begin(&B, 1)
+            .end(1)
+            .begin(&A, 1)
+            .end(1)
+            .end(0);
+    }
+    steps.push(Step::Words(w.take()));
+    // Args, instants, flows waiting for an end, a lost end (orphan),
+    // an end without a begin, an end with args, a loss marker.
+    w.begin(&A, 0)
+        .begin_arg(&C, 1, 7)
+        .begin(&B, 2)
+        .end(2)
+        .end(1);
+    w.instant(&A).begin(&B, 1).flow(42).end(1).end(0);
+    w.begin(&A, 0)
+        .begin(&B, 1)
+        .begin(&B, 1)
+        .end(1)
+        .end(0)
+        .end(0);
+    w.begin(&B, 0)
+        .end_args(&B, 0, 9)
+        .begin(&A, 0)
+        .lost(3)
+        .end(0);
+    w.begin(&A, 0).begin(&B, 1).end(1).end(0);
+    steps.push(Step::Words(w.take()));
+    // Begins with args of every kind, first and later uses; a string
+    // long enough for two-byte lengths.
+    let long = "y".repeat(300);
+    for k in 0..3u64 {
+        let s: &str = if k == 1 { &long } else { "GET /users/{id}" };
+        w.begin_args(&D, 0, &[&s, &(-5i64 - k as i64), &(k == 2), &1.5f64, &k]);
+        w.begin_arg(&C, 1, k).end(1).end(0);
+        // Instants, plain and with args, before and after their
+        // site's template (and a site used for both).
+        w.instant(&B)
+            .instant_args(&D, &[&s, &(k as i64), &true, &0.25f64, &7u64]);
+        w.instant_args(&C, &[&k]).instant(&A);
+    }
+    // A site with args whose record has none (read as absent values).
+    w.begin(&C, 0).end(0);
+    steps.push(Step::Words(w.take()));
+    // Strings around the one-byte lengths of the annotation, the track
+    // event and the packet (each patched after the body is written);
+    // pointers, absent values (None), and containers (written by the
+    // general path after the direct writer gives up).
+    let p = 0x7f00_dead_beef_usize as *const u8;
+    for n in [
+        0usize, 1, 7, 8, 9, 90, 101, 102, 103, 110, 111, 112, 122, 123, 124, 125, 126, 127, 128,
+        200,
+    ] {
+        let s = "z".repeat(n);
+        let none: Option<u64> = None;
+        w.begin_args(&D, 0, &[&s.as_str(), &p, &none, &-1i64, &u64::MAX]);
+        w.instant_args(&C, &[&s.as_str()]);
+        w.end(0);
+    }
+    let dict = std::collections::BTreeMap::from([("k", 1u64), ("l", 2)]);
+    w.begin_args(&D, 0, &[&"s", &[1u64, 2, 3], &dict, &true, &f64::NAN]);
+    w.end(0);
+    w.instant_args(&C, &[&vec!["a", "b"]])
+        .instant_args(&C, &[&7i64]);
+    // Annotation names past iid 127 (two-byte iids): a site with 140
+    // names, its values of every kind.
+    let names: Vec<&'static str> = (0..140)
+        .map(|i| &*Box::leak(format!("arg{i}").into_boxed_str()))
+        .collect();
+    let many: &'static Callsite = Box::leak(Box::new(Callsite::new(
+        "fast",
+        "many",
+        "f.rs",
+        5,
+        "m",
+        Box::leak(names.into_boxed_slice()),
+        CallsiteKind::Scope,
+    )));
+    let _ = many.is_enabled(); // registers the site, which gives it its id
+    assert_ne!(many.id(), 0);
+    for k in 0..3u64 {
+        let vals: Vec<Box<dyn TraceValue>> = (0..140u64)
+            .map(|i| -> Box<dyn TraceValue> {
+                match (i + k) % 6 {
+                    0 => Box::new(i),
+                    1 => Box::new(-(i as i64)),
+                    2 => Box::new(format!("s{i}")),
+                    3 => Box::new(i % 2 == 0),
+                    4 => Box::new(i as f64 / 3.0),
+                    _ => Box::new(None::<u64>),
+                }
+            })
+            .collect();
+        let refs: Vec<&dyn TraceValue> = vals.iter().map(|v| &**v).collect();
+        w.begin_args(many, 0, &refs).end(0);
+    }
+    steps.push(Step::Words(w.take()));
+    // A long delta (a multi-byte varint), then the template again.
+    w.begin(&A, 0);
+    w.tick(1 << 40);
+    w.end(0).begin(&A, 0).end(0);
+    steps.push(Step::Words(w.take()));
+    for (opts, seq_id) in all_opts() {
+        let out = both(opts, seq_id, &steps);
+        assert!(!out.is_empty());
+    }
+}
+
+#[test]
+fn annotations_follow_the_interning_across_clears_and_losses() {
+    // C's one name and D's five are interned in the order the sites are
+    // first used: C then D before the clear, D then C after it, and
+    // again after a loss restarts the sequence. Annotations written
+    // with a name iid from before would differ from the general path's.
+    // Strings of every length from 0 to 40 bytes: no word, one, two
+    // (the two-store writer) and up to five (the run of words).
+    let mut w = Words::new();
+    let mut steps = Vec::new();
+    let strings: Vec<String> = (0..=40).map(|n| "s".repeat(n)).collect();
+    let round = |w: &mut Words, first_c: bool| {
+        for (k, s) in strings.iter().enumerate() {
+            let k = k as u64;
+            if first_c {
+                w.instant_args(&C, &[&s.as_str()]);
+            }
+            w.begin_args(
+                &D,
+                0,
+                &[
+                    &s.as_str(),
+                    &(k as i64 - 20),
+                    &k.is_multiple_of(2),
+                    &0.5f64,
+                    &k,
+                ],
+            );
+            w.begin_args(&C, 1, &[&s.as_str()]).end(1).end(0);
+            w.instant_args(&C, &[&(k * 1000)]);
+        }
+    };
+    round(&mut w, true);
+    steps.push(Step::Words(w.take()));
+    steps.push(Step::Clear);
+    round(&mut w, false);
+    steps.push(Step::Words(w.take()));
+    w.lost(2);
+    round(&mut w, false);
+    steps.push(Step::Words(w.take()));
+    for (opts, seq_id) in all_opts() {
+        both(opts, seq_id, &steps);
+    }
+}
+
+#[test]
+fn templates_are_rebuilt_after_incremental_state_is_cleared() {
+    // A's name gets iid 1 and B's iid 2; after the clear, B is interned
+    // first (iid 1), then A (iid 2): a template kept from before the
+    // clear would name A's later begins with B's iid.
+    let mut w = Words::new();
+    let mut steps = Vec::new();
+    w.begin(&A, 0)
+        .end(0)
+        .begin(&B, 0)
+        .end(0)
+        .begin(&A, 0)
+        .end(0);
+    steps.push(Step::Words(w.take()));
+    steps.push(Step::Clear);
+    w.begin(&B, 0)
+        .end(0)
+        .begin(&A, 0)
+        .end(0)
+        .begin(&A, 0)
+        .end(0);
+    w.begin(&B, 0).end(0);
+    steps.push(Step::Words(w.take()));
+    // A loss resets the sequence too.
+    w.lost(1)
+        .begin(&A, 0)
+        .end(0)
+        .begin(&B, 0)
+        .end(0)
+        .begin(&A, 0)
+        .end(0);
+    steps.push(Step::Words(w.take()));
+    for (opts, seq_id) in all_opts() {
+        both(opts, seq_id, &steps);
+    }
+}

@@ -1,0 +1,280 @@
+//! The session's file as an [`Output`]: the file being written (its encoder
+//! and sink), the bytes not yet written out, and what stands in front of
+//! it: the filter of the file's own categories (with system tracing on, call
+//! sites also record categories only a tracing session wants), the flight
+//! recorder (overwrite mode: records are held there and written out on
+//! `flush()`, at stop and into a dump), and the capture windows, which swap
+//! files in and out between passes (`capture`).
+
+#![forbid(unsafe_code)]
+
+use crate::encode::{Batch, Context, IdMap};
+use crate::record::callsite;
+use crate::record::registry::ThreadRing;
+use crate::record::sync::Arc;
+use crate::session::capture::Windows;
+use crate::session::control::Control;
+use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
+use crate::session::recorder::Recorder;
+use crate::session::stats::Stats;
+use crate::system::data_source::RecordFilter;
+use std::sync::Arc as StdArc;
+
+pub(crate) struct FileOutput {
+    /// The file written now (`None`: no file, as with system tracing only
+    /// until a rotation starts one).
+    file: Option<File>,
+    /// Encoded bytes not written out yet (at [`WRITE_AT`], and after each
+    /// pass).
+    out: Vec<u8>,
+    /// With system tracing on: the file's own categories, and the filter
+    /// generation they were selected at.
+    filter: Option<(RecordFilter, u64)>,
+    filtered: Vec<u64>,
+    recorder: Option<Recorder>,
+    /// This pass writes the recorder out (stop, flush, a capture window).
+    dump: bool,
+    /// This pass's records go straight to the file, past the recorder.
+    straight: bool,
+    /// Threads the recorder let go of, finished or handed back: its
+    /// scratch list.
+    finished: Vec<(Arc<ThreadRing>, u64)>,
+    /// Losses the recorder counted for threads it let go of and had no
+    /// record of left to mark them next to: marked when they are done.
+    unmarked: IdMap<u32, u64>,
+    windows: Windows,
+    /// Where capture requests are queued.
+    control: StdArc<Control>,
+}
+
+impl FileOutput {
+    /// `filtered`: system tracing is on, so the file keeps to its own
+    /// filter. `recorder`: flight-recorder mode (a file only).
+    pub(crate) fn new(
+        file: Option<File>,
+        windows: Windows,
+        recorder: Option<Recorder>,
+        filtered: bool,
+        control: StdArc<Control>,
+    ) -> FileOutput {
+        FileOutput {
+            file,
+            out: Vec::with_capacity(WRITE_AT * 2),
+            filter: filtered.then(|| (RecordFilter::default(), u64::MAX)),
+            filtered: Vec::new(),
+            recorder,
+            dump: false,
+            straight: true,
+            finished: Vec::new(),
+            unmarked: IdMap::default(),
+            windows,
+            control,
+        }
+    }
+
+    /// Threads the recorder let go of: their unmarked losses kept here,
+    /// the threads handed to the flusher.
+    fn let_go(&mut self, tally: &mut Tally) {
+        for (thread, unmarked) in self.finished.drain(..) {
+            if unmarked > 0 {
+                self.unmarked.insert(thread.seq_id, unmarked);
+            }
+            tally.let_go.push(thread);
+        }
+    }
+}
+
+impl Output for FileOutput {
+    fn open(&mut self, ctx: &mut Context<'_>) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder.header(ctx, &mut self.out);
+        }
+        write_out(&mut self.file, &mut self.out);
+    }
+
+    /// Takes a capture request; a dump's file becomes the output now, so
+    /// the pass drains the rings into it.
+    fn begin_pass(&mut self, ctx: &mut Context<'_>, pass: &Pass, lost: u64) -> bool {
+        let window = self.windows.before_pass(
+            &self.control.requests,
+            &mut self.file,
+            ctx,
+            lost,
+            &mut self.out,
+        );
+        self.dump = pass.stopping || window || pass.flush;
+        // While a dump's window is open, records go straight to its file.
+        self.straight = self.recorder.is_none() || self.dump || self.windows.dumping();
+        self.dump
+    }
+
+    /// What the recorder holds is older than what the rings hold: it goes
+    /// first, then this pass drains the rings straight into the file.
+    fn before_drain(&mut self, ctx: &mut Context<'_>, tally: &mut Tally) {
+        if !self.dump {
+            return;
+        }
+        let (Some(rec), Some(File { encoder, sink })) =
+            (self.recorder.as_mut(), self.file.as_mut())
+        else {
+            return;
+        };
+        // As `write_if_full`: the store can hold tens of MiB of records.
+        let spill = |out: &mut Vec<u8>| {
+            if out.len() >= WRITE_AT {
+                sink.write(out);
+            }
+        };
+        rec.write_out(
+            &mut **encoder,
+            ctx,
+            &mut self.out,
+            spill,
+            &mut self.finished,
+        );
+        self.let_go(tally);
+    }
+
+    fn batch(
+        &mut self,
+        ctx: &mut Context<'_>,
+        thread: &Arc<ThreadRing>,
+        batch: &Batch<'_>,
+        tally: &mut Tally,
+    ) {
+        if let Some(f) = self.file.as_mut() {
+            let tr = batch.thread;
+            self.windows.wrote(tr.seq_id);
+            let mine = match self.filter.as_mut() {
+                None => batch.words,
+                Some((filter, generation)) => {
+                    let now = callsite::filter_generation();
+                    if *generation != now {
+                        *generation = now;
+                        filter.forget_sites();
+                    }
+                    filter.select(
+                        tr.seq_id,
+                        batch.words,
+                        &callsite::category_enabled,
+                        ctx.sites,
+                        &mut self.filtered,
+                    );
+                    &self.filtered
+                }
+            };
+            match self.recorder.as_mut().filter(|_| !self.straight) {
+                Some(rec) => {
+                    tally.lost += rec.push(thread, mine, batch.overwritten, &mut self.finished);
+                }
+                None => {
+                    let mine = Batch {
+                        words: mine,
+                        ..*batch
+                    };
+                    f.encoder.batch(ctx, &mine, &mut self.out);
+                }
+            }
+        }
+        write_if_full(&mut self.file, &mut self.out);
+        self.let_go(tally);
+    }
+
+    fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder.note_lost(ctx, thread, count, &mut self.out);
+        }
+    }
+
+    /// A thread the recorder still holds records of is finished when they
+    /// are written out or forgotten.
+    fn thread_exited(&mut self, thread: &ThreadRing) -> bool {
+        if let Some(f) = self.filter.as_mut() {
+            f.0.forget_thread(thread.seq_id);
+        }
+        match self.recorder.as_mut().map(|rec| rec.thread_exited(thread)) {
+            None | Some(Some(0)) => true,
+            Some(Some(unmarked)) => {
+                self.unmarked.insert(thread.seq_id, unmarked);
+                true
+            }
+            Some(None) => false,
+        }
+    }
+
+    fn thread_done(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, pending: u64) {
+        // Losses the flight recorder counted and had no record of the
+        // thread left to mark them next to.
+        let unmarked = match self.recorder {
+            Some(_) => self.unmarked.remove(&thread.seq_id).unwrap_or(0),
+            None => 0,
+        };
+        if let Some(f) = self.file.as_mut() {
+            if pending + unmarked > 0 {
+                f.encoder
+                    .note_lost(ctx, thread, pending + unmarked, &mut self.out);
+            }
+            f.encoder.thread_done(ctx, thread.seq_id, &mut self.out);
+        }
+    }
+
+    /// A flight recorder marks losses of threads without a ring when it
+    /// writes out.
+    fn defers_marks(&self) -> bool {
+        self.recorder.is_some() && !self.dump
+    }
+
+    fn note_lost_no_ring(&mut self, ctx: &mut Context<'_>, now_ns: u64, count: u64) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder
+                .note_lost_no_ring(ctx, now_ns, count, &mut self.out);
+        }
+    }
+
+    fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder.samples(ctx, view, &mut self.out);
+        }
+    }
+
+    fn tick(&mut self, ctx: &mut Context<'_>) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder.tick(ctx, &mut self.out);
+        }
+    }
+
+    /// Finishes a rotation, or a dump whose window has closed.
+    fn after_pass(&mut self, ctx: &mut Context<'_>, pass: &Pass, lost: u64) {
+        self.windows
+            .after_pass(&mut self.file, ctx, lost, pass.stopping, &mut self.out);
+    }
+
+    fn end_pass(&mut self, _ctx: &mut Context<'_>) {
+        write_out(&mut self.file, &mut self.out);
+        if let Some(f) = self.file.as_mut() {
+            f.sink.flush();
+        }
+    }
+
+    fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder.finish(ctx, now_ns, &mut self.out);
+        }
+        self.end_pass(ctx);
+    }
+
+    /// Totals of every file the session wrote: this one and those capture
+    /// windows finished.
+    fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
+        let done = &self.windows.finished;
+        stats.events_written += done.events_written;
+        stats.unmatched_ends += done.unmatched_ends;
+        stats.bytes_written += done.bytes_written;
+        let f = self.file.as_mut()?;
+        let enc = f.encoder.stats();
+        stats.events_written += enc.events;
+        stats.unmatched_ends += enc.unmatched_ends;
+        stats.bytes_written += f.sink.bytes_written();
+        f.sink.take_error()
+    }
+}

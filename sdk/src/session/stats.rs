@@ -1,0 +1,56 @@
+//! [`Stats`]: the totals a session reports at stop, and a capture window for
+//! the file it finished. Every loss is counted here.
+
+#![forbid(unsafe_code)]
+
+/// Totals of a finished session, returned by
+/// [`TraceGuard::stop`](crate::TraceGuard::stop).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Trace events written: the events the file holds, in its format's
+    /// units. Perfetto writes a scope as two (its begin and its end, each a
+    /// `TrackEvent`), Chrome JSON as one (`X`; a `B` and an `E` with
+    /// [`JsonScopes::BeginEnd`](crate::JsonScopes::BeginEnd)); an instant, a
+    /// counter value or a log message is one in both. Track and thread
+    /// descriptions (JSON `M` events) are not counted. A reader that pairs
+    /// begins with ends (`ringtrace inspect`) counts slices instead.
+    pub events_written: u64,
+    /// Events lost, counted as they were recorded (a scope's begin and its
+    /// end are one each, as in Perfetto): dropped because a ring was full,
+    /// overwritten in flight-recorder mode, too large for a ring, or
+    /// recorded while their thread was being torn down. Each loss is also
+    /// marked in the trace.
+    pub events_lost: u64,
+    /// Of those, events too large for a ring.
+    pub events_oversized: u64,
+    /// Of those, events of threads that had no ring because the memory
+    /// budget ([`Builder::buffer_bytes`](crate::Builder::buffer_bytes)) was
+    /// used up. Marked on the process track (an events-lost instant with
+    /// `reason = "no memory"`), except those of an event racing with the
+    /// session's stop.
+    pub events_no_memory: u64,
+    /// Scope ends that matched no recorded begin (the begin was lost, or the
+    /// scope began before the session) and were left out.
+    pub unmatched_ends: u64,
+    /// Threads that recorded at least one event.
+    pub threads: u64,
+    /// Bytes written to the output.
+    pub bytes_written: u64,
+    /// Most memory the rings and their threads' bookkeeping held at once
+    /// during the session (at most
+    /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
+    pub buffer_bytes_peak: u64,
+    /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
+    pub cpu_samples: u64,
+    /// CPU samples lost: records the kernel dropped (its ring was full) and
+    /// samples beyond what waits for the flusher. Also written to the trace
+    /// (Perfetto: `kernel_records_lost`).
+    pub cpu_samples_lost: u64,
+    /// CPU samples whose stack unwinding stopped before the thread's first
+    /// frame (the frames found are kept; Perfetto: `unwind_error`).
+    pub cpu_stacks_truncated: u64,
+    /// Threads that were sampled.
+    pub cpu_threads_sampled: u64,
+    /// Threads that could not be sampled (memory budget, perf refused).
+    pub cpu_threads_unsampled: u64,
+}
