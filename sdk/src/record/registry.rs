@@ -102,6 +102,10 @@ pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 
 /// it fills faster than the flusher drains it, up to the per-thread cap.
 pub(crate) const INITIAL_RING_BYTES: usize = 1 << 10;
 
+/// Largest ring of a thread when the session does not say
+/// (`Builder::buffer_bytes_per_thread`).
+pub(crate) const DEFAULT_RING_BYTES: usize = 1 << 20;
+
 impl Drop for ThreadRing {
     fn drop(&mut self) {
         self.budget.give_back(THREAD_BYTES);
@@ -190,6 +194,12 @@ struct RegistryState {
     graveyard: Vec<Arc<ThreadRing>>,
     config: RingConfig,
     next_seq: u32,
+    /// Bumped whenever rings leave `rings` (a session opens or closes,
+    /// drained rings are unlisted); between bumps the list only grows at
+    /// its end.
+    reshaped: u64,
+    /// `reshaped` at the last `snapshot`.
+    copied: u64,
 }
 
 /// The body of `Registry::new`, which is a `const fn` (so the process-wide
@@ -204,12 +214,14 @@ macro_rules! new_registry {
                 rings: Vec::new(),
                 graveyard: Vec::new(),
                 config: RingConfig {
-                    bytes: 1 << 20,
+                    bytes: DEFAULT_RING_BYTES,
                     budget_bytes: DEFAULT_BUDGET_BYTES,
                     overwrite: false,
                     thread_time: false,
                 },
                 next_seq: FIRST_THREAD_SEQ,
+                reshaped: 0,
+                copied: 0,
             }),
             teardown_dropped: AtomicU64::new(0),
             no_memory_dropped: AtomicU64::new(0),
@@ -241,6 +253,7 @@ impl Registry {
     pub(crate) fn open(&self, id: u64, config: RingConfig) {
         let mut st = self.state.lock();
         st.rings.clear();
+        st.reshaped += 1;
         st.config = config;
         st.next_seq = FIRST_THREAD_SEQ;
         self.budget.set_limit(config.budget_bytes);
@@ -257,6 +270,7 @@ impl Registry {
         // The pooled segments go back to the system and the budget; rings
         // freed from now on are not kept.
         self.budget.pool().close();
+        st.reshaped += 1;
         std::mem::take(&mut st.rings)
     }
 
@@ -311,13 +325,32 @@ impl Registry {
 
     /// The flusher's view: every listed ring. It also frees, on the
     /// flusher's thread, the rings `bury` was given.
+    ///
+    /// `out` is what the previous call filled (the flusher's list, which it
+    /// keeps from pass to pass): if no ring left the list since, only the
+    /// rings added meanwhile are copied, so that a pass over threads that
+    /// recorded once and wait clones no `Arc` under the lock that their
+    /// first events take. Anything else is copied whole.
     pub(crate) fn snapshot(&self, out: &mut Vec<Arc<ThreadRing>>) {
-        out.clear();
-        let buried = {
+        let (stale, buried) = {
             let mut st = self.state.lock();
-            out.extend(st.rings.iter().cloned());
-            std::mem::take(&mut st.graveyard)
+            let appended = st.copied == st.reshaped
+                && out.len() <= st.rings.len()
+                && out
+                    .last()
+                    .is_none_or(|r| Arc::ptr_eq(r, &st.rings[out.len() - 1]));
+            // Dropped after the lock, as the graveyard.
+            let stale = if appended {
+                Vec::new()
+            } else {
+                std::mem::take(out)
+            };
+            let from = out.len();
+            out.extend(st.rings[from..].iter().cloned());
+            st.copied = st.reshaped;
+            (stale, std::mem::take(&mut st.graveyard))
         };
+        drop(stale);
         drop(buried);
     }
 
@@ -336,10 +369,10 @@ impl Registry {
             return;
         }
         debug_assert!(seq_ids.is_sorted());
-        self.state
-            .lock()
-            .rings
+        let mut st = self.state.lock();
+        st.rings
             .retain(|r| seq_ids.binary_search(&r.seq_id).is_err());
+        st.reshaped += 1;
     }
 }
 
@@ -527,5 +560,44 @@ mod thread_local_access {
             REGISTRY.bury(old);
         }
         Some(tr)
+    }
+}
+
+#[cfg(all(test, not(ringtrace_loom)))]
+mod tests {
+    use super::*;
+
+    /// The flusher's list follows the registry's: rings appended are added
+    /// to it (the ones it holds are not copied again), and after rings left
+    /// the list, or for another list, it is copied whole.
+    #[test]
+    fn snapshots_follow_the_list_appended_and_reshaped() {
+        let reg = Registry::new();
+        let add = |seq| {
+            let tr = Arc::new(ThreadRing::for_test(seq, false));
+            reg.state.lock().rings.push(tr);
+        };
+        let seqs = |v: &[Arc<ThreadRing>]| v.iter().map(|r| r.seq_id).collect::<Vec<_>>();
+        let mut out = Vec::new();
+        add(2);
+        add(3);
+        reg.snapshot(&mut out);
+        assert_eq!(seqs(&out), [2, 3]);
+        add(4);
+        reg.snapshot(&mut out);
+        assert_eq!(seqs(&out), [2, 3, 4]);
+        assert_eq!(Arc::strong_count(&out[0]), 2, "the registry's and ours");
+        reg.remove(&[3]);
+        reg.snapshot(&mut out);
+        assert_eq!(seqs(&out), [2, 4]);
+        add(5);
+        let mut other = vec![Arc::new(ThreadRing::for_test(9, false))];
+        reg.snapshot(&mut other);
+        assert_eq!(seqs(&other), [2, 4, 5], "a list of its own: copied whole");
+        reg.snapshot(&mut out);
+        assert_eq!(seqs(&out), [2, 4, 5]);
+        reg.remove(&[2, 4, 5]);
+        reg.snapshot(&mut out);
+        assert!(out.is_empty());
     }
 }

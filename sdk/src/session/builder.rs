@@ -79,8 +79,10 @@ pub(crate) enum Output {
 pub struct Builder {
     pub(super) output: Output,
     pub(super) format: Option<Format>,
-    pub(super) buffer_bytes: usize,
-    pub(super) budget_bytes: u64,
+    /// `None`: not set (`record::registry::DEFAULT_RING_BYTES`).
+    pub(super) buffer_bytes: Option<usize>,
+    /// `None`: not set; it then follows `buffer_bytes` (`record::budget::default_for`).
+    pub(super) budget_bytes: Option<u64>,
     pub(super) overwrite: bool,
     pub(super) filter: CategoryFilter,
     pub(super) flush_interval: Duration,
@@ -143,8 +145,8 @@ pub fn builder() -> Builder {
     Builder {
         output: Output::None,
         format: None,
-        buffer_bytes: 1 << 20,
-        budget_bytes: crate::record::budget::DEFAULT_BUDGET_BYTES,
+        buffer_bytes: None,
+        budget_bytes: None,
         overwrite: false,
         filter: CategoryFilter::all(),
         flush_interval: Duration::from_millis(100),
@@ -223,14 +225,27 @@ impl Builder {
     /// where growing copies the records not yet drained into the new
     /// segment. More than 1 TiB makes
     /// [`start`](Builder::start) fail with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    ///
+    /// Without [`buffer_bytes`](Builder::buffer_bytes), the process-wide
+    /// budget follows this size: twice it (rounded), or 32 MiB if that is
+    /// more, so that a thread can grow its ring to it while the segments it
+    /// outgrew are drained. Both set, with [`buffer_bytes`](Builder::buffer_bytes)
+    /// below this size (rounded), no ring could reach it:
+    /// [`start`](Builder::start) fails with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) rather than cut
+    /// it silently.
     pub fn buffer_bytes_per_thread(mut self, bytes: usize) -> Self {
-        self.buffer_bytes = bytes;
+        self.buffer_bytes = Some(bytes);
         self
     }
 
     /// Memory recording may hold in the whole process, whatever the number
     /// of threads: every thread's ring and bookkeeping (about 1 KiB per
-    /// thread besides its ring) is taken from it. Default 32 MiB. When it
+    /// thread besides its ring) is taken from it. Default: 32 MiB, or twice
+    /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread) if that
+    /// is more; when both are set, it must be at least the per-thread size (else
+    /// [`start`](Builder::start) fails with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig)). When it
     /// is used up, rings stop growing and events that do not fit are
     /// dropped and counted (a thread with no ring yet gets one as soon as
     /// memory is given back: threads that exit and rings drained after
@@ -255,7 +270,7 @@ impl Builder {
     /// refuses a ring or a growth first takes back what the pool holds),
     /// and it is emptied when the session stops.
     pub fn buffer_bytes(mut self, bytes: u64) -> Self {
-        self.budget_bytes = bytes;
+        self.budget_bytes = Some(bytes);
         self
     }
 

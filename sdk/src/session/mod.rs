@@ -109,7 +109,7 @@ impl Builder {
     /// [`Error::InvalidConfig`] for a top-level JSON key that
     /// [`json_metadata`](Builder::json_metadata) cannot set or a
     /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread) over
-    /// 1 TiB,
+    /// 1 TiB or over a [`buffer_bytes`](Builder::buffer_bytes) set below it,
     /// [`Error::Flusher`] if the flusher thread cannot be spawned.
     pub fn start(self) -> Result<TraceGuard, Error> {
         if let Some(key) = &self.json_key_error {
@@ -121,18 +121,33 @@ impl Builder {
         if slot.is_some() {
             return Err(Error::AlreadyStarted);
         }
-        if self.buffer_bytes > (1usize << 40) {
+        let per_thread = self
+            .buffer_bytes
+            .unwrap_or(crate::record::registry::DEFAULT_RING_BYTES);
+        if per_thread > (1usize << 40) {
             return Err(Error::InvalidConfig(format!(
-                "buffer_bytes_per_thread {} is too large",
-                self.buffer_bytes
+                "buffer_bytes_per_thread {per_thread} is too large"
             )));
         }
-        if self.budget_bytes < MIN_BUDGET_BYTES {
-            return Err(Error::InvalidConfig(format!(
-                "buffer_bytes {} is less than {MIN_BUDGET_BYTES}",
-                self.budget_bytes
-            )));
-        }
+        let ring_bytes = crate::record::budget::ring_bytes(per_thread);
+        let budget_bytes = match (self.budget_bytes, self.buffer_bytes) {
+            (Some(b), _) if b < MIN_BUDGET_BYTES => {
+                return Err(Error::InvalidConfig(format!(
+                    "buffer_bytes {b} is less than {MIN_BUDGET_BYTES}"
+                )));
+            }
+            // Both asked, and no ring could grow to its size in the budget:
+            // said, not cut silently.
+            (Some(b), Some(_)) if ring_bytes > b => {
+                return Err(Error::InvalidConfig(format!(
+                    "buffer_bytes_per_thread {per_thread} (a ring of {ring_bytes} bytes) is \
+                     more than buffer_bytes {b}: raise buffer_bytes, or leave it unset to \
+                     follow buffer_bytes_per_thread"
+                )));
+            }
+            (Some(b), _) => b,
+            (None, _) => crate::record::budget::default_for(per_thread),
+        };
         let (sink, format, path) = match self.output {
             Output::None if self.system_tracing => (None, Format::Perfetto, None),
             Output::None => return Err(Error::NoOutput),
@@ -191,8 +206,8 @@ impl Builder {
         REGISTRY.open(
             id,
             RingConfig {
-                bytes: self.buffer_bytes,
-                budget_bytes: self.budget_bytes,
+                bytes: per_thread,
+                budget_bytes,
                 overwrite: self.overwrite,
                 thread_time: self.thread_time,
             },
@@ -200,7 +215,7 @@ impl Builder {
         // A flight recorder keeps the process's most recent records in one
         // store of half the budget; the rings share the other half.
         let recorder_bytes = if self.overwrite && output.is_some() {
-            let want = self.budget_bytes / 2;
+            let want = budget_bytes / 2;
             if REGISTRY.budget.try_take(want) {
                 want
             } else {

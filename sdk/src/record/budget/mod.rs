@@ -18,11 +18,25 @@ mod pool;
 
 pub(crate) use pool::{ms_at, Pool};
 
+use crate::record::segment::{segment_bytes, words_for};
 use count::ByteCount;
 use pool::PoolSlots;
 
 /// Default process-wide budget: 32 MiB.
 pub(crate) const DEFAULT_BUDGET_BYTES: u64 = 32 << 20;
+
+/// Bytes of the largest segment of a ring whose size was asked as
+/// `per_thread` (`Builder::buffer_bytes_per_thread`, rounded as rings are).
+pub(crate) fn ring_bytes(per_thread: usize) -> u64 {
+    segment_bytes(words_for(per_thread))
+}
+
+/// The budget when only the per-thread size was asked: room for one ring
+/// at that size and the segments it outgrew while they drain (a third as
+/// much again, at most) with the pool's share; at least the default.
+pub(crate) fn default_for(per_thread: usize) -> u64 {
+    DEFAULT_BUDGET_BYTES.max(ring_bytes(per_thread).saturating_mul(2))
+}
 
 pub(crate) struct Budget {
     count: ByteCount,

@@ -53,7 +53,8 @@ impl Growth {
 
 impl Ring {
     /// Moves the producer to a new segment at least four times as big (and
-    /// with room for a record of `len` words plus a loss marker), if the
+    /// with room for a record of `len` words plus a loss marker; into the
+    /// last free segment slot, its largest size: see `next_words`), if the
     /// ring is below its largest size, has a free segment slot, and the
     /// budget gives the memory; returns the new segment's first position.
     ///
@@ -66,16 +67,15 @@ impl Ring {
     pub(super) fn grow(&self, head: u64, len: usize) -> Option<u64> {
         let p = &*self.producer;
         let cur = p.mask.load(Ordering::Relaxed) as usize + 1;
-        let want = (cur * 4)
-            .max((len * 4).next_power_of_two())
-            .min(self.max_words);
-        if want <= cur || len > max_record_words(want) {
-            return None;
-        }
         let made = self.made.load(Ordering::Relaxed); // only this thread writes it
                                                       // Acquire: pairs with the consumer's Release of `freed`; it is done
                                                       // with the slot we are about to reuse.
-        if made - self.freed.load(Ordering::Acquire) >= MAX_SEGMENTS as u64 {
+        let held = made - self.freed.load(Ordering::Acquire);
+        if held >= MAX_SEGMENTS as u64 {
+            return None;
+        }
+        let want = self.next_words(cur, held, len);
+        if want <= cur || len > max_record_words(want) {
             return None;
         }
         // The flusher's spare if it is there and big enough (its bytes
@@ -222,7 +222,9 @@ impl Ring {
         let made = self.made.load(Ordering::Acquire);
         let newest = self.slot(made - 1);
         let cur = newest.len.load(Ordering::Relaxed) as usize;
-        let want = (cur * 4).min(self.max_words);
+        // `freed` is ours (only the consumer stores it).
+        let held = made - self.freed.load(Ordering::Relaxed);
+        let want = self.next_words(cur, held, 0);
         let word = self.spare.load(Ordering::Relaxed);
         if word != 0 && unpack_segment(word).1 >= want.max(cur + 1) {
             return true;
@@ -269,6 +271,24 @@ impl Ring {
             prefault_positions(base, want as u64 - 1, from, from + want as u64);
         }
         true
+    }
+
+    /// The size a ring of `cur` slots holding `held` segments grows to: four
+    /// times as big, and room for a record of `len` words, up to its
+    /// largest size; and its largest size at once when the new segment
+    /// takes the last free slot. A ring the consumer has freed nothing of
+    /// (a thread flooding it from 1 KiB while the flusher is busy
+    /// elsewhere) thus still reaches the size it was allowed, and keeps
+    /// every record while the budget has room: growing by four into every
+    /// slot, it stopped at 16 MiB of a 64 MiB cap and dropped. A ring that
+    /// keeps that many segments is being outrun anyway.
+    pub(super) fn next_words(&self, cur: usize, held: u64, len: usize) -> usize {
+        let want = if held + 1 >= MAX_SEGMENTS as u64 {
+            self.max_words
+        } else {
+            (cur * 4).max((len * 4).next_power_of_two())
+        };
+        want.min(self.max_words)
     }
 
     /// The largest pooled segment a growth that wants `want` slots takes:

@@ -86,8 +86,11 @@ pub(crate) fn max_record_words(capacity: usize) -> usize {
 
 /// Segments a ring can hold at once: its newest (the producer's) and the
 /// older ones the consumer has not freed yet. Each growth at least
-/// quadruples the ring, so a few are enough to reach any size before the
-/// flusher catches up.
+/// quadruples the ring, and growing into the last free slot goes straight
+/// to the ring's largest size (`Ring::next_words`), so a ring reaches any
+/// size without waiting for the consumer to free a segment. (More slots
+/// would make `Ring` larger, and a thread's first event moves it on its
+/// stack: a page more of each thread's stack, see `tests/memory.rs`.)
 const MAX_SEGMENTS: usize = 8;
 
 /// One piece of a ring's storage: `len` slots (a power of two) holding the

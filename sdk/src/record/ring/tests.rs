@@ -760,3 +760,53 @@ fn a_short_budget_empties_the_pool_and_nothing_is_restocked() {
     pool.close();
     assert_eq!(budget.used(), 0);
 }
+
+/// A ring growing from 1 KiB to the largest size a session allows (1 TiB)
+/// with nothing freed reaches it within its segment slots: the last free
+/// slot takes the largest size at once.
+#[test]
+fn a_ring_reaches_its_largest_size_within_the_segment_slots() {
+    use crate::record::registry::INITIAL_RING_BYTES;
+    for cap in [1 << 17, 1 << 23, 1 << 37] {
+        let ring = Ring::growable(8, cap, false, Budget::leaked(u64::MAX));
+        let (mut words, mut held) = (words_for(INITIAL_RING_BYTES), 1);
+        while words < cap {
+            words = ring.next_words(words, held, 2);
+            held += 1;
+        }
+        assert_eq!(words, cap);
+        assert!(
+            held <= MAX_SEGMENTS as u64,
+            "{held} segments to reach {cap}"
+        );
+    }
+}
+
+/// A flood into a ring growing from 1 KiB to 64 MiB with nothing drained
+/// meanwhile (a flusher busy elsewhere): every record is kept while the cap
+/// and the budget have room. Growing by four into each of the eight slots,
+/// the ring stopped at 16 MiB and dropped the rest.
+#[test]
+fn a_flood_grows_the_ring_to_its_cap_with_nothing_drained() {
+    let budget = Budget::leaked(256 << 20);
+    let cap = 1 << 23; // 64 MiB
+    let ring = Ring::growable(128, cap, false, budget);
+    // 2.9M words: more than the eight sizes up to 16 MiB hold (2.8M).
+    let n = 1_450_000u64;
+    for id in 0..n {
+        assert!(write(&ring, id, 2), "record {id} dropped");
+    }
+    assert_eq!(ring.capacity_words(), cap);
+    assert_eq!(ring.segments_made(), MAX_SEGMENTS as u64);
+    assert_eq!(ring.dropped(), 0);
+    let mut out = Vec::new();
+    ring.drain(&mut out, usize::MAX, &mut 0);
+    let ids: Vec<u64> = records(&out).iter().map(|r| r.1).collect();
+    assert_eq!(ids.len() as u64, n);
+    assert!(ids.iter().enumerate().all(|(i, &id)| id == i as u64));
+    assert_eq!(
+        budget.used(),
+        segment_bytes(cap),
+        "the outgrown segments freed"
+    );
+}
