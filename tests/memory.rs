@@ -161,8 +161,9 @@ fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
 /// budget. What the subscriber holds outside it is per span alive, not per
 /// thread: a slot of its span table (about 1 KiB: `SpanData` in a mutex),
 /// and here every thread holds a span at once; plus its thread-locals of
-/// entered spans and field scratch (about 300 bytes with their destructor
-/// registrations). Measured: the budget's peak 17,500 KiB, peak RSS growth
+/// entered spans (384 bytes, without destructor) and field scratch (with
+/// its destructor registration). Measured before the entered spans moved
+/// into the 384 bytes: the budget's peak 17,500 KiB, peak RSS growth
 /// 24,632 KiB.
 #[test]
 fn the_subscriber_with_5000_threads_stays_within_the_budget() {
@@ -180,32 +181,122 @@ fn the_subscriber_with_5000_threads_stays_within_the_budget() {
     assert_eq!(records_in(&events), 3 * 5_001, "{on}");
 }
 
-/// Instants recorded from `Drop` of thread-locals, made before and after the
-/// thread's first event, through every API: all in the trace, none lost.
+/// An event's name and args.
+type Named = (String, Value);
+
+/// Slices entered and closed in `Drop` of thread-locals, with an instant
+/// inside, from thread-locals made before and after the thread's first
+/// event, through every API, both formats: every slice whole (its end
+/// written), every instant there, none lost.
 #[test]
-fn events_from_thread_local_destructors_are_recorded() {
-    for api in ["macros", "events", "subscriber", "layer"] {
-        let dir = scratch(&format!("teardown-{api}"));
-        let trace = dir.join("teardown.json");
-        let on = run(
-            "teardown",
-            &trace,
-            &[("MEM_API", api), ("MEM_THREADS", "1000")],
-        );
-        let events = json_events(&trace);
-        let td = |which: &str| {
-            events
-                .iter()
-                .filter(|e| e["args"]["which"] == which || e["name"] == which)
-                .count()
-        };
-        assert_eq!(on["events_lost"], 0, "{api}: {on}");
-        assert_eq!(
-            td("first"),
-            1000,
-            "{api}: destructors that run after ringtrace's thread-locals"
-        );
-        assert_eq!(td("last"), 1000, "{api}: destructors that run before them");
+fn slices_and_instants_from_thread_local_destructors_are_recorded() {
+    // `only_drop`: the threads record nothing before their destructors run
+    // (ringtrace's thread-locals are first used there).
+    for (api, ext, only_drop) in ["macros", "events", "subscriber", "layer", "log"]
+        .into_iter()
+        .flat_map(|a| {
+            [("json", false), ("pftrace", false), ("pftrace", true)].map(|(e, o)| (a, e, o))
+        })
+    {
+        {
+            let dir = scratch(&format!("teardown-{api}-{ext}-{only_drop}"));
+            let trace = dir.join(format!("teardown.{ext}"));
+            let threads = 300;
+            let threads_s = threads.to_string();
+            let mut envs = vec![("MEM_API", api), ("MEM_THREADS", threads_s.as_str())];
+            if only_drop {
+                envs.push(("MEM_ONLY_DROP", "1"));
+            }
+            let on = run("teardown", &trace, &envs);
+            assert_eq!(on["events_lost"], 0, "{api} {ext}: {on}");
+            // (name, args) of each instant and each slice, whole or not.
+            let (instants, slices): (Vec<Named>, Vec<(String, Value, bool)>) = if ext == "json" {
+                let events = json_events(&trace);
+                let i = events.iter().filter(|e| e["ph"] == "i");
+                let x = events.iter().filter(|e| e["ph"] == "X" || e["ph"] == "B");
+                let ends = events.iter().filter(|e| e["ph"] == "E").count();
+                let begins = events.iter().filter(|e| e["ph"] == "B").count();
+                assert_eq!(begins, ends, "{api} {ext}: B without E");
+                (
+                    i.map(|e| (e["name"].as_str().unwrap().to_owned(), e["args"].clone()))
+                        .collect(),
+                    // A slice still open at the end is written whole
+                    // to that moment, marked.
+                    x.map(|e| {
+                        let whole = e["args"]["ringtrace.unfinished"].is_null();
+                        (
+                            e["name"].as_str().unwrap().to_owned(),
+                            e["args"].clone(),
+                            whole,
+                        )
+                    })
+                    .collect(),
+                )
+            } else {
+                let model = perfetto_model(&trace);
+                let all = model["slices"].as_array().unwrap();
+                let events = model["events"].as_array().unwrap();
+                let i = events.iter().filter(|e| e["type"] == "INSTANT");
+                let x = all.iter().filter(|s| s["name"] == "td_span");
+                (
+                    i.map(|e| {
+                        let name = e["name"].as_str().unwrap_or("").to_owned();
+                        match e["log"]["body"].as_str() {
+                            Some(body) => (name, serde_json::json!({ "body": body })),
+                            None => (name, e["args"].clone()),
+                        }
+                    })
+                    .collect(),
+                    x.map(|s| {
+                        let whole = s["dur"].as_i64().unwrap() >= 0;
+                        (
+                            s["name"].as_str().unwrap_or("").to_owned(),
+                            s["args"].clone(),
+                            whole,
+                        )
+                    })
+                    .collect(),
+                )
+            };
+            let said = |args: &Value, which: &str| {
+                args["which"] == which
+                    || args
+                        .as_object()
+                        .is_some_and(|o| o.values().any(|v| v == which))
+            };
+            let made = if only_drop {
+                &["first"][..]
+            } else {
+                &["first", "last"]
+            };
+            for &which in made {
+                let td = instants
+                    .iter()
+                    .filter(|(n, a)| n == which || said(a, which))
+                    .count();
+                assert_eq!(
+                    td, threads,
+                    "{api} {ext}: instants from the `{which}` destructors"
+                );
+                if api == "layer" && which == "first" {
+                    continue; // the registry makes no span there (see the scenario)
+                }
+                let spans: Vec<_> = slices
+                    .iter()
+                    .filter(|(n, a, _)| n == "td_span" && said(a, which))
+                    .collect();
+                assert_eq!(
+                    spans.len(),
+                    threads,
+                    "{api} {ext}: slices from `{which}` destructors"
+                );
+                let open = spans.iter().filter(|s| !s.2).count();
+                assert_eq!(
+                    open, 0,
+                    "{api} {ext}: slices from `{which}` left unfinished"
+                );
+            }
+        }
     }
 }
 
@@ -354,4 +445,42 @@ fn events_of_threads_without_a_ring_are_marked_on_the_process_track() {
         );
         assert_eq!(written + no_memory, 3 * (threads + 1), "{format}: {on}");
     }
+}
+
+/// Spans nested deeper than the thread's inline stack of entered spans (16)
+/// in `Drop` of a thread-local that runs after its spill vector is gone: the
+/// spans past 16 deep are not recorded, their begins and ends counted lost
+/// and marked; everything else is whole.
+#[test]
+fn deep_spans_in_a_late_thread_local_destructor_are_counted_lost() {
+    let threads = 100u64;
+    let depth = 24u64;
+    let dir = scratch("teardown-deep");
+    let trace = dir.join("teardown.pftrace");
+    let on = run(
+        "teardown",
+        &trace,
+        &[
+            ("MEM_API", "subscriber"),
+            ("MEM_THREADS", &threads.to_string()),
+            ("MEM_DEPTH", &depth.to_string()),
+        ],
+    );
+    // Per thread: the body's span and its nested ones, then each destructor's
+    // span, its instant and its nested ones, a begin and an end per span.
+    let produced = threads * (2 * (1 + depth) + 2 * (2 * (1 + depth) + 1));
+    // The late destructor's spans past 16 deep (its own is the first of 16).
+    let lost = threads * 2 * (1 + depth - 16);
+    assert_eq!(on["events_lost"], lost, "{on}");
+    let (written, marked) = perfetto_written(&trace);
+    assert_eq!(written + lost, produced, "{on}");
+    assert_eq!(marked, lost, "{on}");
+    let model = perfetto_model(&trace);
+    let open = model["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["dur"].as_i64() == Some(-1))
+        .count();
+    assert_eq!(open, 0, "slices left unfinished");
 }

@@ -566,15 +566,21 @@ pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {
 /// Turns each begin and the end that closes it (the innermost open begin of
 /// the same track) into one complete slice; an end's args (such as
 /// `ringtrace.end_lost`) join the slice's. Begins never closed stay begins.
+/// Events are paired in time order, as Perfetto's reader does (it sorts
+/// every track's events by timestamp, equal ones in file order): a file may
+/// hold an end before its begin (an async range found out by another
+/// thread, its begin written later with its earlier timestamp).
 fn pair_slices(m: &mut TraceModel) {
     let mut open: HashMap<Track, Vec<usize>> = HashMap::new();
     let mut drop = vec![false; m.events.len()];
     let mut unmatched = 0;
-    for (i, dropped) in drop.iter_mut().enumerate() {
+    let mut order: Vec<usize> = (0..m.events.len()).collect();
+    order.sort_by_key(|&i| m.events[i].ts); // stable
+    for i in order {
         match m.events[i].kind {
             Kind::Begin => open.entry(m.events[i].track.clone()).or_default().push(i),
             Kind::End => {
-                *dropped = true;
+                drop[i] = true;
                 match open.get_mut(&m.events[i].track).and_then(Vec::pop) {
                     Some(b) => {
                         let end = m.events[i].clone();
@@ -725,8 +731,12 @@ fn micros_to_ns(v: &Value) -> Option<i64> {
 
 pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {
     let mut m = TraceModel::new(Format::Json, bytes.len());
-    let (events, truncated) = parse_json_events(bytes)?;
+    let (mut events, truncated) = parse_json_events(bytes)?;
     m.truncated = truncated;
+    // Read in time order, as Perfetto's reader does (equal timestamps in
+    // file order): a `B`/`b` may follow its `E`/`e` in the file. Events
+    // without a valid `ts` (metadata) first.
+    events.sort_by_cached_key(|e| e.get("ts").and_then(micros_to_ns).unwrap_or(i64::MIN));
     // Open B events per thread, to pair with E.
     let mut open: HashMap<(i64, i64), Vec<usize>> = HashMap::new();
     let mut async_open: HashMap<(i64, String, String), Vec<usize>> = HashMap::new();

@@ -845,3 +845,157 @@ fn pack_and_inspect_refuse_a_file_that_is_no_trace() {
     assert_eq!(kinds, ["manifest", "perfetto", "unrecognized"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Perfetto trace whose events are in time order but not in file order,
+/// as ringtrace writes them when a thread finds a span moved after another
+/// thread closed it: a thread track whose inner slice's end comes before its
+/// begin in the file, and an async range whose end comes before its begin.
+fn out_of_file_order_perfetto() -> Vec<u8> {
+    use prost::Message;
+    use ringtrace_protos::{
+        track_descriptor, track_event, ProcessDescriptor, ThreadDescriptor, Trace, TracePacket,
+        TrackDescriptor, TrackEvent,
+    };
+    let seq = Some(1u32);
+    let desc = |td: TrackDescriptor| TracePacket {
+        trusted_packet_sequence_id: seq,
+        track_descriptor: Some(td),
+        ..Default::default()
+    };
+    let mut packets = vec![
+        desc(TrackDescriptor {
+            uuid: Some(1),
+            process: Some(ProcessDescriptor {
+                pid: Some(7),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        desc(TrackDescriptor {
+            uuid: Some(2),
+            parent_uuid: Some(1),
+            thread: Some(ThreadDescriptor {
+                pid: Some(7),
+                tid: Some(8),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        desc(TrackDescriptor {
+            uuid: Some(3),
+            parent_uuid: Some(1),
+            static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                "moved".into(),
+            )),
+            ..Default::default()
+        }),
+    ];
+    packets[0].sequence_flags = Some(1);
+    packets[0].first_packet_on_sequence = Some(true);
+    let ev = |ts: u64, track: u64, ty: track_event::Type, name: Option<&str>| {
+        let mut te = TrackEvent {
+            track_uuid: Some(track),
+            name: name.map(str::to_owned),
+            ..Default::default()
+        };
+        te.set_type(ty);
+        TracePacket {
+            timestamp: Some(ts),
+            trusted_packet_sequence_id: seq,
+            track_event: Some(te),
+            ..Default::default()
+        }
+    };
+    use track_event::Type::{Instant, SliceBegin, SliceEnd};
+    packets.extend([
+        ev(1_000_000, 2, SliceBegin, Some("outer")),
+        ev(3_000_000, 2, SliceEnd, None), // inner's end, before inner's begin
+        ev(2_000_000, 2, SliceBegin, Some("inner")),
+        ev(2_500_000, 2, Instant, Some("mark")),
+        ev(5_000_000, 2, SliceEnd, None), // outer's end
+        ev(9_000_000, 3, SliceEnd, None), // the range's end, before its begin
+        ev(500_000, 3, SliceBegin, Some("moved")),
+        ev(6_000_000, 2, SliceBegin, Some("later")),
+        ev(6_000_000, 2, SliceEnd, None), // equal timestamps: file order
+    ]);
+    Trace { packet: packets }.encode_to_vec()
+}
+
+/// The same events as Chrome JSON, out of file order: an `E` before its
+/// `B`, an `e` before its `b`.
+const OUT_OF_FILE_ORDER_JSON: &str = r#"[
+{"name":"outer","cat":"c","ph":"B","ts":1000,"pid":7,"tid":8},
+{"ph":"E","ts":3000,"pid":7,"tid":8},
+{"name":"inner","cat":"c","ph":"B","ts":2000,"pid":7,"tid":8},
+{"name":"mark","cat":"c","ph":"i","s":"t","ts":2500,"pid":7,"tid":8},
+{"ph":"E","ts":5000,"pid":7,"tid":8},
+{"name":"moved","cat":"c","ph":"e","ts":9000,"pid":7,"tid":8,"id2":{"local":"0x1"}},
+{"name":"moved","cat":"c","ph":"b","ts":500,"pid":7,"tid":8,"id2":{"local":"0x1"}},
+{"name":"later","cat":"c","ph":"B","ts":6000,"pid":7,"tid":8},
+{"ph":"E","ts":6000,"pid":7,"tid":8}
+]
+"#;
+
+/// `inspect` and `convert` pair begins and ends in time order (stable for
+/// equal timestamps), as Perfetto's reader does, not in file order; every
+/// event survives conversion both ways.
+#[test]
+fn inspect_and_convert_pair_slices_in_time_order() {
+    let dir = scratch("time-order");
+    let pf = dir.join("in.pftrace");
+    std::fs::write(&pf, out_of_file_order_perfetto()).unwrap();
+    let js = dir.join("in.json");
+    std::fs::write(&js, OUT_OF_FILE_ORDER_JSON).unwrap();
+    // (name, ts, dur) in ns: what the events mean in time order.
+    let want_slices: Slices = [
+        (("outer".to_owned(), 1_000_000, 4_000_000), 1),
+        (("inner".to_owned(), 2_000_000, 1_000_000), 1),
+        (("moved".to_owned(), 500_000, 8_500_000), 1),
+        (("later".to_owned(), 6_000_000, 0), 1),
+    ]
+    .into_iter()
+    .collect();
+    let want_instants: BTreeMap<(String, i64), usize> =
+        [(("mark".to_owned(), 2_500_000), 1)].into_iter().collect();
+    // The official decoder reads the Perfetto input so.
+    let model = perfetto_model(&pf);
+    assert_eq!(
+        model_shapes(&model).0,
+        want_slices,
+        "the input as Perfetto reads it"
+    );
+    for input in [&pf, &js] {
+        let s = inspect_json(input);
+        assert_eq!(s["warnings"], serde_json::json!([]), "{}", input.display());
+        assert_eq!(s["events"]["slices"], 3, "{}: {s}", input.display());
+        assert_eq!(s["events"]["async_slices"], 1, "{}: {s}", input.display());
+        assert_eq!(
+            s["events"]["unfinished_slices"],
+            0,
+            "{}: {s}",
+            input.display()
+        );
+        assert_eq!(s["events"]["instants"], 1, "{}: {s}", input.display());
+        let to_json = dir.join("out.json");
+        let to_pf = dir.join("out.pftrace");
+        for out in [&to_json, &to_pf] {
+            let _ = std::fs::remove_file(out);
+            ok(&["convert", input.to_str().unwrap(), out.to_str().unwrap()]);
+        }
+        let events = json_events(&to_json);
+        let ph = |p: &str| events.iter().filter(|e| e["ph"] == p).count();
+        assert_eq!(
+            (ph("b"), ph("e")),
+            (1, 1),
+            "{}: {events:?}",
+            input.display()
+        );
+        let (slices, instants, _) = json_shapes(&events);
+        assert_eq!(slices, want_slices, "{} to JSON", input.display());
+        assert_eq!(instants, want_instants, "{} to JSON", input.display());
+        let (slices, instants, _) = model_shapes(&perfetto_model(&to_pf));
+        assert_eq!(slices, want_slices, "{} to Perfetto", input.display());
+        assert_eq!(instants, want_instants, "{} to Perfetto", input.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -465,3 +465,83 @@ fn layer_slots_of_spans_with_values_on_the_heap_are_reused_with_fresh_values() {
         assert_eq!(s.args["a"].as_u64().unwrap() % 2, 1);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Deeper than the thread's inline stack of entered spans (16)
+
+fn run_deep(trace: &Path, via: Via) {
+    let (dispatch, guard) = start(trace, via);
+    on_thread("deep", &dispatch, || {
+        // 40 nested spans, exited in stack order.
+        let spans: Vec<_> = (0..40u64)
+            .map(|i| info_span!(target: "app", "deep", i))
+            .collect();
+        let entered: Vec<_> = spans.iter().map(|s| s.enter()).collect();
+        info!(target: "app", "at the bottom");
+        assert_eq!(
+            tracing::Span::current().id(),
+            spans[39].id(),
+            "the innermost span is current"
+        );
+        drop(entered.into_iter().rev().collect::<Vec<_>>());
+        // Again, with span 10 exiting while 11..39 are still entered.
+        let spans: Vec<_> = (0..40u64)
+            .map(|i| info_span!(target: "app", "deep2", i))
+            .collect();
+        let mut entered: Vec<_> = spans.iter().map(|s| Some(s.enter())).collect();
+        entered[10] = None;
+        assert_eq!(tracing::Span::current().id(), spans[39].id());
+        for g in entered.iter_mut().rev() {
+            *g = None;
+        }
+        assert!(tracing::Span::current().is_none());
+        info_span!(target: "app", "after").in_scope(|| {});
+    });
+    guard.stop().unwrap();
+}
+
+fn check_deep(trace: &Path) {
+    let (slices, _) = decode(trace);
+    let on_thread = |name: &str| -> Vec<&Slice> {
+        slices
+            .iter()
+            .filter(|s| s.name == name && s.thread().starts_with("deep#"))
+            .collect()
+    };
+    let deep = on_thread("deep");
+    assert_eq!(deep.len(), 40);
+    for s in &deep {
+        assert_eq!(Some(s.depth), s.args["i"].as_u64(), "{s:?}");
+    }
+    // 0..=10 once; 11..39 ended at 10's exit and begun again: twice.
+    let deep2 = on_thread("deep2");
+    let mut per: BTreeMap<u64, usize> = BTreeMap::new();
+    for s in &deep2 {
+        *per.entry(s.args["i"].as_u64().unwrap()).or_default() += 1;
+    }
+    let want: BTreeMap<u64, usize> = (0..40).map(|i| (i, if i > 10 { 2 } else { 1 })).collect();
+    assert_eq!(per, want);
+    let after = on_thread("after");
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].depth, 0);
+}
+
+#[test]
+fn spans_nested_past_the_inline_stack_layer() {
+    let _s = serial();
+    for ext in ["pftrace", "json"] {
+        let trace = scratch(&format!("deep-layer-{ext}")).join(format!("deep.{ext}"));
+        run_deep(&trace, Via::Layer);
+        check_deep(&trace);
+    }
+}
+
+#[test]
+fn spans_nested_past_the_inline_stack_subscriber() {
+    let _s = serial();
+    for ext in ["pftrace", "json"] {
+        let trace = scratch(&format!("deep-sub-{ext}")).join(format!("deep.{ext}"));
+        run_deep(&trace, Via::Subscriber);
+        check_deep(&trace);
+    }
+}

@@ -186,3 +186,46 @@ pub fn spawn_ready(scenario: &str, trace: &std::path::Path) -> std::process::Chi
     assert_eq!(line.trim(), "ready");
     child
 }
+
+/// Records of a decoded Perfetto trace, and the losses it marks.
+pub fn perfetto_written(trace: &Path) -> (u64, u64) {
+    let model = perfetto_model(trace);
+    let written = model["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| match e["type"].as_str().unwrap() {
+            // An end the encoder wrote for a slice whose end was lost.
+            "SLICE_END" => e["args"].get("ringtrace.end_lost").is_none(),
+            "SLICE_BEGIN" => true,
+            "INSTANT" => e["name"] != "ringtrace: events lost",
+            other => panic!("unexpected event type {other}"),
+        })
+        .count() as u64;
+    (written, lost_marked(&model))
+}
+
+/// Records of a JSON trace, and the losses it marks.
+pub fn json_written(trace: &Path) -> (u64, u64) {
+    let (mut written, mut marked) = (0, 0);
+    for e in json_events(trace) {
+        let args = &e["args"];
+        // Slices whose end the encoder made up: their end was not recorded.
+        let made_up =
+            !args["ringtrace.end_lost"].is_null() || !args["ringtrace.unfinished"].is_null();
+        written += match e["ph"].as_str().unwrap() {
+            "X" if made_up => 1,
+            "X" => 2,
+            "E" | "e" if made_up => 0,
+            "B" | "E" | "b" | "e" => 1,
+            "i" if e["name"] == "ringtrace: events lost" => {
+                marked += args["lost_events"].as_u64().unwrap();
+                0
+            }
+            "i" => 1,
+            "M" => 0,
+            other => panic!("unexpected phase {other}: {e}"),
+        };
+    }
+    (written, marked)
+}

@@ -12,7 +12,9 @@
 //! * `span`: create a span with two fields, enter, exit, close
 //!   (`info_span!("work", i, kind = "x").in_scope(|| {})`);
 //! * `enter/exit`: enter and exit a span that already exists;
-//! * `event`: an event with a formatted message and two fields.
+//! * `event`: an event with a formatted message and two fields;
+//! * `event, Debug per char`: an event with a 52-character `Debug` field
+//!   written a character at a time (as `bytes::Bytes` writes a frame).
 //!
 //! No benchmark framework: a loop of `iters` operations timed with
 //! `Instant`, `reps` times. Between repetitions (untimed) each layer is
@@ -27,6 +29,7 @@
 //! `RINGTRACE_BENCH_DIR` chooses where the trace files go (default: the
 //! system temp directory).
 
+use std::fmt;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -67,13 +70,37 @@ enum Op {
     Span,
     EnterExit,
     Event,
+    DebugChars,
 }
 
-const OPS: [(Op, &str); 3] = [
+const OPS: [(Op, &str); 4] = [
     (Op::Span, "span (new, enter, exit, close)"),
     (Op::EnterExit, "enter/exit of a live span"),
     (Op::Event, "event (message + 2 fields)"),
+    (Op::DebugChars, "event, Debug per char (52 chars)"),
 ];
+
+/// A byte string whose `Debug` writes one character (or one escape) at a
+/// time: `b"*3\r\n$3..."`, 52 characters for `FRAME`.
+struct Frame<'a>(&'a [u8]);
+
+impl fmt::Debug for Frame<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("b\"")?;
+        for &b in self.0 {
+            match b {
+                b'\n' => f.write_str("\\n")?,
+                b'\r' => f.write_str("\\r")?,
+                0x20..0x7f => write!(f, "{}", b as char)?,
+                _ => write!(f, "\\x{b:02x}")?,
+            }
+        }
+        f.write_str("\"")
+    }
+}
+
+/// A RESP command of 34 bytes.
+const FRAME: &[u8] = b"*3\r\n$3\r\nSET\r\n$5\r\nhello\r\n$5\r\nworld\r\n";
 
 /// Runs `op` under `dispatch` on this thread.
 fn run(dispatch: &Dispatch, op: Op, reps: usize, iters: u64, mut between: impl FnMut()) -> Sample {
@@ -96,6 +123,11 @@ fn run(dispatch: &Dispatch, op: Op, reps: usize, iters: u64, mut between: impl F
                 Op::Event => {
                     for i in 0..n {
                         info!(i, ratio = 0.5, "tick {}", black_box(i) & 7);
+                    }
+                }
+                Op::DebugChars => {
+                    for _ in 0..n {
+                        info!(frame = ?Frame(black_box(FRAME)), "frame");
                     }
                 }
             },

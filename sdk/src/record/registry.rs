@@ -427,12 +427,15 @@ mod thread_local_access {
         REGISTRY.budget.give_back(bytes)
     }
 
-    /// Counts the end of a scope whose begin found no ring for lack of
-    /// memory: lost too, so that lost + written adds up to what was recorded.
+    /// Counts the end of a scope whose begin found no ring (for lack of
+    /// memory, or after the thread's ring was handed over at its exit):
+    /// lost too, so that lost + written adds up to what was recorded.
     #[cold]
     pub(crate) fn count_implied_drop_without_ring() {
         if NO_MEMORY.with(|n| n.get()) {
             REGISTRY.no_memory_dropped.fetch_add(1, Ordering::Relaxed);
+        } else if EXITED.with(|e| e.get()) && REGISTRY.session() != 0 {
+            REGISTRY.teardown_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 

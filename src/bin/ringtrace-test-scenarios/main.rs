@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 mod cpu;
+mod accounting;
 mod memory;
 mod phases;
 use std::collections::BTreeMap;
@@ -66,6 +67,7 @@ fn main() {
         "json_endless" => phases::json_endless(&trace),
         "threads_alive" => memory::threads_alive(&trace),
         "teardown" => memory::teardown(&trace),
+        "accounting" => accounting::accounting(&trace),
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
         "cpu_hot" => cpu::hot(&trace, &args[4]),
         "cpu_refused" => cpu::refused(&trace),

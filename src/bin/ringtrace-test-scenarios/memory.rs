@@ -145,8 +145,10 @@ pub fn threads_alive(trace: &str) -> Value {
     })
 }
 
-/// A thread-local whose `Drop` records one instant through `MEM_API`
-/// (`macros`, `events`, `subscriber`, `layer`).
+/// A thread-local whose `Drop` records, through `MEM_API` (`macros`,
+/// `events`, `subscriber`, `layer`, `log`), a slice `td_span` entered and
+/// closed there with an instant `td` inside it (`log`: a macro scope around
+/// a `log::info!`).
 struct RecordsOnDrop(&'static str);
 
 impl Drop for RecordsOnDrop {
@@ -155,10 +157,34 @@ impl Drop for RecordsOnDrop {
         match api.as_str() {
             "events" => {
                 static CAT: ringtrace::Category = ringtrace::Category::new("teardown");
+                let _s = CAT.scope("td_span").arg("which", self.0).begin();
                 CAT.instant(self.0).emit();
             }
-            "subscriber" | "layer" => tracing::info!(target: "teardown", which = self.0, "td"),
-            _ => ringtrace::trace_instant!("teardown", "td", which = self.0),
+            // `tracing-subscriber`'s registry cannot make a span once its
+            // own thread-locals are gone (it panics: tokio-rs/tracing#3239):
+            // through the layer, only the destructor that runs before them
+            // makes one.
+            "layer" if self.0 == "first" => {
+                tracing::info!(target: "teardown", which = self.0, "td");
+            }
+            "subscriber" | "layer" => {
+                let _s =
+                    tracing::info_span!(target: "teardown", "td_span", which = self.0).entered();
+                tracing::info!(target: "teardown", which = self.0, "td");
+                // `MEM_DEPTH`: that many more spans nested inside.
+                let deep: Vec<_> = (0..env_u64("MEM_DEPTH", 0))
+                    .map(|d| tracing::info_span!(target: "teardown", "td_deep", d).entered())
+                    .collect();
+                deep.into_iter().rev().for_each(drop); // innermost first
+            }
+            "log" => {
+                ringtrace::trace_scope!("teardown", "td_span", which = self.0);
+                log::info!(target: "teardown", "{}", self.0);
+            }
+            _ => {
+                ringtrace::trace_scope!("teardown", "td_span", which = self.0);
+                ringtrace::trace_instant!("teardown", "td", which = self.0);
+            }
         }
     }
 }
@@ -169,9 +195,10 @@ thread_local! {
 }
 
 /// `MEM_THREADS` threads each hold two thread-locals whose destructors
-/// record an instant: one made before the thread's first event (its
-/// destructor runs after ringtrace's thread-locals are gone), one made after
-/// (its destructor runs before them). Every instant must be in the trace.
+/// record a slice with an instant inside: one made before the thread's
+/// first event (its destructor runs after ringtrace's thread-locals with
+/// destructors are gone), one made after (its destructor runs before them).
+/// Every slice must be in the trace, whole, and every instant.
 pub fn teardown(trace: &str) -> Value {
     let threads = env_u64("MEM_THREADS", 1000);
     let api = std::env::var("MEM_API").unwrap_or_default();
@@ -187,6 +214,10 @@ pub fn teardown(trace: &str) -> Value {
             tracing_subscriber::registry().with(layer).init();
             guard
         }
+        "log" => {
+            ringtrace::log::Logger::new().init().unwrap();
+            ringtrace::builder().output(trace).start().unwrap()
+        }
         _ => ringtrace::builder().output(trace).start().unwrap(),
     };
     let hs: Vec<_> = (0..threads)
@@ -194,15 +225,23 @@ pub fn teardown(trace: &str) -> Value {
             let api = api.clone();
             thread::spawn(move || {
                 MADE_FIRST.with(|_| ());
+                if std::env::var_os("MEM_ONLY_DROP").is_some() {
+                    return; // nothing recorded before the destructors run
+                }
                 match api.as_str() {
                     "subscriber" | "layer" => {
                         let span = tracing::info_span!(target: "teardown", "body", i);
                         let _g = span.enter();
+                        let deep: Vec<_> = (0..env_u64("MEM_DEPTH", 0))
+                            .map(|d| tracing::info_span!(target: "teardown", "deep", d).entered())
+                            .collect();
+                        deep.into_iter().rev().for_each(drop); // innermost first
                     }
                     "events" => {
                         static CAT: ringtrace::Category = ringtrace::Category::new("teardown");
                         CAT.instant("body").emit();
                     }
+                    "log" => log::info!(target: "teardown", "body"),
                     _ => {
                         ringtrace::trace_scope!("teardown", "body", i = i);
                     }

@@ -16,10 +16,35 @@
 //! (per-layer for the layer), as `benches/peers` sets them. Loops: `span`
 //! (`info_span!(..).entered()` dropped), `int` (the same with an int field),
 //! `event` (an int field and a message), `debug` (a `Debug` and a `Display`
-//! field and a message).
+//! field and a message), `chars` (a message and a 52-character `Debug`
+//! field written a character at a time, as `bytes::Bytes` writes a frame:
+//! divide by 52 for instructions per character).
 
+use std::fmt;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
+
+/// A byte string whose `Debug` writes one character (or one escape) at a
+/// time: `b"*3\r\n$3..."`.
+struct Frame<'a>(&'a [u8]);
+
+impl fmt::Debug for Frame<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("b\"")?;
+        for &b in self.0 {
+            match b {
+                b'\n' => f.write_str("\\n")?,
+                b'\r' => f.write_str("\\r")?,
+                0x20..0x7f => write!(f, "{}", b as char)?,
+                _ => write!(f, "\\x{b:02x}")?,
+            }
+        }
+        f.write_str("\"")
+    }
+}
+
+/// A RESP command of 34 bytes, 52 characters as `Frame`'s `Debug`.
+const FRAME: &[u8] = b"*3\r\n$3\r\nSET\r\n$5\r\nhello\r\n$5\r\nworld\r\n";
 
 /// A ring that holds every loop's records (up to 100,000 iterations), so
 /// none is dropped: a dropped record costs less than a written one.
@@ -33,7 +58,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: tracing_loops MODE N [span|int|event|debug]";
+    let usage = "usage: tracing_loops MODE N [span|int|event|debug|chars]";
     let mode = args.get(1).expect(usage).as_str();
     let n: u64 = args.get(2).and_then(|n| n.parse().ok()).expect(usage);
     let what = args.get(3).map_or("span", |s| s.as_str());
@@ -81,6 +106,7 @@ fn main() {
                 "int" => drop(tracing::info_span!("scope", v = i).entered()),
                 "event" => tracing::info!(v = i, "event"),
                 "debug" => tracing::info!(v = ?i, s = %"abc", "event"),
+                "chars" => tracing::info!(frame = ?Frame(std::hint::black_box(FRAME)), "frame"),
                 _ => panic!("{usage}"),
             }
         }

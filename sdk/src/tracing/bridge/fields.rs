@@ -59,44 +59,100 @@ impl Fields {
 #[inline]
 pub(super) fn push_str(words: &mut Vec<u64>, s: &str) {
     words.push(tag(T_STR, s.len() as u64));
-    TextWords { words, len: 0 }.append(s.as_bytes());
+    let mut text = TextWords::new(words);
+    text.append(s.as_bytes());
+    text.finish();
 }
 
 /// Packs text into arg words as it is formatted: a `Debug` or `Display`
 /// value goes straight into the record's words, with no buffer between.
-/// `len` bytes are written so far; the last word holds `len % 8` of them
-/// (the rest of it zero).
+/// The bytes of the word being filled wait in `partial` (low bytes first)
+/// until it is full or the text ends ([`finish`](TextWords::finish)): a
+/// short piece (a `Debug` impl writing one character at a time) is a few
+/// shifts, no copy call and no store into the vector.
 struct TextWords<'a> {
     words: &'a mut Vec<u64>,
-    len: usize,
+    /// Where the text's words start in `words`.
+    start: usize,
+    /// The bytes of the word being filled, low bytes first.
+    partial: u64,
+    /// Bits of `partial` filled (0 to 56, a multiple of 8).
+    shift: u32,
 }
 
-impl TextWords<'_> {
+impl<'a> TextWords<'a> {
     #[inline]
-    fn append(&mut self, mut b: &[u8]) {
-        let used = self.len % 8;
-        self.len += b.len();
-        if used != 0 {
-            let take = (8 - used).min(b.len());
-            if let Some(last) = self.words.last_mut() {
-                let mut bytes = last.to_le_bytes();
-                bytes[used..used + take].copy_from_slice(&b[..take]);
-                *last = u64::from_le_bytes(bytes);
+    fn new(words: &'a mut Vec<u64>) -> Self {
+        let start = words.len();
+        TextWords {
+            words,
+            start,
+            partial: 0,
+            shift: 0,
+        }
+    }
+
+    /// One byte: a shift and an or; the full word's store is out of line,
+    /// so a call for one character saves no registers.
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        self.partial |= (b as u64) << self.shift;
+        self.shift += 8;
+        if self.shift == 64 {
+            self.word_full();
+        }
+    }
+
+    #[inline(never)]
+    fn word_full(&mut self) {
+        self.words.push(self.partial);
+        self.partial = 0;
+        self.shift = 0;
+    }
+
+    #[inline]
+    fn append(&mut self, b: &[u8]) {
+        // Short pieces byte by byte: an unknown length would be a `memcpy`
+        // call, which costs more than the bytes.
+        if b.len() <= 8 {
+            for &x in b {
+                self.byte(x);
             }
-            b = &b[take..];
+            return;
+        }
+        self.append_long(b);
+    }
+
+    /// Fills the word being filled, then whole words straight from the
+    /// bytes, then the rest into `partial`.
+    #[inline(never)]
+    fn append_long(&mut self, mut b: &[u8]) {
+        while self.shift != 0 {
+            let Some((&x, rest)) = b.split_first() else {
+                return;
+            };
+            self.byte(x);
+            b = rest;
         }
         let mut chunks = b.chunks_exact(8);
+        self.words.reserve(chunks.len());
         for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
+            let w: [u8; 8] = c.try_into().unwrap_or_default();
             self.words.push(u64::from_le_bytes(w));
         }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.words.push(u64::from_le_bytes(w));
+        for &x in chunks.remainder() {
+            self.byte(x);
         }
+    }
+
+    /// Writes the last, partly filled word; returns the text's length.
+    #[inline]
+    fn finish(self) -> usize {
+        let whole = (self.words.len() - self.start) * 8;
+        if self.shift != 0 {
+            self.words.push(self.partial);
+        }
+        whole + self.shift as usize / 8
     }
 }
 
@@ -104,6 +160,26 @@ impl fmt::Write for TextWords<'_> {
     #[inline]
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.append(s.as_bytes());
+        Ok(())
+    }
+
+    /// An ASCII character is one byte in place (a leaf function: the rest
+    /// is out of line).
+    #[inline]
+    fn write_char(&mut self, c: char) -> fmt::Result {
+        if c.is_ascii() {
+            self.byte(c as u8);
+            Ok(())
+        } else {
+            self.write_wide(c)
+        }
+    }
+}
+
+impl TextWords<'_> {
+    #[inline(never)]
+    fn write_wide(&mut self, c: char) -> fmt::Result {
+        self.append(c.encode_utf8(&mut [0; 4]).as_bytes());
         Ok(())
     }
 }
@@ -136,9 +212,9 @@ impl Visitor<'_> {
         self.put(field, |words| {
             let at = words.len();
             words.push(0);
-            let mut text = TextWords { words, len: 0 };
+            let mut text = TextWords::new(words);
             let _ = text.write_fmt(args); // a failing impl leaves what it wrote
-            let len = text.len as u64;
+            let len = text.finish() as u64;
             words[at] = tag(T_STR, len);
         })
     }
@@ -282,6 +358,59 @@ mod tests {
                 Visitor(&mut fields).put_fmt(&field, format_args!("{}", Pieces(&pieces)));
                 assert_eq!(fields.words, expect, "{pieces:?}");
             }
+        }
+    }
+
+    /// Text written a character at a time (`write_char`, as `Debug` of
+    /// byte strings does), mixed with pieces of every length, packs as its
+    /// bytes: every prefix of a text with one- to four-byte characters.
+    #[test]
+    fn text_written_a_character_at_a_time_packs_as_its_bytes() {
+        let text = "ab\"c\u{7f}é€𝄞0123456789abcdefghij\r\nxyz";
+        for (n, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            let t = &text[..n];
+            let mut expect = vec![7u64, tag(T_STR, t.len() as u64)];
+            for c in t.as_bytes().chunks(8) {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                expect.push(u64::from_le_bytes(w));
+            }
+            for long_every in [0, 3] {
+                let mut fields = Fields {
+                    words: vec![7u64],
+                    ..Fields::default()
+                };
+                let field = TEST_META.fields().field("v").unwrap();
+                let chars = Chars(t, long_every);
+                Visitor(&mut fields).put_fmt(&field, format_args!("{chars:?}"));
+                assert_eq!(fields.words, expect, "{t:?}");
+            }
+        }
+    }
+
+    /// Writes its text a character at a time; every `.1`-th character (if
+    /// not 0) starts a piece of up to 12 bytes written at once instead.
+    struct Chars<'a>(&'a str, usize);
+
+    impl fmt::Debug for Chars<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            let mut rest = self.0;
+            let mut i = 0;
+            while let Some(c) = rest.chars().next() {
+                i += 1;
+                if self.1 != 0 && i % self.1 == 0 {
+                    let mut end = rest.len().min(12);
+                    while !rest.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    f.write_str(&rest[..end])?;
+                    rest = &rest[end..];
+                } else {
+                    f.write_char(c)?;
+                    rest = &rest[c.len_utf8()..];
+                }
+            }
+            Ok(())
         }
     }
 

@@ -12,12 +12,15 @@ mod spans;
 
 use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
-use crate::record::registry::with_current;
+use crate::record::registry::{count_implied_drop_without_ring, with_current};
 use fields::{push_str, with_scratch, Visitor};
 pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, Inline, SpanData};
-use spans::{push_entered, thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID, STACK};
+use spans::{
+    extend_entered, pop_innermost, push_entered, stack_has_room, take_entered, thread_key, Entered,
+    ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID,
+};
 use std::sync::atomic::Ordering;
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Metadata};
@@ -140,6 +143,10 @@ pub(crate) fn event(event: &Event<'_>) {
 /// keeps no state for (its category was off) goes on the thread's stack of
 /// entered spans only if `track_unrecorded` (the subscriber answers
 /// `Span::current()` from that stack; the layer leaves it to the registry).
+///
+/// Every begin that is not written has its end counted as lost here (the
+/// end will not be written either: the exit finds the entry not recorded),
+/// so that written + lost adds up to what the program recorded.
 pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
     let mut entered = Entered {
         id: id.into_u64(),
@@ -147,13 +154,21 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
         session: 0,
         recorded: false,
     };
+    // Without room to remember the entry (only past 16 deep in the thread's
+    // teardown) its end could not be paired: begin and end are both lost.
+    let room = stack_has_room();
     let found = store.with_data(id, |data| {
         if !data.site.is_enabled() {
             return;
         }
         let ts = ticks(); // once the span is known to be recorded
         let key = thread_key();
-        with_current(|tr| {
+        let wrote = with_current(|tr| {
+            if !room {
+                tr.ring.count_implied_drop();
+                tr.ring.count_implied_drop();
+                return;
+            }
             if data.thread == 0 {
                 data.thread = key;
             } else if data.thread != key {
@@ -167,33 +182,36 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
             } else {
                 data.tracking(|d| d.begin_slice(tr, ts))
             };
-            if let Some(depth) = depth {
-                entered.depth = depth;
-                entered.recorded = true;
+            match depth {
+                Some(depth) => {
+                    entered.depth = depth;
+                    entered.recorded = true;
+                }
+                // The begin was dropped (and counted): so is the end.
+                None => tr.ring.count_implied_drop(),
             }
         });
+        if wrote.is_none() {
+            // No ring (budget used up, or the thread's ring handed over at
+            // its exit): the begin was counted, its end is counted here.
+            count_implied_drop_without_ring();
+        }
     });
-    if found.is_some() || track_unrecorded {
+    if room && (found.is_some() || track_unrecorded) {
         push_entered(entered);
     }
 }
 
 /// Span `id` exits on this thread: its slice ends.
 pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
-    let id64 = id.into_u64();
     // Take this span's entry, and the entries above it if any.
-    let taken = STACK.try_with(|s| {
-        let mut s = s.borrow_mut();
-        let pos = s.iter().rposition(|e| e.id == id64)?;
-        let above = if pos + 1 < s.len() {
-            s.split_off(pos + 1)
-        } else {
-            Vec::new()
-        };
-        Some((s.pop().unwrap(), above))
-    });
-    let Ok(Some((entry, above))) = taken else {
-        return; // not entered here as far as ringtrace knows (its category was off)
+    let id64 = id.into_u64();
+    let (entry, above) = match pop_innermost(id64) {
+        Some(entry) => (entry, Vec::new()),
+        None => match take_entered(id64) {
+            Some(taken) => taken,
+            None => return, // not entered here as far as ringtrace knows (its category was off)
+        },
     };
     if above.is_empty() && !entry.recorded {
         return; // its enter wrote nothing (its category was off): no clock read
@@ -217,7 +235,7 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
         return;
     }
     let reopened = exit_out_of_order(store, id, entry, above, ts);
-    let _ = STACK.try_with(|s| s.borrow_mut().extend(reopened));
+    extend_entered(reopened);
 }
 
 /// Span `id` closes (its last handle dropped): an async span's range ends,
@@ -294,14 +312,17 @@ fn exit_out_of_order(
             if !live(e) {
                 continue;
             }
-            let depth = store
-                .with_data(&Id::from_u64(e.id), |d| {
-                    d.begin_async(tr);
-                    d.tracking(|d| d.begin_slice(tr, ts))
-                })
-                .flatten();
+            let depth = store.with_data(&Id::from_u64(e.id), |d| {
+                d.begin_async(tr);
+                d.tracking(|d| d.begin_slice(tr, ts))
+            });
             match depth {
-                Some(depth) => e.depth = depth,
+                Some(Some(depth)) => e.depth = depth,
+                Some(None) => {
+                    // The begin again was dropped (and counted): so is its end.
+                    tr.ring.count_implied_drop();
+                    e.recorded = false;
+                }
                 None => e.recorded = false,
             }
         }

@@ -376,21 +376,95 @@ impl Drop for SpanData {
 }
 
 /// A span entered on this thread and not exited yet.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Entered {
     pub(super) id: u64,
-    /// Depth its begin record carries (valid if `recorded`).
-    pub(super) depth: u32,
     /// Session of the ring it was recorded into.
     pub(super) session: u64,
+    /// Depth its begin record carries (valid if `recorded`).
+    pub(super) depth: u32,
     pub(super) recorded: bool,
 }
 
+/// Entries kept in the thread-local without destructor; deeper ones spill.
+/// 16 (384 bytes): every thread of the process carries them, and about as
+/// much as the vector's first allocation and destructor registration it
+/// replaces.
+const STACK_INLINE: usize = 16;
+
+/// The thread's stack of entered spans: the outermost `STACK_INLINE` in a
+/// fixed array, the rest in `SPILL`.
+pub(super) struct Stack {
+    len: usize,
+    inline: [Entered; STACK_INLINE],
+}
+
 thread_local! {
-    /// Spans entered on this thread, innermost last.
-    pub(super) static STACK: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+    /// Spans entered on this thread, innermost last. No destructor (a
+    /// fixed array): it stays usable during the whole teardown of the
+    /// thread, so a span entered and exited in `Drop` of any `thread_local!`
+    /// (whichever was made first) is paired like any other.
+    static STACK: RefCell<Stack> = const {
+        RefCell::new(Stack { len: 0, inline: [Entered { id: 0, session: 0, depth: 0, recorded: false }; STACK_INLINE] })
+    };
+    /// Entries past `STACK_INLINE` deep (index 0 is entry `STACK_INLINE`).
+    /// Gone once its destructor ran: then deeper spans are not recorded.
+    static SPILL: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
     /// This thread's key for "entered on another thread" (0: not assigned).
     static THREAD_KEY: Cell<u64> = const { Cell::new(0) };
+}
+
+impl Stack {
+    #[inline]
+    fn get(&self, i: usize) -> Option<Entered> {
+        if i < STACK_INLINE {
+            Some(self.inline[i])
+        } else {
+            spilled(i - STACK_INLINE)
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, e: Entered) -> bool {
+        if self.len < STACK_INLINE {
+            self.inline[self.len] = e;
+        } else if !spill(e) {
+            return false;
+        }
+        self.len += 1;
+        true
+    }
+
+    /// Whether one more entry can be pushed.
+    #[inline]
+    fn has_room(&self) -> bool {
+        self.len < STACK_INLINE || spill_alive()
+    }
+
+    fn truncate(&mut self, len: usize) {
+        if self.len > STACK_INLINE {
+            let _ = SPILL.try_with(|v| v.borrow_mut().truncate(len.saturating_sub(STACK_INLINE)));
+        }
+        self.len = self.len.min(len);
+    }
+}
+
+#[cold]
+fn spilled(i: usize) -> Option<Entered> {
+    SPILL
+        .try_with(|v| v.borrow().get(i).copied())
+        .ok()
+        .flatten()
+}
+
+#[cold]
+fn spill(e: Entered) -> bool {
+    SPILL.try_with(|v| v.borrow_mut().push(e)).is_ok()
+}
+
+#[cold]
+fn spill_alive() -> bool {
+    SPILL.try_with(|_| ()).is_ok()
 }
 
 pub(super) fn thread_key() -> u64 {
@@ -404,14 +478,68 @@ pub(super) fn thread_key() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-pub(super) fn push_entered(e: Entered) {
-    let _ = STACK.try_with(|s| s.borrow_mut().push(e));
+/// Whether the thread's stack can take one more entered span (false only
+/// past `STACK_INLINE` deep during the thread's teardown).
+#[inline]
+pub(super) fn stack_has_room() -> bool {
+    STACK.with(|s| s.borrow().has_room())
+}
+
+/// Pushes `e` on the thread's stack; false if it had no room.
+#[inline]
+pub(super) fn push_entered(e: Entered) -> bool {
+    STACK.with(|s| s.borrow_mut().push(e))
+}
+
+/// Takes span `id`'s entry off the thread's stack if it is the innermost
+/// and in the inline part: the common exit.
+#[inline(always)]
+pub(super) fn pop_innermost(id: u64) -> Option<Entered> {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        let top = s.len.wrapping_sub(1);
+        if top < STACK_INLINE && s.inline[top].id == id {
+            s.len = top;
+            Some(s.inline[top])
+        } else {
+            None
+        }
+    })
+}
+
+/// Takes span `id`'s innermost entry off the thread's stack, with the
+/// entries above it (entered after it, still entered), outermost first.
+#[cold]
+pub(super) fn take_entered(id: u64) -> Option<(Entered, Vec<Entered>)> {
+    STACK.with(|s| take_below(&mut s.borrow_mut(), id))
+}
+
+/// [`take_entered`] when the entry is not the innermost or is spilled.
+#[cold]
+fn take_below(s: &mut Stack, id: u64) -> Option<(Entered, Vec<Entered>)> {
+    let pos = (0..s.len)
+        .rev()
+        .find(|&i| s.get(i).is_some_and(|e| e.id == id))?;
+    let entry = s.get(pos)?;
+    let above: Vec<Entered> = (pos + 1..s.len).filter_map(|i| s.get(i)).collect();
+    s.truncate(pos);
+    Some((entry, above))
+}
+
+/// Puts back entries taken by [`take_entered`] (those still entered).
+pub(super) fn extend_entered(entries: Vec<Entered>) {
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        for e in entries {
+            s.push(e);
+        }
+    })
 }
 
 /// The id of the innermost span entered on this thread, if any.
 pub(crate) fn current_entered() -> Option<u64> {
-    STACK
-        .try_with(|s| s.borrow().last().map(|e| e.id))
-        .ok()
-        .flatten()
+    STACK.with(|s| {
+        let s = s.borrow();
+        s.len.checked_sub(1).and_then(|i| s.get(i)).map(|e| e.id)
+    })
 }
