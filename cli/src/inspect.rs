@@ -254,6 +254,7 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
     } else {
         outln!("{indent}  clocks: none in the file (ringtrace writes ts as BOOTTIME microseconds)");
     }
+    crate::samples::print_summary(s, indent);
     for w in s["warnings"].as_array().unwrap() {
         outln!("{indent}  warning: {}", w.as_str().unwrap_or(""));
     }

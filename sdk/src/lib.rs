@@ -133,6 +133,7 @@ pub mod events;
 #[cfg(feature = "log")]
 pub mod log;
 mod record;
+mod sampling;
 mod session;
 mod sys;
 // System tracing: a producer for Perfetto's tracing service (`traced`).
@@ -155,6 +156,7 @@ pub use record::callsite::{category_enabled, disable_categories, enable_categori
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 #[allow(deprecated)]
 pub use ringtrace_macros::{trace, traced};
+pub use sampling::CpuStacks;
 pub use session::sink::MemoryBuffer;
 pub use session::Stats;
 pub use session::{

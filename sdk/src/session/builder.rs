@@ -98,6 +98,8 @@ pub struct Builder {
     pub(super) process_labels: Vec<String>,
     pub(super) process_sort_index: Option<i32>,
     pub(super) system_tracing: bool,
+    /// CPU stack samples (`sampling`: its builder methods are there).
+    pub(crate) cpu_sampling: crate::sampling::Options,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -159,6 +161,7 @@ pub fn builder() -> Builder {
         process_labels: Vec::new(),
         process_sort_index: None,
         system_tracing: false,
+        cpu_sampling: Default::default(),
     }
 }
 

@@ -178,7 +178,12 @@ impl Builder {
                 source_locations: self.source_locations,
                 omit_needs_flag: self.compact_packets,
             },
-            json: self.json,
+            // CPU samples live in the object form's `samples` (`sampling`).
+            json: {
+                let mut json = self.json;
+                json.object |= self.cpu_sampling.hz > 0;
+                json
+            },
             compressed_packets: self.compressed_packets,
             overwrite: self.overwrite,
         };
@@ -318,6 +323,8 @@ impl Builder {
         });
         let spans_not_stored_at_start = spans_not_stored();
         callsite::set_active(true);
+        // CPU sampling (`sampling`), off unless asked for.
+        crate::sampling::start(self.cpu_sampling, self.overwrite);
         *slot = Some(Session {
             id,
             control,
@@ -410,6 +417,8 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
         }
     };
     callsite::set_active(false);
+    // The sampler's last samples reach the flusher's last pass.
+    crate::sampling::stop();
     session.control.request_stop();
     let joined = session.handle.join();
     if let Some((link, handle)) = session.producer {
@@ -626,6 +635,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
 /// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
 /// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
+/// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) |
 ///
 /// # Examples
 ///
@@ -676,6 +686,9 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     }
     if let Some(n) = number("RINGTRACE_BUFFER_BYTES_PER_THREAD")? {
         b = b.buffer_bytes_per_thread(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    if let Some(hz) = number("RINGTRACE_CPU_SAMPLING")? {
+        b = b.cpu_sampling(u32::try_from(hz).unwrap_or(u32::MAX));
     }
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
         b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));

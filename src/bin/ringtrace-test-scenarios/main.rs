@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+mod cpu;
 mod accounting;
 mod memory;
 mod phases;
@@ -68,6 +69,12 @@ fn main() {
         "teardown" => memory::teardown(&trace),
         "accounting" => accounting::accounting(&trace),
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
+        "cpu_hot" => cpu::hot(&trace, &args[4]),
+        "cpu_refused" => cpu::refused(&trace),
+        "cpu_threads" => cpu::threads(&trace),
+        "cpu_from_env" => cpu::from_env(),
+        "cpu_layer" => cpu::layer(&trace),
+        "cpu_mlock" => cpu::mlock(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

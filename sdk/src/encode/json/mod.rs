@@ -30,6 +30,8 @@ use crate::record::registry::ThreadInfo as ThreadRing;
 use std::fmt::Write as _;
 
 mod object;
+// CPU stack samples (`sampling`).
+mod samples;
 mod scopes;
 mod text;
 mod typed;
@@ -489,6 +491,15 @@ impl Encoder for JsonEncoder {
             super::NO_MEMORY_REASON
         );
         self.push_event(out);
+    }
+
+    fn samples(
+        &mut self,
+        _ctx: &mut Context<'_>,
+        view: &crate::sampling::SampleView<'_>,
+        _out: &mut Vec<u8>,
+    ) {
+        self.write_samples(view);
     }
 
     fn tick(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<u8>) {}
