@@ -5,8 +5,8 @@
 
 use serde_json::{json, Value};
 
-mod cpu;
 mod accounting;
+mod cpu;
 mod memory;
 mod phases;
 use std::collections::BTreeMap;
