@@ -1,4 +1,4 @@
-//! `#[ringtrace::trace]` on `async fn` under a multi-threaded tokio runtime:
+//! `#[ringtrace::traced]` on `async fn` under a multi-threaded tokio runtime:
 //! each call is one slice on its own async track for its whole life, and each
 //! poll is a slice on the worker thread that ran it.
 //!
@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-#[ringtrace::trace(category = "net")]
+#[ringtrace::traced(category = "net")]
 async fn fetch(id: u32) -> usize {
     tokio::time::sleep(Duration::from_millis(3 + id as u64 % 4)).await;
     parse(id).await
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 async fn parse(id: u32) -> usize {
     {
         // A scope guard is `!Send`: it cannot live across an `.await` (the

@@ -76,6 +76,9 @@ echo "   production_service (sampled, and captures)"
 "${vg[@]}" target/debug/examples/production_service capture "$out/prod-capture" >/dev/null
 echo "   capture_windows"
 "${vg[@]}" target/debug/examples/capture_windows "$out/capture" >/dev/null
+echo "   cpu_sampling (both stack modes: perf rings, ELF files mapped)"
+"${vg[@]}" target/debug/examples/cpu_sampling "$out/cpu.pftrace" copied 300 >/dev/null
+"${vg[@]}" target/debug/examples/cpu_sampling "$out/cpu.json" fp 300 >/dev/null
 echo "   system_trace (no traced: the producer's retry path)"
 PERFETTO_PRODUCER_SOCK_NAME="$out/no-traced.sock" \
   "${vg[@]}" target/debug/examples/system_trace 1 >/dev/null

@@ -1,4 +1,4 @@
-//! With the `enable` feature off, every macro and `#[trace]` expand to
+//! With the `enable` feature off, every macro and `#[traced]` expand to
 //! nothing: argument expressions are not evaluated and the binary carries no
 //! ringtrace code, statics or names.
 

@@ -1,4 +1,4 @@
-//! `#[ringtrace::trace]`: the slice covers the call, on free fns, methods and
+//! `#[ringtrace::traced]`: the slice covers the call, on free fns, methods and
 //! `async fn` (an async range for the whole call plus a slice per poll on the
 //! thread that ran it).
 

@@ -2,7 +2,7 @@
 
 use crate::convert::{micros, trace_end};
 use crate::model::{Format, Kind, TraceModel, Track, LOST_EVENT_NAME};
-use ringtrace::archive::{self, MemberKind};
+use ringtrace_archive::{self as archive, MemberKind};
 use serde_json::{json, Value};
 
 /// Builtin clock names by id.
@@ -254,6 +254,7 @@ pub fn print_trace(name: &str, s: &Value, indent: &str) {
     } else {
         outln!("{indent}  clocks: none in the file (ringtrace writes ts as BOOTTIME microseconds)");
     }
+    crate::samples::print_summary(s, indent);
     for w in s["warnings"].as_array().unwrap() {
         outln!("{indent}  warning: {}", w.as_str().unwrap_or(""));
     }

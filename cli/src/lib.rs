@@ -24,8 +24,9 @@ macro_rules! outln {
 pub mod convert;
 pub mod inspect;
 pub mod model;
+pub mod samples;
 
-use ringtrace::archive::{self, MemberKind};
+use ringtrace_archive::{self as archive, MemberKind};
 use serde_json::Value;
 use std::io::{Read, Write};
 
@@ -93,8 +94,35 @@ pub fn inspect_bytes(name: &str, bytes: Vec<u8>, limit: u64) -> Result<Inspected
         return Ok(Inspected::Archive { summary, valid });
     }
     let bytes = trace_bytes(name, bytes, limit)?;
-    let m = model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?;
-    Ok(Inspected::Trace(inspect::trace_summary(&m)))
+    let mut summary = {
+        let m = model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?;
+        inspect::trace_summary(&m)
+    };
+    // CPU stack samples (`samples`), once the model is freed.
+    summary["cpu_samples"] = samples::summary(&samples::decode(&bytes, limit));
+    Ok(Inspected::Trace(summary))
+}
+
+/// The CPU samples of the trace `bytes` (of the file `name`), only those
+/// taken inside a slice named `under` if given, as folded stacks.
+///
+/// # Errors
+///
+/// Input that is not a trace ringtrace reads (see [`trace_bytes`]).
+pub fn folded_samples(
+    name: &str,
+    bytes: Vec<u8>,
+    under: Option<&str>,
+    limit: u64,
+) -> Result<(Vec<String>, usize), String> {
+    let bytes = trace_bytes(name, bytes, limit)?;
+    let all = samples::decode(&bytes, limit);
+    let model = match under {
+        Some(_) => Some(model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?),
+        None => None,
+    };
+    let kept = samples::under(all, model.as_ref(), under);
+    Ok((samples::folded(&kept), kept.len()))
 }
 
 /// Converts the trace `bytes` (of the file `name`) to `to`: the output's

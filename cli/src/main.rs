@@ -8,7 +8,7 @@
 
 #![forbid(unsafe_code)]
 
-use ringtrace::archive::{Archive, Clock, ZipMethod};
+use ringtrace_archive::{Archive, Clock, ZipMethod};
 use ringtrace_cli::{inspect, out, outln, unpack_limit, Inspected};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +18,7 @@ usage:
   ringtrace pack -o OUT.tar|OUT.zip [options] FILE|DIR...
   ringtrace inspect [--json] FILE
   ringtrace convert IN OUT
+  ringtrace flamegraph [--under NAME] [--folded] -o OUT.svg TRACE
   ringtrace help
 
 pack: writes the files (a directory adds its trace files, with the sidecars
@@ -54,6 +55,11 @@ too. --json prints it as JSON.
 convert: ringtrace Perfetto (.pftrace, .perfetto-trace, .pb) to Chrome JSON
 (.json) or back; the output format follows OUT's extension.
 
+flamegraph: draws the trace's CPU stack samples (Builder::cpu_sampling) as an
+SVG flame graph; --under NAME keeps the samples taken while their thread was
+inside a slice named NAME; --folded writes the folded stacks (one
+`outer;inner count` line per stack) instead of the SVG.
+
 inspect and convert decompress (gzip, ZIP deflate) at most 1 GiB; set
 RINGTRACE_MAX_UNPACKED=BYTES to change that.
 ";
@@ -78,6 +84,7 @@ fn main() -> ExitCode {
         Some("pack") => pack(&args[1..]),
         Some("inspect") => inspect(&args[1..]),
         Some("convert") => convert_cmd(&args[1..]),
+        Some("flamegraph") => flamegraph(&args[1..]),
         Some("help" | "-h" | "--help") => {
             out!("{USAGE}");
             Ok(())
@@ -112,7 +119,7 @@ fn split_eq<'a>(opt: &str, v: &'a str) -> Result<(&'a str, &'a str), Failure> {
 
 fn parse_clock(s: &str) -> Result<Clock, Failure> {
     s.parse()
-        .map_err(|e: ringtrace::archive::ArchiveError| usage(e.to_string()))
+        .map_err(|e: ringtrace_archive::ArchiveError| usage(e.to_string()))
 }
 
 enum Op {
@@ -309,7 +316,7 @@ fn pack(args: &[String]) -> Result<(), Failure> {
         "wrote {} ({} trace file(s) + {})",
         output.display(),
         archive.members().len(),
-        ringtrace::archive::MANIFEST_NAME
+        ringtrace_archive::MANIFEST_NAME
     );
     for f in &manifest.files {
         let mut notes = Vec::new();
@@ -373,6 +380,52 @@ fn member_list(a: &Archive) -> String {
         .map(|m| m.name())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+fn flamegraph(args: &[String]) -> Result<(), Failure> {
+    let mut under = None;
+    let mut output = None;
+    let mut folded = false;
+    let mut file = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--under" => under = Some(it.next().ok_or_else(|| usage("--under needs a name"))?),
+            "-o" | "--output" => output = Some(it.next().ok_or_else(|| usage("-o needs a path"))?),
+            "--folded" => folded = true,
+            s if s.starts_with('-') && s.len() > 1 => {
+                return Err(usage(format!("unknown option {s:?}")))
+            }
+            s if file.is_none() => file = Some(s.to_owned()),
+            s => return Err(usage(format!("flamegraph takes one trace, got also {s:?}"))),
+        }
+    }
+    let file = file.ok_or_else(|| usage("flamegraph needs a trace"))?;
+    let output = output.ok_or_else(|| usage("flamegraph needs -o OUT"))?;
+    let bytes = read(&file)?;
+    let (stacks, n) =
+        ringtrace_cli::folded_samples(&file, bytes, under.map(String::as_str), unpack_limit())
+            .map_err(failed)?;
+    if stacks.is_empty() {
+        return Err(failed(match under {
+            Some(u) => format!("{file}: no CPU samples inside a slice named {u:?}"),
+            None => format!("{file}: no CPU samples (record with Builder::cpu_sampling)"),
+        }));
+    }
+    let data = if folded {
+        let mut t = stacks.join("\n");
+        t.push('\n');
+        t.into_bytes()
+    } else {
+        let title = match under {
+            Some(u) => format!("{file}: CPU samples under {u}"),
+            None => format!("{file}: CPU samples"),
+        };
+        ringtrace_cli::samples::flamegraph_svg(&stacks, &title).map_err(failed)?
+    };
+    std::fs::write(output, data).map_err(|e| failed(format!("cannot write {output}: {e}")))?;
+    outln!("{output}: {n} samples, {} distinct stacks", stacks.len());
+    Ok(())
 }
 
 fn inspect(args: &[String]) -> Result<(), Failure> {

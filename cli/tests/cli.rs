@@ -111,7 +111,7 @@ fn record(path: &Path, flood: bool) -> Recorded {
     }
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 async fn fetch(n: u32) -> u32 {
     n + 1
 }

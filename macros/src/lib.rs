@@ -1,7 +1,7 @@
-//! Procedural macros of [ringtrace]: the [`#[trace]`](macro@trace) attribute,
+//! Procedural macros of [ringtrace]: the [`#[traced]`](macro@traced) attribute,
 //! which records a trace slice over every call of a function.
 //!
-//! Use it through the SDK, as `#[ringtrace::trace]`, not from this crate
+//! Use it through the SDK, as `#[ringtrace::traced]`, not from this crate
 //! directly: the generated code names items of the SDK by the absolute path
 //! `::ringtrace::...`, so the crate using the attribute must depend on
 //! `ringtrace` under that name.
@@ -56,7 +56,7 @@ const MAX_ARGS: usize = 12;
 /// lasts until the function returns:
 ///
 /// ```ignore
-/// #[ringtrace::trace(category = "io", args(path))]
+/// #[ringtrace::traced(category = "io", args(path))]
 /// fn load(path: &str) -> std::io::Result<String> { std::fs::read_to_string(path) }
 /// // becomes
 /// fn load(path: &str) -> std::io::Result<String> {
@@ -88,16 +88,16 @@ const MAX_ARGS: usize = 12;
 /// run equivalent code.
 ///
 /// ```ignore
-/// use ringtrace::trace;
+/// use ringtrace::traced;
 ///
 /// // A slice named "checksum" in category "default".
-/// #[trace]
+/// #[traced]
 /// fn checksum(data: &[u8]) -> u32 {
 ///     data.iter().map(|&b| u32::from(b)).sum()
 /// }
 ///
 /// // A custom name and category, and the parameters recorded as arguments.
-/// #[trace(name = "read config", category = "io", args(path, retries))]
+/// #[traced(name = "read config", category = "io", args(path, retries))]
 /// fn read_config(path: &str, retries: u32) -> std::io::Result<String> {
 ///     let text = std::fs::read_to_string(path)?;
 ///     Ok(text)
@@ -110,14 +110,14 @@ const MAX_ARGS: usize = 12;
 /// impl Cache {
 ///     // Methods work with any receiver; `self` may be listed in args(...)
 ///     // when its type implements `TraceValue`.
-///     #[trace(category = "cache")]
+///     #[traced(category = "cache")]
 ///     fn lookup(&mut self, key: u64) -> Option<u64> {
 ///         self.hits += 1;
 ///         (key % 2 == 0).then_some(key)
 ///     }
 ///
 ///     // An async method: one async slice per call, plus a slice per poll.
-///     #[trace(category = "net")]
+///     #[traced(category = "net")]
 ///     async fn fetch(&self, url: &str) -> Result<Vec<u8>, std::io::Error> {
 ///         let body = download(url).await?;
 ///         Ok(body)
@@ -125,6 +125,21 @@ const MAX_ARGS: usize = 12;
 /// }
 /// # async fn download(_: &str) -> Result<Vec<u8>, std::io::Error> { Ok(vec![]) }
 /// ```
+#[proc_macro_attribute]
+pub fn traced(
+    attr: proc_macro::TokenStream,
+    item: proc_macro::TokenStream,
+) -> proc_macro::TokenStream {
+    expand(attr.into(), item.into()).into()
+}
+
+/// The old name of [`#[traced]`](macro@traced): the same attribute. Renamed
+/// because `trace` is also `tracing`'s `trace!` macro, and a module that
+/// glob-imports both crates could not use either.
+#[deprecated(
+    since = "0.1.0",
+    note = "renamed `#[ringtrace::traced]` (`trace` meets `tracing::trace!` in glob imports)"
+)]
 #[proc_macro_attribute]
 pub fn trace(
     attr: proc_macro::TokenStream,
@@ -241,7 +256,7 @@ fn parse_options(attr: TokenStream2) -> syn::Result<Options> {
         } else {
             let key = meta.path.to_token_stream().to_string().replace(' ', "");
             return Err(meta.error(format_args!(
-                "unknown #[trace] argument `{key}`; expected `name = \"...\"`, `category = \"...\"` or `args(...)`"
+                "unknown #[traced] argument `{key}`; expected `name = \"...\"`, `category = \"...\"` or `args(...)`"
             )));
         }
         Ok(())
@@ -261,7 +276,7 @@ fn parse_fn(item: TokenStream2) -> syn::Result<ItemFn> {
             return Err(Error::new(
                 decl.sig.ident.span(),
                 format_args!(
-                    "#[trace] needs a function body, and `{}` has none; put #[trace] on the functions that \
+                    "#[traced] needs a function body, and `{}` has none; put #[traced] on the functions that \
                      implement it instead",
                     decl.sig.ident
                 ),
@@ -295,7 +310,7 @@ fn parse_fn(item: TokenStream2) -> syn::Result<ItemFn> {
     };
     Err(Error::new(
         span,
-        format_args!("#[trace] can only be applied to functions and methods, not to {what}"),
+        format_args!("#[traced] can only be applied to functions and methods, not to {what}"),
     ))
 }
 
@@ -310,7 +325,7 @@ fn check(options: &Options, sig: &Signature) -> syn::Result<()> {
     if let Some(constness) = &sig.constness {
         report(Error::new(
             constness.span,
-            "#[trace] cannot be applied to a `const fn`: events cannot be recorded during const evaluation; \
+            "#[traced] cannot be applied to a `const fn`: events cannot be recorded during const evaluation; \
              remove `const` or the attribute",
         ));
     }
@@ -318,7 +333,7 @@ fn check(options: &Options, sig: &Signature) -> syn::Result<()> {
         if sig.asyncness.is_some() {
             report(Error::new(
                 args.keyword,
-                "#[trace(args(...))] is not supported on an `async fn` yet; record the values from the body with \
+                "#[traced(args(...))] is not supported on an `async fn` yet; record the values from the body with \
                  `ringtrace::trace_instant!` instead",
             ));
         } else {
@@ -525,7 +540,7 @@ mod tests {
         let text = out.to_string();
         assert!(
             !text.contains("compile_error"),
-            "unexpected error for #[trace({attr})] {item}:\n{text}"
+            "unexpected error for #[traced({attr})] {item}:\n{text}"
         );
         syn::parse2(out).unwrap_or_else(|e| panic!("expansion is not a fn: {e}\n{text}"))
     }
@@ -533,7 +548,7 @@ mod tests {
     /// The errors for a misuse: (message, source text the error points at).
     fn errors(attr: &str, item: &str) -> Vec<(String, Option<String>)> {
         let err = match try_expand(tokens(attr), tokens(item)) {
-            Ok(out) => panic!("expected an error for #[trace({attr})] {item}, got:\n{out}"),
+            Ok(out) => panic!("expected an error for #[traced({attr})] {item}, got:\n{out}"),
             Err(err) => err,
         };
         // The public entry point turns them into compile_error!s and keeps
@@ -870,7 +885,7 @@ mod tests {
         assert_error(
             r#"level = "info""#,
             "fn f() {}",
-            "unknown #[trace] argument `level`",
+            "unknown #[traced] argument `level`",
             "level",
         );
         assert_error(
@@ -882,7 +897,7 @@ mod tests {
         assert_error(
             r#"name = "a", foo::bar = "b""#,
             "fn f() {}",
-            "unknown #[trace] argument `foo::bar`",
+            "unknown #[traced] argument `foo::bar`",
             "foo::bar",
         );
     }
@@ -999,7 +1014,7 @@ mod tests {
         assert_error(
             "args(url)",
             "async fn f(url: &str) {}",
-            "#[trace(args(...))] is not supported on an `async fn` yet",
+            "#[traced(args(...))] is not supported on an `async fn` yet",
             "args",
         );
     }
@@ -1046,7 +1061,7 @@ mod tests {
         let errs = errors("bogus", "const fn f() {}");
         let msgs: Vec<&str> = errs.iter().map(|(m, _)| m.as_str()).collect();
         assert_eq!(errs.len(), 2, "{msgs:?}");
-        assert!(msgs[0].contains("unknown #[trace] argument `bogus`"));
+        assert!(msgs[0].contains("unknown #[traced] argument `bogus`"));
         assert!(msgs[1].contains("`const fn`"));
         let errs = errors("bogus", "struct S;");
         assert_eq!(errs.len(), 2, "{errs:?}");

@@ -3,7 +3,8 @@
 //! This crate holds the `.proto` files under `proto/perfetto/trace/` (package
 //! `perfetto.protos`, proto2) and the Rust types generated from them: the
 //! [`Trace`] framing, the [`TracePacket`] envelope, [`TrackEvent`],
-//! [`TrackDescriptor`], [`InternedData`], [`ClockSnapshot`], [`TraceStats`] and
+//! [`TrackDescriptor`], [`InternedData`], [`ClockSnapshot`], [`TraceStats`],
+//! [`PerfSample`] (CPU stack samples) and
 //! the messages they refer to. The files were written for ringtrace with the
 //! official field numbers and types, so what these types encode is read by
 //! Perfetto's trace_processor and UI, and can be decoded with the official

@@ -12,6 +12,8 @@
 //!   it.
 //! - [`archives`]: several processes on one timeline, the `ringtrace`
 //!   command, and what its counts mean.
+//! - [`cpu_sampling`]: CPU stack samples beside the slices, their two
+//!   stack modes, what they cost, where they are refused.
 //!
 //! The `log` bridge is documented in its module, `ringtrace::log` (feature
 //! `log`); `tracing` integration in [`layer()`](crate::layer) and
@@ -35,4 +37,8 @@ pub mod system_tracing {
 
 pub mod archives {
     #![doc = include_str!("../docs/archives.md")]
+}
+
+pub mod cpu_sampling {
+    #![doc = include_str!("../docs/cpu-sampling.md")]
 }

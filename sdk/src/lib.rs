@@ -1,7 +1,7 @@
 //! # ringtrace
 //!
 //! An in-process tracing SDK: annotate code with [`trace_scope!`],
-//! [`trace_instant!`], [`trace_counter!`] or [`#[trace]`](trace); ringtrace
+//! [`trace_instant!`], [`trace_counter!`] or [`#[traced]`](traced); ringtrace
 //! records each event into the calling thread's lock-free ring buffer in
 //! nanoseconds, and a background flusher writes a trace that opens in
 //! [Perfetto](https://ui.perfetto.dev) (`.pftrace`) or any Chrome Trace Event
@@ -15,7 +15,7 @@
 //! // Record until `_trace` is dropped; the file is complete then.
 //! let _trace = ringtrace::builder().output(&path).start()?;
 //!
-//! #[ringtrace::trace]
+//! #[ringtrace::traced]
 //! fn compute(x: u32) -> u32 {
 //!     ringtrace::trace_scope!("math", "add_one", x = x);
 //!     x + 1
@@ -64,43 +64,43 @@
 //!
 //! | API | Perfetto | Chrome JSON |
 //! | --- | --- | --- |
-//! | `trace_scope!`, `#[trace]` | SLICE_BEGIN / SLICE_END on the thread track | `X` (complete) |
+//! | `trace_scope!`, `#[traced]` | SLICE_BEGIN / SLICE_END on the thread track | `X` (complete) |
 //! | `trace_instant!` | INSTANT on the thread track | `i` with `"s":"t"` |
 //! | `trace_counter!` | COUNTER on a process counter track | `C` |
-//! | `#[trace]` on `async fn` | slice on an async track + a slice per poll | `b`/`e` (`id2.local`) + `X` per poll |
+//! | `#[traced]` on `async fn` | slice on an async track + a slice per poll | `b`/`e` (`id2.local`) + `X` per poll |
 //! | `tracing` spans / events (`layer()`, feature `tracing`) | slices on the thread (+ an async track for spans that move) / INSTANT | `X` (+ `b`/`e`) / `i` |
 //! | thread/process names | TrackDescriptor | `M` thread_name / process_name |
 //! | lost events | `previous_packet_dropped` + instant with the count | instant with the count |
 //!
 //! ## Every phase of the Trace Event Format
 //!
-//! Beyond the macros, a [`Category`] (a `static`, or [`category!`]) starts
+//! Beyond the macros, a [`Category`](events::Category) (a `static`, or [`category!`]) starts
 //! an event of any phase with names, ids, stacks and args known at run time
 //! (see [`events`]). Which JSON phases have a Perfetto counterpart, and how
 //! each is written there:
 //!
 //! | JSON phase | API | Perfetto |
 //! | --- | --- | --- |
-//! | `X` complete (`dur`; `tts`/`tdur` with [`Builder::thread_time`]) | `trace_scope!`, `#[trace]`, [`Category::scope`], [`Category::complete`] | SLICE_BEGIN / SLICE_END on the thread track; thread time as `extra_counter_values` on the thread's `COUNTER_THREAD_TIME_NS` track; explicit times as absolute BOOTTIME timestamps |
+//! | `X` complete (`dur`; `tts`/`tdur` with [`Builder::thread_time`]) | `trace_scope!`, `#[traced]`, [`Category::scope`](events::Category::scope), [`Category::complete`](events::Category::complete) | SLICE_BEGIN / SLICE_END on the thread track; thread time as `extra_counter_values` on the thread's `COUNTER_THREAD_TIME_NS` track; explicit times as absolute BOOTTIME timestamps |
 //! | `B` / `E` ([`JsonScopes::BeginEnd`]; never mixed with `X`) | the same | the same |
-//! | `i` with `s` `t` / `p` / `g` | `trace_instant!`, [`Category::instant`] + [`InstantScope`] | INSTANT on the thread / process / global (uuid 0) track |
-//! | `C` with several series | `trace_counter!`, [`Category::counter`] | COUNTER on a process counter track per series (`<name>`, or `<name> <series>`); int or double; unit in the CounterDescriptor |
-//! | `b` / `n` / `e` (`id`, `id2.local`/`.global`, `scope`) | [`Category::async_begin`] → [`AsyncRange`] | SLICE_BEGIN / INSTANT / SLICE_END on a track per (category, scope, id): child of the process track for `id2.local`, global otherwise |
-//! | `b` / `n` / `e` on a custom track | [`Category::track_scope`], [`Category::track_instant`], [`Track`] | a TrackDescriptor per track with `parent_uuid` (nesting), `sibling_merge_behavior: NONE` |
-//! | `s` / `t` / `f` (`bp: "e"`) | [`Category::flow`] → [`Flow`] | `flow_ids` (fixed64) on an INSTANT at the flow point inside the enclosing slice; `f` puts `terminating_flow_ids` on the next slice's begin (with `bp:"e"`: on an INSTANT in the enclosing slice) |
-//! | `R` mark | [`Category::mark`] | INSTANT on the thread track |
-//! | `M` process_name / process_labels / process_sort_index | [`Builder::process_name`], [`Builder::process_labels`], [`Builder::process_sort_index`], [`set_process_name`], [`set_process_labels`], [`set_process_sort_index`] | ProcessDescriptor `process_name`, `process_labels`, `legacy_sort_index` (+ the track's `sibling_order_rank`) |
-//! | `M` thread_name / thread_sort_index | thread names, [`set_thread_name`], [`set_thread_sort_index`] | ThreadDescriptor `thread_name`, `legacy_sort_index` (+ `sibling_order_rank`) |
-//! | `sf` / `stack`, `esf` / `estack`, top-level `stackFrames` | [`Stack`] on slices, instants, samples | `callstack` (InlineCallstack, rootmost frame first) |
+//! | `i` with `s` `t` / `p` / `g` | `trace_instant!`, [`Category::instant`](events::Category::instant) + [`InstantScope`](events::InstantScope) | INSTANT on the thread / process / global (uuid 0) track |
+//! | `C` with several series | `trace_counter!`, [`Category::counter`](events::Category::counter) | COUNTER on a process counter track per series (`<name>`, or `<name> <series>`); int or double; unit in the CounterDescriptor |
+//! | `b` / `n` / `e` (`id`, `id2.local`/`.global`, `scope`) | [`Category::async_begin`](events::Category::async_begin) → [`AsyncRange`](events::AsyncRange) | SLICE_BEGIN / INSTANT / SLICE_END on a track per (category, scope, id): child of the process track for `id2.local`, global otherwise |
+//! | `b` / `n` / `e` on a custom track | [`Category::track_scope`](events::Category::track_scope), [`Category::track_instant`](events::Category::track_instant), [`Track`](events::Track) | a TrackDescriptor per track with `parent_uuid` (nesting), `sibling_merge_behavior: NONE` |
+//! | `s` / `t` / `f` (`bp: "e"`) | [`Category::flow`](events::Category::flow) → [`Flow`](events::Flow) | `flow_ids` (fixed64) on an INSTANT at the flow point inside the enclosing slice; `f` puts `terminating_flow_ids` on the next slice's begin (with `bp:"e"`: on an INSTANT in the enclosing slice) |
+//! | `R` mark | [`Category::mark`](events::Category::mark) | INSTANT on the thread track |
+//! | `M` process_name / process_labels / process_sort_index | [`Builder::process_name`], [`Builder::process_labels`], [`Builder::process_sort_index`], [`set_process_name`](events::set_process_name), [`set_process_labels`](events::set_process_labels), [`set_process_sort_index`](events::set_process_sort_index) | ProcessDescriptor `process_name`, `process_labels`, `legacy_sort_index` (+ the track's `sibling_order_rank`) |
+//! | `M` thread_name / thread_sort_index | thread names, [`set_thread_name`](events::set_thread_name), [`set_thread_sort_index`](events::set_thread_sort_index) | ThreadDescriptor `thread_name`, `legacy_sort_index` (+ `sibling_order_rank`) |
+//! | `sf` / `stack`, `esf` / `estack`, top-level `stackFrames` | [`Stack`](events::Stack) on slices, instants, samples | `callstack` (InlineCallstack, rootmost frame first) |
 //! | `i` named `log` (args `message`, `level`, `source`) | [`trace_log!`] | INSTANT with a `LogMessage` (interned body, interned source location, priority) |
-//! | `P` sample | [`Category::sample`] | JSON only |
-//! | `N` / `O` / `D` objects (snapshot `base_type`, `cat`) | [`Category::object_created`], [`Category::object_snapshot`], [`Category::object_destroyed`] | JSON only |
-//! | `V` / `v` memory dumps | [`Category::global_memory_dump`], [`Category::process_memory_dump`] | JSON only |
-//! | `c` clock sync (`sync_id`, `issue_ts`) | [`clock_sync`], [`clock_sync_issued`] | JSON only (Perfetto relates clocks with ClockSnapshots) |
-//! | `(` / `)` contexts | [`Category::context`] | JSON only |
-//! | `=` linked ids | [`Category::link_ids`] | JSON only |
-//! | `cname` | `.color(`[`Color`]`)` | JSON only |
-//! | top-level `samples`, `displayTimeUnit`, `otherData`, other keys | [`global_sample`], [`Builder::json_display_time_unit`], [`Builder::json_other_data`], [`Builder::json_metadata`] | JSON only |
+//! | `P` sample | [`Category::sample`](events::Category::sample) | JSON only |
+//! | `N` / `O` / `D` objects (snapshot `base_type`, `cat`) | [`Category::object_created`](events::Category::object_created), [`Category::object_snapshot`](events::Category::object_snapshot), [`Category::object_destroyed`](events::Category::object_destroyed) | JSON only |
+//! | `V` / `v` memory dumps | [`Category::global_memory_dump`](events::Category::global_memory_dump), [`Category::process_memory_dump`](events::Category::process_memory_dump) | JSON only |
+//! | `c` clock sync (`sync_id`, `issue_ts`) | [`clock_sync`](events::clock_sync), [`clock_sync_issued`](events::clock_sync_issued) | JSON only (Perfetto relates clocks with ClockSnapshots) |
+//! | `(` / `)` contexts | [`Category::context`](events::Category::context) | JSON only |
+//! | `=` linked ids | [`Category::link_ids`](events::Category::link_ids) | JSON only |
+//! | `cname` | `.color(`[`Color`](events::Color)`)` | JSON only |
+//! | top-level `samples`, `displayTimeUnit`, `otherData`, other keys | [`global_sample`](events::global_sample), [`Builder::json_display_time_unit`], [`Builder::json_other_data`], [`Builder::json_metadata`] | JSON only |
 //!
 //! The JSON file is the bare array (`[` … events …), which stays loadable
 //! when the process is killed (the format makes the closing `]` optional);
@@ -118,7 +118,7 @@
 //!
 //! | feature | default | what it adds |
 //! | --- | --- | --- |
-//! | `enable` | on | the instrumentation itself; off, every macro and `#[trace]` expand to nothing |
+//! | `enable` | on | the instrumentation itself; off, every macro and `#[traced]` expand to nothing |
 //! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
 //! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
 
@@ -127,11 +127,13 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+mod deprecated;
 mod encode;
 pub mod events;
 #[cfg(feature = "log")]
 pub mod log;
 mod record;
+mod sampling;
 mod session;
 mod sys;
 // System tracing: a producer for Perfetto's tracing service (`traced`).
@@ -144,16 +146,17 @@ pub use crate::tracing::{
     layer, subscriber, LayerBuilder, RingtraceLayer, RingtraceSubscriber, SubscriberBuilder,
     TracingBuilder, TracingRecorder,
 };
-pub use events::{
-    clock_sync, clock_sync_issued, global_sample, set_process_labels, set_process_name,
-    set_process_sort_index, set_thread_name, set_thread_sort_index, AsyncRange, Category, Color,
-    ContextGuard, CounterUnit, Event, Flow, Frame, Id, IdKind, InstantScope, LogLevel, SliceGuard,
-    Stack, Track, TrackSliceGuard,
-};
+// The typed event API has one path, `ringtrace::events::*`; its old paths at
+// the root are deprecated aliases (`deprecated`).
+#[allow(deprecated)]
+pub use deprecated::*;
+pub use events::values::LogLevel;
 pub use record::args::TraceValue;
 pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
-pub use ringtrace_macros::trace;
+#[allow(deprecated)]
+pub use ringtrace_macros::{trace, traced};
+pub use sampling::CpuStacks;
 pub use session::sink::MemoryBuffer;
 pub use session::Stats;
 pub use session::{
@@ -186,7 +189,7 @@ pub mod guide;
 pub mod __private {
     pub use crate::events::log;
     pub use crate::record::args::{ArgList, WordSink};
-    pub use crate::record::callsite::{Callsite, CallsiteKind};
+    pub use crate::record::callsite::Callsite;
     pub use crate::record::scope::{
         begin_scope, counter, instant, CounterValue, ScopeGuard, TracedFuture,
     };
@@ -241,7 +244,6 @@ macro_rules! __scope_guard {
             ::core::line!(),
             ::core::module_path!(),
             &[$(::core::stringify!($key)),*],
-            $crate::__private::CallsiteKind::Scope,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::begin_scope(&__RINGTRACE_SITE, &($(&$value,)*))
@@ -251,7 +253,7 @@ macro_rules! __scope_guard {
     }};
 }
 
-/// A `&'static Callsite` for `#[trace]` on `async fn`.
+/// A `&'static Callsite` for `#[traced]` on `async fn`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __callsite {
@@ -263,7 +265,6 @@ macro_rules! __callsite {
             ::core::line!(),
             ::core::module_path!(),
             &[],
-            $crate::__private::CallsiteKind::Scope,
         );
         &__RINGTRACE_SITE
     }};
@@ -310,7 +311,6 @@ macro_rules! __instant {
             ::core::line!(),
             ::core::module_path!(),
             &[$(::core::stringify!($key)),*],
-            $crate::__private::CallsiteKind::Instant,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::instant(&__RINGTRACE_SITE, &($(&$value,)*));
@@ -362,7 +362,6 @@ macro_rules! __counter {
             ::core::line!(),
             ::core::module_path!(),
             &[],
-            $crate::__private::CallsiteKind::Counter,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::counter(&__RINGTRACE_SITE, $value);
@@ -418,7 +417,6 @@ macro_rules! __log {
             ::core::line!(),
             ::core::module_path!(),
             &[],
-            $crate::__private::CallsiteKind::Event,
         );
         if __RINGTRACE_SITE.is_enabled() {
             $crate::__private::log(&__RINGTRACE_SITE, $level, ::core::format_args!($($fmt)+));
@@ -426,7 +424,7 @@ macro_rules! __log {
     }};
 }
 
-/// A `&'static` [`Category`] named by a string literal, without declaring a
+/// A `&'static` [`Category`](events::Category) named by a string literal, without declaring a
 /// `static` by hand (one per use site).
 ///
 /// # Examples
@@ -439,12 +437,13 @@ macro_rules! __log {
 #[macro_export]
 macro_rules! category {
     ($name:literal) => {{
-        static __RINGTRACE_CATEGORY: $crate::Category = $crate::Category::new($name);
+        static __RINGTRACE_CATEGORY: $crate::events::Category =
+            $crate::events::Category::new($name);
         &__RINGTRACE_CATEGORY
     }};
 }
 
-/// A `&'static` [`Category`] (compiled out: the `enable` feature is off;
+/// A `&'static` [`Category`](events::Category) (compiled out: the `enable` feature is off;
 /// every category is off and its events are no-ops).
 #[cfg(not(feature = "enable"))]
 #[macro_export]

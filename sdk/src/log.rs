@@ -41,7 +41,7 @@
 #![forbid(unsafe_code)]
 
 use crate::events::LogLevel;
-use crate::record::callsite::{Callsite, CallsiteKind};
+use crate::record::callsite::Callsite;
 use ::log::{Level, LevelFilter, Log, Metadata, Record, SetLoggerError};
 use once_cell::sync::Lazy;
 use parking_lot::RwLock;
@@ -221,7 +221,7 @@ const MAX_SITES: usize = 1 << 16;
 
 /// Where the records of sites past [`MAX_SITES`] go (their target and source
 /// location are lost; their message and level are kept).
-static OVERFLOW: Callsite = Callsite::new("log", "log", "", 0, "", &[], CallsiteKind::Event);
+static OVERFLOW: Callsite = Callsite::new("log", "log", "", 0, "", &[]);
 
 type SiteKey = (String, String, u32);
 
@@ -339,7 +339,6 @@ fn site_slow(record: &Record<'_>, target: &str, file: &str, line: u32) -> &'stat
         line,
         module,
         &[],
-        CallsiteKind::Event,
     )));
     sites.insert(key, site);
     site

@@ -29,7 +29,7 @@ mod mutate;
 
 use mutate::{Rng, Shape};
 use prost::Message;
-use ringtrace::archive::{self, Archive, ArchiveError, Manifest};
+use ringtrace_archive::{self as archive, Archive, ArchiveError, Manifest};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -509,7 +509,8 @@ fn readers_survive_mutated_traces_and_archives() {
 #[test]
 #[ignore]
 fn write_corpus() {
-    use ringtrace::{Category, Format, Id, Track};
+    use ringtrace::events::{Category, Id, Track};
+    use ringtrace::Format;
     static NET: Category = Category::new("net");
     static QUEUE: Track = Track::new("send queue");
     fn workload() {

@@ -200,6 +200,15 @@ pub(crate) trait Encoder: Send {
         count: u64,
         out: &mut Vec<u8>,
     );
+    /// CPU stack samples (`sampling`), with the tables their stacks are
+    /// interned in. Formats without samples ignore them.
+    fn samples(
+        &mut self,
+        _ctx: &mut Context<'_>,
+        _view: &crate::sampling::SampleView<'_>,
+        _out: &mut Vec<u8>,
+    ) {
+    }
     /// Periodic bookkeeping (clock snapshots).
     fn tick(&mut self, ctx: &mut Context<'_>, out: &mut Vec<u8>);
     /// Bytes that close the file; `now_ns` is the end of the trace.

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 /// Marker types of the phases an [`Event`] builder can be, and the traits
 /// saying which options each phase takes.
 pub mod phase {
-    /// A slice from [`Category::scope`](crate::Category::scope) (`X`, or `B`/`E`).
+    /// A slice from [`Category::scope`](crate::events::Category::scope) (`X`, or `B`/`E`).
     #[derive(Debug)]
     pub struct Slice;
     /// A complete event with explicit times (`X`).
@@ -84,7 +84,7 @@ pub mod phase {
     pub trait Stacked: sealed::Sealed {}
     /// Phases that carry a color (`cname`).
     pub trait Colored: sealed::Sealed {}
-    /// Phases written with [`Event::emit`](crate::Event::emit).
+    /// Phases written with [`Event::emit`](crate::events::Event::emit).
     pub trait Emit: sealed::Sealed {}
 
     macro_rules! has {
@@ -103,7 +103,7 @@ pub mod phase {
 /// # Examples
 ///
 /// ```
-/// use ringtrace::{Category, Frame, Stack};
+/// use ringtrace::events::{Category, Frame, Stack};
 /// static APP: Category = Category::new("app");
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// let frames = [Frame::new("main", "app"), Frame::new("load", "app")];

@@ -13,9 +13,9 @@ use std::fmt;
 ///
 /// ```
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
-/// ringtrace::clock_sync("guid1");
+/// ringtrace::events::clock_sync("guid1");
 /// let issued = ringtrace::trace_clock_ns();
-/// ringtrace::clock_sync_issued("guid2", issued);
+/// ringtrace::events::clock_sync_issued("guid2", issued);
 /// ```
 pub fn clock_sync(sync_id: &str) {
     write_now(0, op::CLOCK_SYNC, |f| f.str(field::SYNC_ID, sync_id));
@@ -39,8 +39,8 @@ pub fn clock_sync_issued(sync_id: &str, issue_ts_ns: u64) {
 /// ```
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// std::thread::spawn(|| {
-///     ringtrace::set_thread_name("io worker");
-///     ringtrace::set_thread_sort_index(-1); // above the other threads
+///     ringtrace::events::set_thread_name("io worker");
+///     ringtrace::events::set_thread_sort_index(-1); // above the other threads
 ///     ringtrace::trace_instant!("started");
 /// })
 /// .join()
@@ -67,9 +67,9 @@ pub fn set_thread_sort_index(index: i32) {
 ///
 /// ```
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
-/// ringtrace::set_process_name("renderer");
-/// ringtrace::set_process_labels(&["gpu", "tab 3"]);
-/// ringtrace::set_process_sort_index(2);
+/// ringtrace::events::set_process_name("renderer");
+/// ringtrace::events::set_process_labels(&["gpu", "tab 3"]);
+/// ringtrace::events::set_process_sort_index(2);
 /// ```
 pub fn set_process_name(name: &str) {
     write_now(0, op::PROCESS_NAME, |f| f.str(field::NAME, name));
@@ -98,10 +98,10 @@ pub fn set_process_sort_index(index: i32) {
 /// # Examples
 ///
 /// ```
-/// use ringtrace::Stack;
+/// use ringtrace::events::Stack;
 /// let path = std::env::temp_dir().join("ringtrace-doc-global-sample.json");
 /// let _trace = ringtrace::builder().output(&path).json_object_form(true).start()?;
-/// ringtrace::global_sample("cpu-clock", 1, Some(0), Stack::Addresses(&[0x401000, 0x401234]));
+/// ringtrace::events::global_sample("cpu-clock", 1, Some(0), Stack::Addresses(&[0x401000, 0x401234]));
 /// # Ok::<(), ringtrace::Error>(())
 /// ```
 pub fn global_sample(name: &str, weight: u64, cpu: Option<u32>, stack: Stack<'_>) {

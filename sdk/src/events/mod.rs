@@ -9,7 +9,7 @@
 //! ([`Event<P>`](Event)), so only the options that phase has can be set:
 //!
 //! ```
-//! use ringtrace::{Category, Id, InstantScope};
+//! use ringtrace::events::{Category, Id, InstantScope};
 //! static NET: Category = Category::new("net");
 //!
 //! # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
@@ -54,7 +54,7 @@ mod builder;
 mod metadata;
 mod ranges;
 mod slices;
-mod values;
+pub(crate) mod values;
 pub(crate) mod wire;
 
 pub use builder::{phase, Event};
@@ -64,11 +64,13 @@ pub use metadata::{
 };
 pub use ranges::{AsyncRange, ContextGuard, Flow};
 pub use slices::{SliceGuard, Track, TrackSliceGuard, MAX_TRACK_DEPTH};
-pub use values::{Color, CounterUnit, Frame, Id, IdKind, InstantScope, LogLevel, Stack};
+pub use values::{Color, CounterUnit, Frame, Id, IdKind, InstantScope, Stack};
+// `LogLevel` is the crate root's (it is `trace_log!`'s level).
+pub(crate) use values::LogLevel;
 use wire::{write, write_now, write_on, Fields};
 
 use crate::record::args::TraceValue;
-use crate::record::callsite::{Callsite, CallsiteKind};
+use crate::record::callsite::Callsite;
 use crate::record::event::{field, op};
 use std::fmt;
 use std::marker::PhantomData;
@@ -83,7 +85,7 @@ use std::marker::PhantomData;
 /// # Examples
 ///
 /// ```
-/// static RENDER: ringtrace::Category = ringtrace::Category::new("render");
+/// static RENDER: ringtrace::events::Category = ringtrace::events::Category::new("render");
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// if RENDER.is_enabled() {
 ///     RENDER.mark("first_paint").emit();
@@ -103,7 +105,7 @@ impl Category {
     /// the format's `cat`).
     pub const fn new(name: &'static str) -> Category {
         Category {
-            site: Callsite::new(name, "", "", 0, "", &[], CallsiteKind::Event),
+            site: Callsite::new(name, "", "", 0, "", &[]),
         }
     }
 
@@ -136,7 +138,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// static IO: ringtrace::Category = ringtrace::Category::new("io");
+    /// static IO: ringtrace::events::Category = ringtrace::events::Category::new("io");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
     /// let file = "data.bin";
     /// let mut g = IO.scope(&format!("read {file}")).arg("file", file).begin();
@@ -155,7 +157,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// static GC: ringtrace::Category = ringtrace::Category::new("gc");
+    /// static GC: ringtrace::events::Category = ringtrace::events::Category::new("gc");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
     /// let start = ringtrace::trace_clock_ns();
     /// // ... the work, measured elsewhere ...
@@ -186,7 +188,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// use ringtrace::{Category, CounterUnit};
+    /// use ringtrace::events::{Category, CounterUnit};
     /// static MEM: Category = Category::new("mem");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
     /// MEM.counter("heap").value(1u64 << 20).unit(CounterUnit::Bytes).emit();
@@ -253,7 +255,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// use ringtrace::{Category, Frame, Stack};
+    /// use ringtrace::events::{Category, Frame, Stack};
     /// static PROF: Category = Category::new("profiler");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
     /// let frames = [Frame::new("main", "app"), Frame::new("hash", "app")];
@@ -268,7 +270,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// use ringtrace::{Category, Id};
+    /// use ringtrace::events::{Category, Id};
     /// use std::collections::BTreeMap;
     /// static OBJ: Category = Category::new("objects");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
@@ -310,7 +312,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// use ringtrace::{Category, Id};
+    /// use ringtrace::events::{Category, Id};
     /// static MEM: Category = Category::new("memory");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
     /// let dump = Id::global(9);
@@ -340,7 +342,7 @@ impl Category {
     /// # Examples
     ///
     /// ```
-    /// use ringtrace::{Category, Id};
+    /// use ringtrace::events::{Category, Id};
     /// static FRAMES: Category = Category::new("frames");
     /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
     /// {

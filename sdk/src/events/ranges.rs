@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 /// # Examples
 ///
 /// ```
-/// use ringtrace::{Category, Id};
+/// use ringtrace::events::{Category, Id};
 /// static NET: Category = Category::new("net");
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// let req = NET.async_begin("request", Id::local(1)).emit();
@@ -107,7 +107,7 @@ impl AsyncRange {
 /// # Examples
 ///
 /// ```
-/// static JOBS: ringtrace::Category = ringtrace::Category::new("jobs");
+/// static JOBS: ringtrace::events::Category = ringtrace::events::Category::new("jobs");
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// let flow = JOBS.flow("job", 17);
 /// {

@@ -62,7 +62,7 @@ pub const MAX_TRACK_DEPTH: usize = 8;
 /// # Examples
 ///
 /// ```
-/// use ringtrace::{Category, Track};
+/// use ringtrace::events::{Category, Track};
 /// static GPU: Category = Category::new("gpu");
 /// static QUEUES: Track = Track::new("GPU queues");
 /// static COMPUTE: Track = Track::child(&QUEUES, "compute");
@@ -116,14 +116,14 @@ impl Track {
 
 const INACTIVE: u32 = u32::MAX;
 
-/// Ends a slice begun with [`Event::begin`](crate::Event::begin) when dropped. `!Send`: a slice
-/// begins and ends on one thread (use [`Category::async_begin`](crate::Category::async_begin) for work
+/// Ends a slice begun with [`Event::begin`](crate::events::Event::begin) when dropped. `!Send`: a slice
+/// begins and ends on one thread (use [`Category::async_begin`](crate::events::Category::async_begin) for work
 /// that moves).
 ///
 /// # Examples
 ///
 /// ```
-/// use ringtrace::{Category, Stack};
+/// use ringtrace::events::{Category, Stack};
 /// static DB: Category = Category::new("db");
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// let mut slice = DB.scope("query").arg("table", "users").begin();

@@ -17,7 +17,7 @@ pub use crate::record::event::LogLevel;
 /// # Examples
 ///
 /// ```
-/// use ringtrace::Id;
+/// use ringtrace::events::Id;
 /// let a = Id::new(0x1000);
 /// let b = Id::local(7).with_scope("requests");
 /// let c = Id::global(42);
@@ -119,7 +119,7 @@ impl Id {
 /// # Examples
 ///
 /// ```
-/// use ringtrace::{Frame, Stack};
+/// use ringtrace::events::{Frame, Stack};
 /// let frames = [Frame::new("main", "app"), Frame::new("parse", "app")];
 /// let s = Stack::Frames(&frames);
 /// let raw = Stack::Addresses(&[0x401000, 0x401234]);
@@ -159,7 +159,7 @@ impl<'a> Frame<'a> {
 /// # Examples
 ///
 /// ```
-/// use ringtrace::{Category, Color};
+/// use ringtrace::events::{Category, Color};
 /// static BUILD: Category = Category::new("build");
 /// # let _trace = ringtrace::builder().writer(ringtrace::MemoryBuffer::new()).start().unwrap();
 /// BUILD.instant("tests failed").color(Color::BAD).emit();

@@ -22,21 +22,6 @@ const UNREGISTERED: u8 = 0;
 const DISABLED: u8 = 1;
 const ENABLED: u8 = 2;
 
-/// What a call site records.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallsiteKind {
-    /// A slice: `trace_scope!`, `#[trace]`.
-    Scope,
-    /// A point in time: `trace_instant!`.
-    Instant,
-    /// A counter value: `trace_counter!`.
-    Counter,
-    /// A category of the typed event API ([`Category`](crate::Category)):
-    /// names and everything else come with each event.
-    Event,
-}
-
 /// The static description of one instrumentation point. Created by the macros;
 /// not meant to be built by hand.
 #[doc(hidden)]
@@ -47,14 +32,11 @@ pub struct Callsite {
     pub(crate) line: u32,
     pub(crate) module: &'static str,
     pub(crate) arg_names: &'static [&'static str],
-    #[allow(dead_code)] // read by the tracing layer and the JSON phases to come
-    pub(crate) kind: CallsiteKind,
     interest: AtomicU8,
     id: AtomicU32,
 }
 
 impl Callsite {
-    #[allow(clippy::too_many_arguments)]
     pub const fn new(
         category: &'static str,
         name: &'static str,
@@ -62,7 +44,6 @@ impl Callsite {
         line: u32,
         module: &'static str,
         arg_names: &'static [&'static str],
-        kind: CallsiteKind,
     ) -> Callsite {
         Callsite {
             category,
@@ -71,7 +52,6 @@ impl Callsite {
             line,
             module,
             arg_names,
-            kind,
             interest: AtomicU8::new(UNREGISTERED),
             id: AtomicU32::new(0),
         }
@@ -352,7 +332,6 @@ mod tests {
             line!(),
             module_path!(),
             &[],
-            CallsiteKind::Instant,
         );
         static B: Callsite = Callsite::new(
             "callsite-test.new",
@@ -361,7 +340,6 @@ mod tests {
             line!(),
             module_path!(),
             &[],
-            CallsiteKind::Instant,
         );
         let before = categories_known();
         assert!(!known_categories().contains(&"callsite-test.new"));

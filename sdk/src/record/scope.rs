@@ -17,7 +17,7 @@ const INACTIVE: u32 = u32::MAX;
 /// Ends the slice opened by [`trace_scope!`](crate::trace_scope) when dropped.
 ///
 /// It is `!Send`: a slice begins and ends on one thread. For work that moves
-/// between threads use `#[trace]` on an `async fn`, which records an async
+/// between threads use `#[traced]` on an `async fn`, which records an async
 /// range.
 ///
 /// `trace_scope!` keeps its guard in a hidden local variable, so code
@@ -172,7 +172,7 @@ pub enum CounterValue {
 }
 
 /// Types [`trace_counter!`](crate::trace_counter) and
-/// [`Event::series`](crate::Event::series) accept: every primitive integer
+/// [`Event::series`](crate::events::Event::series) accept: every primitive integer
 /// (recorded exactly as an `i64`; `u64` and `usize` values above
 /// `i64::MAX` wrap) and `f32` / `f64` (recorded as `f64`).
 ///
@@ -215,7 +215,7 @@ static NEXT_ASYNC_ID: AtomicU64 = AtomicU64::new(1);
 pin_project_lite::pin_project! {
     /// A future whose whole life (first poll to completion or drop) is an
     /// async slice on a track of its own, and whose every poll is a slice on
-    /// the thread that ran it. Made by `#[trace]` on an `async fn`.
+    /// the thread that ran it. Made by `#[traced]` on an `async fn`.
     pub struct TracedFuture<F> {
         span: AsyncSpan,
         #[pin]

@@ -126,6 +126,8 @@ pub struct Builder {
     pub(super) max_file_bytes: Option<u64>,
     pub(super) max_files: u64,
     pub(super) capture: Option<CaptureOptions>,
+    /// CPU stack samples (`sampling`: its builder methods are there).
+    pub(crate) cpu_sampling: crate::sampling::Options,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -190,6 +192,7 @@ pub fn builder() -> Builder {
         max_file_bytes: None,
         max_files: DEFAULT_MAX_FILES,
         capture: None,
+        cpu_sampling: Default::default(),
     }
 }
 
@@ -621,7 +624,7 @@ impl Builder {
     }
 
     /// Extra labels of the process (JSON `M process_labels`; Perfetto
-    /// `process_labels`). See also [`set_process_labels`](crate::set_process_labels).
+    /// `process_labels`). See also [`set_process_labels`](crate::events::set_process_labels).
     pub fn process_labels<I, S>(mut self, labels: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -255,6 +255,12 @@ impl Output for FileOutput {
         }
     }
 
+    fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        if let Some(f) = self.file.as_mut() {
+            f.encoder.samples(ctx, view, &mut self.out);
+        }
+    }
+
     fn tick(&mut self, ctx: &mut Context<'_>) {
         if let Some(f) = self.file.as_mut() {
             f.encoder.tick(ctx, &mut self.out);

@@ -204,6 +204,7 @@ impl Flusher {
                 .before_drain(&mut self.env.ctx(), &mut self.tally);
             self.tend_memory(&pass);
             self.drain_rings(&pass);
+            self.write_samples();
             self.finish_let_go();
             self.mark_lost_without_ring();
             self.snapshot_clock(&pass);
@@ -383,6 +384,13 @@ impl Flusher {
         self.spares.rings.remove(&tr.seq_id);
     }
 
+    /// CPU stack samples taken since the last pass (`sampling`), to the
+    /// outputs.
+    fn write_samples(&mut self) {
+        let (outputs, env) = (&mut self.outputs, &mut self.env);
+        crate::sampling::take_pending(|v| outputs.samples(&mut env.ctx(), v));
+    }
+
     /// Threads the outputs held back and have let go of.
     fn finish_let_go(&mut self) {
         for tr in std::mem::take(&mut self.tally.let_go) {
@@ -458,6 +466,12 @@ impl Flusher {
             + REGISTRY.teardown_dropped.swap(0, Ordering::Relaxed);
         let error = self.outputs.totals(stats);
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
+        let cpu = crate::sampling::end();
+        stats.cpu_samples = cpu.samples;
+        stats.cpu_samples_lost = cpu.lost;
+        stats.cpu_stacks_truncated = cpu.truncated;
+        stats.cpu_threads_sampled = cpu.threads;
+        stats.cpu_threads_unsampled = cpu.threads_unsampled;
         let stats = *stats;
         drop(self.outputs);
         REGISTRY.budget.give_back(self.recorder_bytes);

@@ -182,7 +182,12 @@ impl Builder {
                 source_locations: self.source_locations,
                 omit_needs_flag: self.compact_packets,
             },
-            json: self.json,
+            // CPU samples live in the object form's `samples` (`sampling`).
+            json: {
+                let mut json = self.json;
+                json.object |= self.cpu_sampling.hz > 0;
+                json
+            },
             compressed_packets: self.compressed_packets,
             overwrite: self.overwrite,
         };
@@ -330,7 +335,10 @@ impl Builder {
         } else {
             CategoryFilter::none()
         });
+        let spans_not_stored_at_start = spans_not_stored();
         callsite::set_active(true);
+        // CPU sampling (`sampling`), off unless asked for.
+        crate::sampling::start(self.cpu_sampling, self.overwrite);
         *slot = Some(Session {
             id,
             control,
@@ -339,6 +347,7 @@ impl Builder {
             formats,
             producer,
             captures,
+            spans_not_stored_at_start,
         });
         drop(slot);
         AT_EXIT.call_once(|| {
@@ -378,6 +387,16 @@ struct Session {
     producer: Option<(Arc<Link>, JoinHandle<()>)>,
     /// `trigger` queues captures (a capture file pattern or system tracing).
     captures: bool,
+    /// The span table's count of spans not stored when the session started.
+    spans_not_stored_at_start: u64,
+}
+
+/// `tracing` spans not stored so far, process-wide (0 without the feature).
+fn spans_not_stored() -> u64 {
+    #[cfg(feature = "tracing")]
+    return crate::tracing::spans_not_stored();
+    #[cfg(not(feature = "tracing"))]
+    0
 }
 
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
@@ -415,6 +434,8 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
         }
     };
     callsite::set_active(false);
+    // The sampler's last samples reach the flusher's last pass.
+    crate::sampling::stop();
     session.control.request_stop();
     let joined = session.handle.join();
     if let Some((link, handle)) = session.producer {
@@ -424,13 +445,13 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     }
     REGISTRY.close();
     match joined {
-        Ok((stats, None)) => {
+        Ok((mut stats, None)) => {
+            stats.spans_not_stored =
+                spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
             #[cfg(feature = "tracing")]
-            let stats = {
-                let mut stats = stats;
+            {
                 (stats.roots_kept, stats.roots_skipped) = crate::tracing::sampled_roots();
-                stats
-            };
+            }
             Ok(stats)
         }
         Ok((_, Some(e))) => Err(Error::Io {
@@ -681,6 +702,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_MAX_FILE_BYTES` | the file in parts of about this size ([`Builder::max_file_bytes`]) |
 /// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4) |
 /// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only |
+/// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) |
 ///
 /// # Examples
 ///
@@ -694,7 +716,8 @@ pub fn is_recording() -> bool {
 ///
 /// As [`Builder::start`], and [`Error::InvalidConfig`] if
 /// `RINGTRACE_BUFFER_BYTES`, `RINGTRACE_BUFFER_BYTES_PER_THREAD`,
-/// `RINGTRACE_MAX_FILE_BYTES` or `RINGTRACE_MAX_FILES` is not a number.
+/// `RINGTRACE_CPU_SAMPLING`, `RINGTRACE_MAX_FILE_BYTES` or
+/// `RINGTRACE_MAX_FILES` is not a number.
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     match env_config(builder())? {
         Some(b) => b.start().map(Some),
@@ -740,6 +763,9 @@ pub(crate) fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
     }
     if let Some(n) = number("RINGTRACE_BUFFER_BYTES_PER_THREAD")? {
         b = b.buffer_bytes_per_thread(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    if let Some(hz) = number("RINGTRACE_CPU_SAMPLING")? {
+        b = b.cpu_sampling(u32::try_from(hz).unwrap_or(u32::MAX));
     }
     if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
         b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));

@@ -98,6 +98,8 @@ pub(crate) trait Output: Send {
     /// `count` events of threads without a ring were lost (see
     /// `Encoder::note_lost_no_ring`).
     fn note_lost_no_ring(&mut self, ctx: &mut Context<'_>, now_ns: u64, count: u64);
+    /// CPU stack samples (`sampling`); outputs without them ignore them.
+    fn samples(&mut self, _ctx: &mut Context<'_>, _view: &crate::sampling::SampleView<'_>) {}
     /// Periodic packets (clock snapshots).
     fn tick(&mut self, ctx: &mut Context<'_>);
     /// After the pass's drain and marks; `lost` as in `begin_pass`. Names
@@ -193,6 +195,14 @@ impl Outputs {
         self.0
             .iter_mut()
             .for_each(|o| o.note_lost_no_ring(ctx, now_ns, count));
+    }
+
+    pub(crate) fn samples(
+        &mut self,
+        ctx: &mut Context<'_>,
+        view: &crate::sampling::SampleView<'_>,
+    ) {
+        self.0.iter_mut().for_each(|o| o.samples(ctx, view));
     }
 
     pub(crate) fn tick(&mut self, ctx: &mut Context<'_>) {

@@ -40,6 +40,25 @@ pub struct Stats {
     /// during the session (at most
     /// [`buffer_bytes`](crate::Builder::buffer_bytes)).
     pub buffer_bytes_peak: u64,
+    /// `tracing` spans not recorded during the session because more spans
+    /// were alive at once than ringtrace's span table holds (over 10^9; the
+    /// layer's and the subscriber's spans together). Such spans stay valid
+    /// `tracing` spans; nothing of them is recorded. 0 without the `tracing`
+    /// feature, and in the `Stats` of a finished capture window.
+    pub spans_not_stored: u64,
+    /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
+    pub cpu_samples: u64,
+    /// CPU samples lost: records the kernel dropped (its ring was full) and
+    /// samples beyond what waits for the flusher. Also written to the trace
+    /// (Perfetto: `kernel_records_lost`).
+    pub cpu_samples_lost: u64,
+    /// CPU samples whose stack unwinding stopped before the thread's first
+    /// frame (the frames found are kept; Perfetto: `unwind_error`).
+    pub cpu_stacks_truncated: u64,
+    /// Threads that were sampled.
+    pub cpu_threads_sampled: u64,
+    /// Threads that could not be sampled (memory budget, perf refused).
+    pub cpu_threads_unsampled: u64,
     /// Root spans kept by whole-request sampling
     /// ([`TracingBuilder::sample_ratio`](crate::TracingBuilder::sample_ratio)),
     /// with everything under them; 0 without sampling.

@@ -168,3 +168,24 @@ fn a_session_stocks_the_pool_and_gives_the_budget_back_at_stop() {
     assert_eq!(pool.pooled_bytes(), 0, "emptied at stop");
     assert_eq!(budget.used(), before, "every byte given back");
 }
+
+/// A session's `Stats` count the spans the span table had no room for
+/// while it recorded: not those before it, and not those of another session.
+#[cfg(all(feature = "enable", feature = "tracing"))]
+#[test]
+fn spans_not_stored_during_a_session_are_in_its_stats() {
+    let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    crate::tracing::count_span_not_stored(); // before: not this session's
+    let guard = crate::builder()
+        .writer(crate::MemoryBuffer::new())
+        .start()
+        .unwrap();
+    crate::tracing::count_span_not_stored();
+    crate::tracing::count_span_not_stored();
+    assert_eq!(guard.stop().unwrap().spans_not_stored, 2);
+    let guard = crate::builder()
+        .writer(crate::MemoryBuffer::new())
+        .start()
+        .unwrap();
+    assert_eq!(guard.stop().unwrap().spans_not_stored, 0);
+}

@@ -34,12 +34,15 @@ pub struct RingtraceLayer {
 
 impl RingtraceLayer {
     /// Spans not recorded because more spans were alive at once than the
-    /// span table holds (process-wide count, shared with
-    /// [`RingtraceSubscriber::spans_not_stored`](crate::RingtraceSubscriber::spans_not_stored):
-    /// one table holds the spans of both). The registry still has such
-    /// spans; ringtrace records nothing of them.
+    /// span table holds (process-wide count, the subscriber's spans
+    /// included: one table holds the spans of both). The registry still has
+    /// such spans; ringtrace records nothing of them.
+    #[deprecated(
+        since = "0.1.0",
+        note = "every loss is in `Stats`: read `Stats::spans_not_stored`, returned by `TraceGuard::stop`"
+    )]
     pub fn spans_not_stored() -> u64 {
-        SPAN_STATES.not_stored()
+        super::spans_not_stored()
     }
 }
 

@@ -110,6 +110,20 @@ pub use subscriber::RingtraceSubscriber;
 
 pub(crate) use sample::roots as sampled_roots;
 
+/// Spans the span table had no room for, process-wide (the layer's and the
+/// subscriber's: one table holds both); the session reports its share in
+/// `Stats::spans_not_stored`.
+pub(crate) fn spans_not_stored() -> u64 {
+    span_table::SPAN_STATES.not_stored()
+}
+
+/// Counts one span the table had no room for, as a full table does (tests
+/// of the session's count: filling the process-wide table takes 10^9 spans).
+#[cfg(test)]
+pub(crate) fn count_span_not_stored() {
+    span_table::SPAN_STATES.full();
+}
+
 pub(crate) mod sealed {
     use std::sync::Arc;
 

@@ -199,7 +199,7 @@ pub(crate) fn roots() -> (u64, u64) {
 }
 
 /// The category of what ringtrace says about its own recording.
-static RINGTRACE: crate::Category = crate::Category::new("ringtrace");
+static RINGTRACE: crate::events::Category = crate::events::Category::new("ringtrace");
 
 /// A session sampled by `sampler` started: its counts start from here, and
 /// the trace says how it is sampled (a process-wide instant).
@@ -212,7 +212,7 @@ pub(crate) fn announce(sampler: &Sampler) {
     };
     RINGTRACE
         .instant("sampling")
-        .scope(crate::InstantScope::Process)
+        .scope(crate::events::InstantScope::Process)
         .arg("ratio", sampler.ratio)
         .arg("roots", roots.as_str())
         .arg("hook", sampler.decide.is_some())

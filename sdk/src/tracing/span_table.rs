@@ -262,7 +262,7 @@ impl<T> SpanTable<T> {
 
     #[cold]
     #[inline(never)]
-    fn full(&self) {
+    pub(super) fn full(&self) {
         self.not_stored.fetch_add(1, Ordering::Relaxed);
     }
 

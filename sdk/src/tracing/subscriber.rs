@@ -33,7 +33,7 @@ use tracing_core::span::Current;
 
 /// The id given to a span when the table is full (over 10^9 spans alive at
 /// once): such a span is not recorded, and counted (by the table) in
-/// [`RingtraceSubscriber::spans_not_stored`].
+/// [`Stats::spans_not_stored`](crate::Stats::spans_not_stored).
 const NOT_STORED: u64 = u64::MAX;
 
 /// The `tracing` subscriber that records into the ringtrace session started
@@ -57,8 +57,12 @@ impl RingtraceSubscriber {
     /// span table holds (process-wide count, the layer's spans included:
     /// one table holds both). Such spans are still valid `tracing` spans:
     /// entering, recording and closing them do nothing.
+    #[deprecated(
+        since = "0.1.0",
+        note = "every loss is in `Stats`: read `Stats::spans_not_stored`, returned by `TraceGuard::stop`"
+    )]
     pub fn spans_not_stored() -> u64 {
-        SPANS.not_stored()
+        super::spans_not_stored()
     }
 }
 

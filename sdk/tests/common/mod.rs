@@ -4,6 +4,9 @@
 //! Each test binary uses part of it.
 #![allow(dead_code)]
 
+// The archive crate's test helpers (Python validator, synthetic traces),
+// shared with `archive_processes`, which records its members with the SDK.
+#[path = "../../../archive/tests/common/archive.rs"]
 pub mod archive;
 pub mod slices;
 

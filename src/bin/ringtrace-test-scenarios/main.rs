@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 
 mod accounting;
+mod cpu;
 mod memory;
 mod phases;
 use std::collections::BTreeMap;
@@ -68,6 +69,12 @@ fn main() {
         "teardown" => memory::teardown(&trace),
         "accounting" => accounting::accounting(&trace),
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
+        "cpu_hot" => cpu::hot(&trace, &args[4]),
+        "cpu_refused" => cpu::refused(&trace),
+        "cpu_threads" => cpu::threads(&trace),
+        "cpu_from_env" => cpu::from_env(),
+        "cpu_layer" => cpu::layer(&trace),
+        "cpu_mlock" => cpu::mlock(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
@@ -657,12 +664,12 @@ fn random_level(rng: &mut Rng, depth: u32, events: &mut Vec<Value>) {
     }
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 fn traced_free(x: u32) -> u32 {
     x + 1
 }
 
-#[ringtrace::trace(name = "renamed", category = "custom", args(x, label))]
+#[ringtrace::traced(name = "renamed", category = "custom", args(x, label))]
 fn traced_with_args(x: u64, label: &str) -> Result<u64, String> {
     if x > 100 {
         return Err(format!("{label} too big"));
@@ -675,12 +682,12 @@ struct Worker {
 }
 
 impl Worker {
-    #[ringtrace::trace]
+    #[ringtrace::traced]
     fn method(&self) -> u32 {
         self.id
     }
 
-    #[ringtrace::trace(category = "async")]
+    #[ringtrace::traced(category = "async")]
     async fn async_method(&self, hops: u32) -> u32 {
         for _ in 0..hops {
             tokio::task::yield_now().await;
@@ -690,7 +697,7 @@ impl Worker {
     }
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 async fn traced_async(n: u32) -> Result<u32, std::io::Error> {
     tokio::time::sleep(Duration::from_millis(2)).await;
     Ok(n)
@@ -716,7 +723,7 @@ impl std::future::Future for PendingOnce {
 
 /// An async call whose two polls run on two threads, for certain (a
 /// runtime's work stealing may or may not move a task).
-#[ringtrace::trace(category = "async")]
+#[ringtrace::traced(category = "async")]
 async fn polled_on_two_threads() -> u32 {
     PendingOnce(false).await;
     5
@@ -728,7 +735,7 @@ fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> std::task::Poll<F::
     std::pin::Pin::new(fut).poll(&mut cx)
 }
 
-/// `#[trace]` on free fns, methods, a fn with args, and async fns polled on a
+/// `#[traced]` on free fns, methods, a fn with args, and async fns polled on a
 /// multi-threaded runtime and handed from one thread to another.
 fn attribute(trace: &str) -> Value {
     let guard = ringtrace::builder().output(trace).start().unwrap();

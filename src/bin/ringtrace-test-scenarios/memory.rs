@@ -156,7 +156,8 @@ impl Drop for RecordsOnDrop {
         let api = std::env::var("MEM_API").unwrap_or_default();
         match api.as_str() {
             "events" => {
-                static CAT: ringtrace::Category = ringtrace::Category::new("teardown");
+                static CAT: ringtrace::events::Category =
+                    ringtrace::events::Category::new("teardown");
                 let _s = CAT.scope("td_span").arg("which", self.0).begin();
                 CAT.instant(self.0).emit();
             }
@@ -238,7 +239,8 @@ pub fn teardown(trace: &str) -> Value {
                         deep.into_iter().rev().for_each(drop); // innermost first
                     }
                     "events" => {
-                        static CAT: ringtrace::Category = ringtrace::Category::new("teardown");
+                        static CAT: ringtrace::events::Category =
+                            ringtrace::events::Category::new("teardown");
                         CAT.instant("body").emit();
                     }
                     "log" => log::info!(target: "teardown", "body"),

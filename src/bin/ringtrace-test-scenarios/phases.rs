@@ -2,10 +2,8 @@
 //! Format, in both formats): every phase once, a multi-thread workload for
 //! the cross-format comparison, and an endless writer for the kill test.
 
-use ringtrace::{
-    Category, Color, CounterUnit, DisplayTimeUnit, Frame, Id, InstantScope, JsonScopes, LogLevel,
-    Stack, Track,
-};
+use ringtrace::events::{Category, Color, CounterUnit, Frame, Id, InstantScope, Stack, Track};
+use ringtrace::{DisplayTimeUnit, JsonScopes, LogLevel};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
@@ -65,8 +63,8 @@ fn start(trace: &str) -> ringtrace::TraceGuard {
 pub fn phases(trace: &str) -> Value {
     let guard = start(trace);
     let frames = [Frame::new("main", "app"), Frame::new("work", "app")];
-    ringtrace::set_thread_name("main-thread");
-    ringtrace::set_thread_sort_index(-1);
+    ringtrace::events::set_thread_name("main-thread");
+    ringtrace::events::set_thread_sort_index(-1);
     let t_start = ringtrace::trace_clock_ns();
     let explicit_start;
     {
@@ -214,9 +212,9 @@ pub fn phases(trace: &str) -> Value {
     // A mark.
     CAT.mark("firstLayout").arg("url", "/").emit();
     // Clock sync, receiver and issuer.
-    ringtrace::clock_sync("guid1");
+    ringtrace::events::clock_sync("guid1");
     let issue = ringtrace::trace_clock_ns();
-    ringtrace::clock_sync_issued("guid2", issue);
+    ringtrace::events::clock_sync_issued("guid2", issue);
     // A context around an instant.
     {
         let _c = CAT.context("Ctx", Id::new(0x1234));
@@ -225,11 +223,11 @@ pub fn phases(trace: &str) -> Value {
     // Linked ids.
     CAT.link_ids("link", Id::new(0x1000), Id::new(0x2000));
     // Process metadata at run time.
-    ringtrace::set_process_name("phases-renamed");
-    ringtrace::set_process_labels(&["gamma", "delta"]);
-    ringtrace::set_process_sort_index(5);
+    ringtrace::events::set_process_name("phases-renamed");
+    ringtrace::events::set_process_labels(&["gamma", "delta"]);
+    ringtrace::events::set_process_sort_index(5);
     // A global sample.
-    ringtrace::global_sample("cycles:HG", 2, Some(0), Stack::Frames(&frames));
+    ringtrace::events::global_sample("cycles:HG", 2, Some(0), Stack::Frames(&frames));
     // A log message.
     ringtrace::trace_log!(LogLevel::Warn, "disk {} is {}% full", "sda", 93);
     // Escaping and non-finite numbers.

@@ -5,13 +5,13 @@ fn boom() -> u64 {
     panic!("an argument of a compiled-out macro was evaluated")
 }
 
-#[ringtrace::trace(name = "compiled_out_attribute_xq7")]
+#[ringtrace::traced(name = "compiled_out_attribute_xq7")]
 fn traced(x: u64) -> u64 {
     ringtrace::trace_scope!("compiled_out_scope_xq7", v = boom());
     x * 2
 }
 
-#[ringtrace::trace]
+#[ringtrace::traced]
 async fn traced_async() -> u64 {
     3
 }

@@ -30,6 +30,8 @@ use crate::record::registry::ThreadInfo as ThreadRing;
 use std::fmt::Write as _;
 
 mod object;
+// CPU stack samples (`sampling`).
+mod samples;
 mod scopes;
 mod text;
 mod typed;
@@ -491,6 +493,15 @@ impl Encoder for JsonEncoder {
         self.push_event(out);
     }
 
+    fn samples(
+        &mut self,
+        _ctx: &mut Context<'_>,
+        view: &crate::sampling::SampleView<'_>,
+        _out: &mut Vec<u8>,
+    ) {
+        self.write_samples(view);
+    }
+
     fn tick(&mut self, _ctx: &mut Context<'_>, _out: &mut Vec<u8>) {}
 
     fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64, out: &mut Vec<u8>) {
@@ -586,12 +597,11 @@ mod tests {
     fn plain_scope_records_skip_the_general_path_writing_the_same_bytes() {
         use crate::encode::{ProcessInfo, Sites};
         use crate::record::args::TraceValue;
-        use crate::record::callsite::CallsiteKind;
         use crate::record::clock::Calibration;
         use crate::record::header::make_header;
         use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
-        static A: Callsite = Callsite::new("j", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
-        static B: Callsite = Callsite::new("j", "b", "f.rs", 2, "m", &["x"], CallsiteKind::Scope);
+        static A: Callsite = Callsite::new("j", "a", "f.rs", 1, "m", &[]);
+        static B: Callsite = Callsite::new("j", "b", "f.rs", 2, "m", &["x"]);
         A.is_enabled();
         B.is_enabled();
         let (a, b) = (A.id() as u64, B.id() as u64);
@@ -658,7 +668,6 @@ mod tests {
     #[test]
     fn argument_keys_kept_per_site_are_what_escaping_each_time_writes() {
         use crate::record::args::TraceValue;
-        use crate::record::callsite::CallsiteKind;
         static P: Callsite = Callsite::new(
             "j",
             "p",
@@ -666,11 +675,9 @@ mod tests {
             1,
             "m",
             &["q\"uote", "back\\slash", "plain"],
-            CallsiteKind::Scope,
         );
-        static Q: Callsite =
-            Callsite::new("j", "q", "f.rs", 2, "m", &["tab\tkey"], CallsiteKind::Scope);
-        static R: Callsite = Callsite::new("j", "r", "f.rs", 3, "m", &[], CallsiteKind::Scope);
+        static Q: Callsite = Callsite::new("j", "q", "f.rs", 2, "m", &["tab\tkey"]);
+        static R: Callsite = Callsite::new("j", "r", "f.rs", 3, "m", &[]);
         let mut e = JsonEncoder::new();
         for (i, cs) in [&P, &Q, &P, &R, &Q, &P, &R].into_iter().enumerate() {
             cs.is_enabled();
@@ -708,11 +715,8 @@ mod tests {
 
     #[test]
     fn plain_x_writes_what_the_general_path_writes() {
-        use crate::record::callsite::CallsiteKind;
-        static S: Callsite =
-            Callsite::new("c\"at", "na\\me", "f.rs", 1, "m", &[], CallsiteKind::Scope);
-        static T: Callsite =
-            Callsite::new("cat", "other", "f.rs", 2, "m", &[], CallsiteKind::Scope);
+        static S: Callsite = Callsite::new("c\"at", "na\\me", "f.rs", 1, "m", &[]);
+        static T: Callsite = Callsite::new("cat", "other", "f.rs", 2, "m", &[]);
         S.is_enabled();
         T.is_enabled();
         let (mut fast, mut general) = (JsonEncoder::new(), JsonEncoder::new());

@@ -42,6 +42,8 @@ mod descriptors;
 mod fast;
 mod fields;
 mod intern;
+// CPU stack samples (`sampling`).
+mod samples;
 mod typed;
 
 /// Async ids and counter sites get tracks of their own: uuid derivation keys.
@@ -202,6 +204,8 @@ pub(crate) struct PerfettoEncoder {
     interned: Vec<u8>,
     /// Process metadata set at run time (typed event API).
     proc_meta: typed::ProcMeta,
+    /// The CPU samples' sequence (`samples`).
+    samples: samples::SampleSeq,
 }
 
 impl PerfettoEncoder {
@@ -221,6 +225,7 @@ impl PerfettoEncoder {
             te: Vec::new(),
             interned: Vec::new(),
             proc_meta: typed::ProcMeta::default(),
+            samples: Default::default(),
         }
     }
 }
@@ -307,6 +312,15 @@ impl Encoder for PerfettoEncoder {
                 });
             });
         });
+    }
+
+    fn samples(
+        &mut self,
+        ctx: &mut Context<'_>,
+        view: &crate::sampling::SampleView<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        self.samples.write(ctx, view, out);
     }
 
     fn tick(&mut self, _ctx: &mut Context<'_>, out: &mut Vec<u8>) {

@@ -1,7 +1,7 @@
 //! A ringtrace call site for each `tracing` call site and field set, found
 //! through a direct-mapped thread-local cache before the shared map.
 
-use crate::record::callsite::{Callsite, CallsiteKind};
+use crate::record::callsite::Callsite;
 use once_cell::sync::Lazy;
 use parking_lot::{Mutex, RwLock};
 use std::cell::{Cell, OnceCell};
@@ -114,11 +114,6 @@ fn make_site(
         meta.line().unwrap_or(0),
         meta.module_path().unwrap_or(""),
         Box::leak(args.into_boxed_slice()),
-        if event {
-            CallsiteKind::Instant
-        } else {
-            CallsiteKind::Scope
-        },
     )));
     let _ = cs.is_enabled(); // registers the site: gives it its id
     cs

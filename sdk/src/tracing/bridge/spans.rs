@@ -12,7 +12,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Async range ids of the layer: bit 62 set, so they never meet the ids of
-/// `#[trace] async fn` ranges.
+/// `#[traced] async fn` ranges.
 const ASYNC_ID_BASE: u64 = 1 << 62;
 /// Relaxed: only uniqueness matters.
 static NEXT_ASYNC_ID: AtomicU64 = AtomicU64::new(1);

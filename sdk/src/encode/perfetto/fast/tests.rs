@@ -6,24 +6,15 @@ use crate::encode::perfetto::fields::{LOSS_OVERWRITE, LOSS_PRESENT};
 use crate::encode::perfetto::PerfettoOptions;
 use crate::encode::{Batch, Encoder, ProcessInfo, Sites};
 use crate::record::args::TraceValue;
-use crate::record::callsite::CallsiteKind;
 use crate::record::clock::Calibration;
 use crate::record::header::make_header;
 use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
 use crate::record::registry::ThreadInfo as ThreadRing;
 
-static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[], CallsiteKind::Scope);
-static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[], CallsiteKind::Scope);
-static C: Callsite = Callsite::new("fast", "c", "f.rs", 3, "m", &["x"], CallsiteKind::Scope);
-static D: Callsite = Callsite::new(
-    "fast",
-    "d",
-    "f.rs",
-    4,
-    "m",
-    &["s", "i", "b", "f", "x"],
-    CallsiteKind::Scope,
-);
+static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[]);
+static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[]);
+static C: Callsite = Callsite::new("fast", "c", "f.rs", 3, "m", &["x"]);
+static D: Callsite = Callsite::new("fast", "d", "f.rs", 4, "m", &["s", "i", "b", "f", "x"]);
 
 /// A stream of records: `push_*` append them with rising timestamps.
 struct Words {
@@ -307,7 +298,6 @@ fn fast_path_writes_what_the_general_path_writes() {
         5,
         "m",
         Box::leak(names.into_boxed_slice()),
-        CallsiteKind::Scope,
     )));
     let _ = many.is_enabled(); // registers the site, which gives it its id
     assert_ne!(many.id(), 0);

@@ -209,7 +209,7 @@ impl Manifest {
     /// # Examples
     ///
     /// ```
-    /// use ringtrace::archive::{ArchiveError, Manifest};
+    /// use ringtrace_archive::{ArchiveError, Manifest};
     /// let m = Manifest::from_json(r#"{"perfetto_manifest": {"version": 1}}"#).unwrap();
     /// assert_eq!(m.version, Some(1));
     /// let e = Manifest::from_json(r#"{"perfetto_manifest": {"version": 2}}"#).unwrap_err();

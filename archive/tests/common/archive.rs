@@ -4,7 +4,7 @@
 
 use super::{run_python, scratch};
 use prost::Message;
-use ringtrace::archive::{Archive, ArchiveError};
+use ringtrace_archive::{Archive, ArchiveError};
 use ringtrace_protos::{clock_snapshot, ClockSnapshot, Trace, TracePacket};
 use serde_json::Value;
 use std::path::Path;

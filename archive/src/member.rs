@@ -94,7 +94,7 @@ impl Member {
 
     /// Places this file against `file` (a member name): `Some(clock)` relates
     /// this file's `clock` to `file`'s `clock` (RELATE); `None` pins this
-    /// clockless file to `file` (PIN). See the [module docs](crate::archive).
+    /// clockless file to `file` (PIN). See the [crate docs](crate).
     pub fn sync_to(&mut self, file: impl Into<String>, clock: Option<Clock>) -> &mut Self {
         let c = self.clocks_mut();
         c.clock = clock;
@@ -133,7 +133,7 @@ impl Member {
 
     /// `offset_ns`: this file's clock reads T when the reference reads
     /// T + `ns` (positive: this file moves later). Without it ringtrace
-    /// computes the offset (see the [module docs](crate::archive)).
+    /// computes the offset (see the [crate docs](crate)).
     pub fn offset_ns(&mut self, ns: i64) -> &mut Self {
         self.clocks_mut().offset_ns = Some(ns);
         self

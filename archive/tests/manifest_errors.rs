@@ -6,14 +6,14 @@ mod common;
 
 use common::archive::*;
 use common::scratch;
-use ringtrace::archive::{
+use ringtrace_archive::{
     check_archive, Archive, ArchiveError, Clock, Manifest, MemberInfo, MemberKind,
 };
 use std::io::Write;
 
 // --------------------------------------------------- synthetic traces, errors
 
-fn checked(members: &[(&str, &[u8])]) -> Result<ringtrace::archive::ArchiveReport, ArchiveError> {
+fn checked(members: &[(&str, &[u8])]) -> Result<ringtrace_archive::ArchiveReport, ArchiveError> {
     let dir = scratch("raw");
     let tar = python_tar(&dir, members);
     let _ = std::fs::remove_dir_all(&dir);

@@ -131,7 +131,7 @@ impl ClockSample {
     /// # Examples
     ///
     /// ```
-    /// let s = ringtrace::archive::ClockSample::now();
+    /// let s = ringtrace_archive::ClockSample::now();
     /// assert!(s.realtime_ns > s.boottime_ns);
     /// ```
     pub fn now() -> ClockSample {

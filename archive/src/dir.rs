@@ -1,10 +1,10 @@
 //! Several processes, one archive: each process writes its trace into a
-//! shared directory ([`member_builder`]), the collector packs the directory
-//! ([`Archive::from_dir`](super::Archive::from_dir)).
+//! shared directory (at a [`MemberFile`]'s path), the collector packs the
+//! directory ([`Archive::from_dir`](super::Archive::from_dir)).
 //!
-//! Beside each trace `<role>.<pid>.<ext>`, [`member_builder`] writes a hidden
-//! sidecar `.<role>.<pid>.<ext>.ringtrace.json` (hidden: a dot-file is never
-//! packed, and trace_processor ignores dot-files anyway):
+//! Beside each trace `<role>.<pid>.<ext>`, [`MemberFile::prepare`] writes a
+//! hidden sidecar `.<role>.<pid>.<ext>.ringtrace.json` (hidden: a dot-file is
+//! never packed, and trace_processor ignores dot-files anyway):
 //!
 //! ```json
 //! {"ringtrace_member": 1, "member": "server.4242.pftrace", "role": "server", "pid": 4242,
@@ -18,31 +18,85 @@
 
 use super::clock::ClockSample;
 use super::{Archive, ArchiveError};
-use crate::session::{Builder, Format};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const SIDECAR_SUFFIX: &str = ".ringtrace.json";
 
-/// Where process `role` (this process, by its pid) writes its trace in the
-/// shared directory `dir`: `<dir>/<role>.<pid>.pftrace` (or `.json`). `role`
-/// is reduced to ASCII letters, digits, `-` and `_`, at most 64 bytes, so the
-/// name is a valid archive member.
+/// This process's trace file in a directory shared by several processes:
+/// `<dir>/<role>.<pid>.<ext>`. `role` is reduced to ASCII letters, digits,
+/// `-` and `_`, at most 64 bytes, so the name is a valid archive member.
+///
+/// The SDK's `ringtrace::archive::member_builder` starts a session writing
+/// there; any other writer can use [`path`](Self::path) the same way.
 ///
 /// # Examples
 ///
 /// ```
-/// let p = ringtrace::archive::member_path("traces", "client", ringtrace::Format::Json);
-/// assert_eq!(p, std::path::Path::new("traces").join(format!("client.{}.json", std::process::id())));
+/// # let dir = std::env::temp_dir().join(format!("ringtrace-doc-member-{}", std::process::id()));
+/// let file = ringtrace_archive::MemberFile::new(&dir, "web worker", "json");
+/// assert_eq!(file.role, "web_worker");
+/// assert_eq!(file.path, dir.join(format!("web_worker.{}.json", std::process::id())));
+/// file.prepare()?; // the sidecar: host, boot id, a clock sample
+/// std::fs::write(&file.path, br#"[{"name":"a","ph":"i","s":"t","ts":1,"pid":1,"tid":1}]"#)?;
+/// let archive = ringtrace_archive::Archive::from_dir(&dir)?;
+/// assert_eq!(archive.members().len(), 1);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn member_path(dir: impl AsRef<Path>, role: &str, format: Format) -> PathBuf {
-    let ext = match format {
-        Format::Perfetto => "pftrace",
-        Format::Json => "json",
-    };
-    dir.as_ref()
-        .join(format!("{}.{}.{ext}", clean_role(role), std::process::id()))
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberFile {
+    /// `<dir>/<role>.<pid>.<ext>`.
+    pub path: PathBuf,
+    /// The role as written in the file name (and the sidecar).
+    pub role: String,
+}
+
+impl MemberFile {
+    /// The member file of this process (by its pid) for `role` in `dir`,
+    /// with extension `ext` (`"pftrace"`, `"json"`). Touches no file.
+    pub fn new(dir: impl AsRef<Path>, role: &str, ext: &str) -> MemberFile {
+        let role = clean_role(role);
+        let path = dir
+            .as_ref()
+            .join(format!("{role}.{}.{ext}", std::process::id()));
+        MemberFile { path, role }
+    }
+
+    /// Creates the directory and writes the hidden sidecar beside
+    /// [`path`](Self::path) (host, boot id, a clock sample of now), which
+    /// [`Archive::from_dir`] reads to relate this file to the others.
+    ///
+    /// # Errors
+    ///
+    /// [`ArchiveError::Io`] if the directory or the sidecar cannot be written.
+    pub fn prepare(&self) -> Result<(), ArchiveError> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(Some(dir), e))?;
+        let member = self
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let s = ClockSample::now();
+        let q = super::manifest::quote;
+        let text = format!(
+            "{{\"ringtrace_member\": 1, \"member\": {}, \"role\": {}, \"pid\": {}, \"host\": {}, \"boot_id\": {}, \
+             \"clock\": {{\"boottime_ns\": {}, \"realtime_ns\": {}, \"monotonic_ns\": {}}}}}\n",
+            q(&member),
+            q(&self.role),
+            std::process::id(),
+            q(&host_name()),
+            boot_id().map_or("null".to_owned(), |b| q(&b)),
+            s.boottime_ns,
+            s.realtime_ns,
+            s.monotonic_ns.unwrap_or(0),
+        );
+        let sidecar = dir.join(format!(".{member}{SIDECAR_SUFFIX}"));
+        std::fs::write(&sidecar, text).map_err(|e| ArchiveError::io(Some(&sidecar), e))
+    }
 }
 
 fn clean_role(role: &str) -> String {
@@ -61,63 +115,6 @@ fn clean_role(role: &str) -> String {
         s.push_str("process");
     }
     s
-}
-
-/// Prepares this process's part of a multi-process archive: creates `dir`,
-/// writes the sidecar of [`member_path`]`(dir, role, format)` (host, boot id,
-/// a clock sample) and returns a session [`Builder`] writing there in
-/// `format`, with `role` as the process name. Configure it further and
-/// `start()` it.
-///
-/// # Examples
-///
-/// ```
-/// # let dir = std::env::temp_dir().join(format!("ringtrace-doc-member-{}", std::process::id()));
-/// let trace = ringtrace::archive::member_builder(&dir, "worker", ringtrace::Format::Perfetto)?.start()?;
-/// ringtrace::trace_instant!("ready");
-/// drop(trace);
-/// let archive = ringtrace::archive::Archive::from_dir(&dir)?;
-/// assert_eq!(archive.members().len(), 1);
-/// # std::fs::remove_dir_all(&dir)?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Errors
-///
-/// [`ArchiveError::Io`] if the directory or the sidecar cannot be written.
-pub fn member_builder(
-    dir: impl AsRef<Path>,
-    role: &str,
-    format: Format,
-) -> Result<Builder, ArchiveError> {
-    let dir = dir.as_ref();
-    std::fs::create_dir_all(dir).map_err(|e| ArchiveError::io(Some(dir), e))?;
-    let path = member_path(dir, role, format);
-    let member = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default()
-        .to_owned();
-    let s = ClockSample::now();
-    let q = super::manifest::quote;
-    let text = format!(
-        "{{\"ringtrace_member\": 1, \"member\": {}, \"role\": {}, \"pid\": {}, \"host\": {}, \"boot_id\": {}, \
-         \"clock\": {{\"boottime_ns\": {}, \"realtime_ns\": {}, \"monotonic_ns\": {}}}}}\n",
-        q(&member),
-        q(&clean_role(role)),
-        std::process::id(),
-        q(&host_name()),
-        boot_id().map_or("null".to_owned(), |b| q(&b)),
-        s.boottime_ns,
-        s.realtime_ns,
-        s.monotonic_ns.unwrap_or(0),
-    );
-    let sidecar = dir.join(format!(".{member}{SIDECAR_SUFFIX}"));
-    std::fs::write(&sidecar, text).map_err(|e| ArchiveError::io(Some(&sidecar), e))?;
-    Ok(crate::builder()
-        .output(&path)
-        .format(format)
-        .process_name(clean_role(role)))
 }
 
 fn read_trimmed(path: &str) -> Option<String> {

@@ -6,11 +6,20 @@
 //! # Building an archive
 //!
 //! ```
-//! use ringtrace::archive::{Archive, Clock};
+//! use ringtrace_archive::{Archive, Clock};
 //! # let dir = std::env::temp_dir().join(format!("ringtrace-doc-archive-{}", std::process::id()));
 //! # std::fs::create_dir_all(&dir)?;
 //! # let client = dir.join("client.pftrace");
-//! # { let _t = ringtrace::builder().output(&client).start()?; ringtrace::trace_instant!("hello"); }
+//! # std::fs::write(&client, doc_trace())?;
+//! # fn doc_trace() -> Vec<u8> {
+//! #     // A Perfetto trace with one global clock snapshot, as ringtrace writes.
+//! #     use prost::Message;
+//! #     use ringtrace_protos::{clock_snapshot::Clock, ClockSnapshot, Trace, TracePacket};
+//! #     let clock = |id, ts| Clock { clock_id: Some(id), timestamp: Some(ts), ..Default::default() };
+//! #     let snapshot = ClockSnapshot { clocks: vec![clock(6, 1_000), clock(1, 5_000), clock(3, 900)], primary_trace_clock: None };
+//! #     let packet = TracePacket { trusted_packet_sequence_id: Some(1), clock_snapshot: Some(snapshot), ..Default::default() };
+//! #     Trace { packet: vec![packet] }.encode_to_vec()
+//! # }
 //! let mut archive = Archive::new();
 //! archive.add_file(&client)?.machine("laptop");
 //! // A Chrome JSON trace from elsewhere, 250 µs late against the laptop's BOOTTIME:
@@ -64,7 +73,7 @@
 //! A machine's sample comes from any of its files: a Perfetto file's first
 //! global clock snapshot (BOOTTIME, MONOTONIC, REALTIME), a sample given with
 //! [`Member::clock_sample`] / [`Member::recorded_here`], or the one
-//! [`member_builder`] writes beside each trace.
+//! [`MemberFile::prepare`] writes beside each trace.
 //!
 //! With [`Archive::auto_clocks`] on (the default), each ringtrace JSON member
 //! without a `clocks` override is pinned for you: to BOOTTIME of a Perfetto
@@ -94,8 +103,8 @@
 //!
 //! # Several processes, one archive
 //!
-//! Each process writes its own trace into a shared directory with
-//! [`member_builder`] (file `<dir>/<role>.<pid>.pftrace` or `.json`, plus a
+//! Each process writes its own trace into a shared directory at its
+//! [`MemberFile`] (file `<dir>/<role>.<pid>.pftrace` or `.json`, plus a
 //! hidden sidecar recording the host, boot id and a clock sample); when they
 //! are done, [`Archive::from_dir`] collects them. Files from different boots
 //! or hosts get machine names of their own.
@@ -103,9 +112,12 @@
 //! ```no_run
 //! // In each child process:
 //! let dir = std::env::var("TRACE_DIR").unwrap();
-//! let _trace = ringtrace::archive::member_builder(&dir, "worker", ringtrace::Format::Perfetto)?.start()?;
-//! // ... in the parent, after the children exited:
-//! ringtrace::archive::Archive::from_dir(&dir)?.write_tar("run.tar")?;
+//! let file = ringtrace_archive::MemberFile::new(&dir, "worker", "pftrace");
+//! file.prepare()?;
+//! // ... record the trace into `file.path` (with ringtrace:
+//! // `ringtrace::archive::member_builder` does both steps) ...
+//! // In the parent, after the children exited:
+//! ringtrace_archive::Archive::from_dir(&dir)?.write_tar("run.tar")?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -113,17 +125,23 @@
 //!
 //! # The modules
 //!
-//! This module writes archives ([`Archive`]); `member` is one file of it,
+//! The crate root writes archives ([`Archive`]); `member` is one file of it,
 //! `read` reads archives back and checks them; `manifest` parses, builds and
 //! validates the manifest; `clock` reads our own files' clock snapshots;
 //! `sniff` tells what a member is; `tar` and `zip` are the containers; `dir`
-//! the per-process member files of [`member_builder`].
+//! the per-process member files ([`MemberFile`]); `sys` reads the machine's
+//! clocks.
 //!
-//! Rules of this layer: it works on finished files and bytes only. It knows
-//! no ring and no encoder; only `dir` starts sessions, through the public
-//! [`Builder`](crate::Builder).
+//! Rules of this crate: it works on finished files and bytes only and knows
+//! nothing of the SDK that records them (no ring, no encoder, no session);
+//! the SDK re-exports it as `ringtrace::archive` and adds the one function
+//! that starts a session (`member_builder`). Only `sys` holds `unsafe`
+//! (reading the clocks).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![warn(missing_docs)]
 
 mod clock;
 mod dir;
@@ -132,11 +150,12 @@ mod manifest;
 mod member;
 mod read;
 mod sniff;
+mod sys;
 mod tar;
 mod zip;
 
 pub use clock::{Clock, ClockSample};
-pub use dir::{member_builder, member_path};
+pub use dir::MemberFile;
 pub use error::ArchiveError;
 pub use manifest::{AttrValue, Clocks, FileEntry, Manifest, MemberInfo, SyncTo, TraceTime};
 pub use member::Member;
@@ -214,7 +233,8 @@ impl Archive {
 
     /// Adds every regular file of `dir` whose name does not start with `.`,
     /// in name order, named by its file name; applies the sidecars written by
-    /// [`member_builder`]: clock samples, and machine names when the files come
+    /// [`MemberFile::prepare`] (which the SDK's
+    /// `member_builder` calls): clock samples, and machine names when the files come
     /// from more than one boot or host (named after the host).
     ///
     /// # Errors
@@ -818,3 +838,8 @@ fn check_kind(name: &str, kind: &MemberKind) -> Result<(), ArchiveError> {
         _ => Ok(()),
     }
 }
+
+// The README's code, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -6,7 +6,7 @@ mod common;
 
 use common::archive::*;
 use common::scratch;
-use ringtrace::archive::{check_archive, read_members, Archive, ArchiveError, Clock, MemberKind};
+use ringtrace_archive::{check_archive, read_members, Archive, ArchiveError, Clock, MemberKind};
 use serde_json::Value;
 
 // ------------------------------------------- container rules and our own
@@ -164,7 +164,7 @@ fn written_archives_read_back() {
         .is_none());
     // Stored ZIP.
     let mut zip = Vec::new();
-    a.zip_method(ringtrace::archive::ZipMethod::Stored)
+    a.zip_method(ringtrace_archive::ZipMethod::Stored)
         .write_zip_to(&mut zip)
         .unwrap();
     assert_eq!(read_members(&zip).unwrap()[2].1, JSON);

@@ -1,0 +1,583 @@
+//! The sampler thread and the tables of mappings, frames and call stacks
+//! samples refer to (see the module's documentation in `mod.rs`).
+
+use super::modules::Modules;
+use super::perf::{OpenError, PerfEvent, PerfRecord, StackSource};
+use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables};
+use super::{perf, timer, unwind, CpuStacks, Totals};
+use crate::record::registry::REGISTRY;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of user stack copied per sample in [`CpuStacks::CopiedStacks`].
+const STACK_COPY: u32 = 16 << 10;
+/// How often the thread list is read.
+const SCAN_EVERY: Duration = Duration::from_millis(100);
+/// How long `start` waits at most for the sampler's first events.
+const READY_WAIT: Duration = Duration::from_millis(500);
+/// Most samples waiting for the flusher (beyond: dropped and counted).
+const PENDING_CAP: usize = 1 << 16;
+
+impl Tables {
+    fn mapping(&mut self, modules: &Modules, map: Option<usize>) -> u32 {
+        let key = map.map_or((0, 0), |i| (modules.maps[i].start, modules.maps[i].end));
+        if let Some(&id) = self.mapping_ids.get(&key) {
+            return id;
+        }
+        let def = match map {
+            Some(i) => {
+                let m = &modules.maps[i];
+                MappingDef {
+                    build_id: m
+                        .file
+                        .as_ref()
+                        .map(|f| f.build_id.clone())
+                        .unwrap_or_default(),
+                    path: m.path.clone(),
+                    start: m.start,
+                    end: m.end,
+                    pgoff: m.pgoff,
+                    load_bias: m.load_bias(),
+                }
+            }
+            None => MappingDef {
+                build_id: Vec::new(),
+                path: "[unknown]".into(),
+                start: 0,
+                end: 0,
+                pgoff: 0,
+                load_bias: 0,
+            },
+        };
+        self.mappings.push(def);
+        let id = self.mappings.len() as u32;
+        self.mapping_ids.insert(key, id);
+        id
+    }
+
+    /// The frame of `pc` (a return address already moved back into its
+    /// call instruction).
+    fn frame(&mut self, modules: &mut Modules, pc: u64) -> u32 {
+        if let Some(&id) = self.frame_ids.get(&pc) {
+            return id;
+        }
+        let map = modules.find(pc);
+        let mapping = self.mapping(modules, map);
+        let rel_pc = map.map_or(pc, |i| modules.maps[i].rel_pc(pc));
+        let name = match map.and_then(|i| modules.function_name(i, pc)) {
+            Some(n) => match self.name_ids.get(&n) {
+                Some(&id) => id,
+                None => {
+                    self.names.push(n.clone());
+                    let id = self.names.len() as u32;
+                    self.name_ids.insert(n, id);
+                    id
+                }
+            },
+            None => 0,
+        };
+        self.frames.push(FrameDef {
+            name,
+            mapping,
+            rel_pc,
+        });
+        let id = self.frames.len() as u32;
+        self.frame_ids.insert(pc, id);
+        id
+    }
+
+    /// The call stack of `pcs` (innermost first, as unwound).
+    fn callstack(&mut self, modules: &mut Modules, pcs: &[u64], scratch: &mut Vec<u32>) -> u32 {
+        if pcs.is_empty() {
+            return 0;
+        }
+        scratch.clear();
+        for (i, &pc) in pcs.iter().enumerate().rev() {
+            // Return addresses name the call before them.
+            let at = if i == 0 { pc } else { pc.wrapping_sub(1) };
+            scratch.push(self.frame(modules, at));
+        }
+        if let Some(&id) = self.stack_ids.get(scratch.as_slice()) {
+            return id;
+        }
+        self.callstacks.push(scratch.clone());
+        let id = self.callstacks.len() as u32;
+        self.stack_ids.insert(scratch.clone(), id);
+        id
+    }
+}
+
+/// The samples not yet encoded.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) samples: Vec<Sample>,
+    /// Records the kernel dropped since the last take.
+    pub(crate) lost: u64,
+}
+
+/// Counts reported in [`Stats`](crate::Stats).
+#[derive(Debug, Default)]
+struct Counters {
+    samples: AtomicU64,
+    lost: AtomicU64,
+    truncated: AtomicU64,
+    threads: AtomicU64,
+    threads_unsampled: AtomicU64,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    /// Set once the first threads' events are open (or sampling is off).
+    ready: AtomicBool,
+    pending: Mutex<Pending>,
+    tables: Mutex<Tables>,
+    counters: Counters,
+}
+
+struct Running {
+    shared: Arc<Shared>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+/// The samples' state outlives the sampler thread until the flusher's last
+/// pass has taken them: kept here between `stop` and `end`.
+static LAST: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+
+/// Starts sampling every thread at `hz` (the session's start).
+pub(crate) fn start(hz: u32, stacks: CpuStacks) {
+    let mut running = RUNNING.lock();
+    if running.is_some() || hz == 0 {
+        return;
+    }
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        ready: AtomicBool::new(false),
+        pending: Mutex::new(Pending::default()),
+        tables: Mutex::new(Tables::default()),
+        counters: Counters::default(),
+    });
+    *LAST.lock() = Some(shared.clone());
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("ringtrace-sampler".into())
+        .spawn(move || Sampler::new(s, hz, stacks).run());
+    match spawned {
+        Ok(thread) => {
+            // The session's first moments are sampled too: back once every
+            // thread has its event (the symbols read first: tens of
+            // milliseconds), or after `READY_WAIT`.
+            let since = Instant::now();
+            while !shared.ready.load(Ordering::Acquire) && since.elapsed() < READY_WAIT {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            *running = Some(Running { shared, thread });
+        }
+        Err(e) => eprintln!("ringtrace: CPU sampling off: cannot start its thread: {e}"),
+    }
+}
+
+/// Stops the sampler thread after it read every ring a last time (the
+/// session's stop, before the flusher's last pass).
+pub(crate) fn stop() {
+    let running = RUNNING.lock().take();
+    if let Some(r) = running {
+        r.shared.stop.store(true, Ordering::Release);
+        let _ = r.thread.join();
+    }
+}
+
+/// Takes the samples waiting and hands them to `f` with the tables (the
+/// flusher, each pass).
+pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
+    let Some(shared) = LAST.lock().clone() else {
+        return;
+    };
+    let pending = std::mem::take(&mut *shared.pending.lock());
+    if pending.samples.is_empty() && pending.lost == 0 {
+        return;
+    }
+    let tables = shared.tables.lock();
+    f(&SampleView {
+        tables: &tables,
+        samples: &pending.samples,
+        lost: pending.lost,
+    });
+}
+
+/// The session's sampling totals; forgets its state (after the flusher's
+/// last pass).
+pub(crate) fn end() -> Totals {
+    let Some(shared) = LAST.lock().take() else {
+        return Totals::default();
+    };
+    let c = &shared.counters;
+    Totals {
+        samples: c.samples.load(Ordering::Relaxed),
+        lost: c.lost.load(Ordering::Relaxed),
+        truncated: c.truncated.load(Ordering::Relaxed),
+        threads: c.threads.load(Ordering::Relaxed),
+        threads_unsampled: c.threads_unsampled.load(Ordering::Relaxed),
+    }
+}
+
+/// One sampled thread.
+struct Watched {
+    source: Source,
+    /// Budget bytes taken for its ring or buffers.
+    bytes: u64,
+}
+
+/// Where a thread's samples come from.
+enum Source {
+    /// A perf event and its kernel ring.
+    Perf(PerfEvent),
+    /// The fallback: a CPU-time timer and the buffers its handler fills.
+    Timer(timer::ThreadTimer),
+}
+
+/// Stacks into interned call stacks: the unwinder, the process's modules
+/// and scratch space, reused for every sample.
+struct StackWork {
+    modules: Modules,
+    unwinder: unwind::StackUnwinder,
+    pcs: Vec<u64>,
+    scratch: Vec<u32>,
+}
+
+impl StackWork {
+    /// The call stack of a kernel call chain, or of a copied stack
+    /// (`regs`) unwound here; false if the unwinding stopped early.
+    fn intern(
+        &mut self,
+        tables: &mut Tables,
+        chain: &[u64],
+        regs: Option<[u64; 3]>,
+        stack: &[u8],
+    ) -> (u32, bool) {
+        match regs {
+            Some(regs) => {
+                self.pcs.clear();
+                let ok = self
+                    .unwinder
+                    .unwind(&self.modules, regs, stack, &mut self.pcs);
+                let id = tables.callstack(&mut self.modules, &self.pcs, &mut self.scratch);
+                (id, ok)
+            }
+            None => (
+                tables.callstack(&mut self.modules, chain, &mut self.scratch),
+                true,
+            ),
+        }
+    }
+}
+
+struct Sampler {
+    shared: Arc<Shared>,
+    hz: u32,
+    stacks: CpuStacks,
+    work: StackWork,
+    /// Perf refused: per-thread CPU-time timers instead.
+    timers: bool,
+    threads: HashMap<i32, Watched>,
+    /// Threads that could not be sampled (not tried again).
+    refused: std::collections::HashSet<i32>,
+    /// Data pages per ring (halved when the locked-memory limit is hit).
+    pages: usize,
+    said_mlock: bool,
+    my_tid: i32,
+    batch: Vec<Sample>,
+}
+
+impl Sampler {
+    fn new(shared: Arc<Shared>, hz: u32, stacks: CpuStacks) -> Self {
+        Sampler {
+            shared,
+            hz,
+            stacks,
+            work: StackWork {
+                modules: Modules::default(),
+                unwinder: unwind::StackUnwinder::new(),
+                pcs: Vec::new(),
+                scratch: Vec::new(),
+            },
+            timers: false,
+            threads: HashMap::new(),
+            refused: Default::default(),
+            pages: 0,
+            said_mlock: false,
+            my_tid: crate::sys::tid() as i32,
+            batch: Vec::new(),
+        }
+    }
+
+    fn run(mut self) {
+        self.work.modules.scan();
+        if self.stacks == CpuStacks::Auto {
+            self.stacks = if self.work.modules.main_has_frame_pointers() {
+                CpuStacks::FramePointers
+            } else {
+                CpuStacks::CopiedStacks
+            };
+        }
+        let source = match self.stacks {
+            CpuStacks::CopiedStacks => StackSource::Copy(STACK_COPY),
+            _ => StackSource::Callchain,
+        };
+        // A ring of call chains (~200 bytes each) holds 160 samples, one
+        // of copied stacks 16 (16 KiB each: 16 ms at 1 kHz, the sampler
+        // woken at half full); both taken from the memory budget.
+        self.pages = match source {
+            StackSource::Callchain => 8,
+            StackSource::Copy(_) => 64,
+        };
+        // One probe decides whether perf sampling is possible at all;
+        // where it is not, CPU-time timers (copied stacks only).
+        if let Err(e) = PerfEvent::open(self.my_tid, self.hz, source, 1) {
+            let why = match e {
+                OpenError::Open(e) | OpenError::Map(e) => e,
+            };
+            match timer::install() {
+                Ok(()) => {
+                    eprintln!(
+                        "ringtrace: CPU sampling: perf_event_open refused ({why}); sampling \
+                         with CPU-time timers instead (at most the kernel tick's rate)"
+                    );
+                    self.timers = true;
+                }
+                Err(t) => {
+                    eprintln!(
+                        "ringtrace: CPU sampling off: perf_event_open refused ({why}) and \
+                         the timer fallback too ({t}); the trace has no samples"
+                    );
+                    self.shared.ready.store(true, Ordering::Release);
+                    self.idle();
+                    return;
+                }
+            }
+        }
+        let mut next_scan = Instant::now();
+        loop {
+            let stopping = self.shared.stop.load(Ordering::Acquire);
+            if stopping || Instant::now() >= next_scan {
+                self.scan_threads(source, !stopping);
+                self.shared.ready.store(true, Ordering::Release);
+                next_scan = Instant::now() + SCAN_EVERY;
+            }
+            self.drain_all();
+            if stopping {
+                break;
+            }
+            self.wait(next_scan);
+        }
+        for (_, w) in self.threads.drain() {
+            REGISTRY.budget.give_back(w.bytes);
+        }
+    }
+
+    /// Refused: waits for the stop doing nothing.
+    fn idle(&self) {
+        while !self.shared.stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sleeps until a ring is half full, the next scan is due, or 20 ms
+    /// passed (the stop flag is looked at that often).
+    fn wait(&self, until: Instant) {
+        let mut fds: Vec<libc::pollfd> = self
+            .threads
+            .values()
+            .filter_map(|w| match &w.source {
+                Source::Perf(e) => Some(e.fd()),
+                Source::Timer(_) => None,
+            })
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // Rounded up: a wait of 0 ms before the next scan would spin.
+        let ms = until
+            .saturating_duration_since(Instant::now())
+            .as_micros()
+            .div_ceil(1000)
+            .clamp(1, 20) as libc::c_int;
+        // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    /// Drains and closes the events of threads that exited; opens events
+    /// for new threads if `open`.
+    fn scan_threads(&mut self, source: StackSource, open: bool) {
+        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+            return;
+        };
+        let alive: std::collections::HashSet<i32> = dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let gone: Vec<i32> = self
+            .threads
+            .keys()
+            .filter(|t| !alive.contains(t))
+            .copied()
+            .collect();
+        for tid in gone {
+            if let Some(mut w) = self.threads.remove(&tid) {
+                let mut sink = Vec::new();
+                self.drain_one(&mut w.source, &mut sink);
+                self.publish(sink);
+                REGISTRY.budget.give_back(w.bytes);
+            }
+        }
+        self.refused.retain(|t| alive.contains(t));
+        if !open {
+            return;
+        }
+        for tid in alive {
+            if tid == self.my_tid || self.threads.contains_key(&tid) || self.refused.contains(&tid)
+            {
+                continue;
+            }
+            match self.open(tid, source) {
+                Some(w) => {
+                    self.shared.counters.threads.fetch_add(1, Ordering::Relaxed);
+                    self.threads.insert(tid, w);
+                }
+                None => {
+                    self.shared
+                        .counters
+                        .threads_unsampled
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.refused.insert(tid);
+                }
+            }
+        }
+    }
+
+    /// An event on `tid`, its ring taken from the budget and within the
+    /// locked-memory limit (smaller rings once it is reached).
+    fn open(&mut self, tid: i32, source: StackSource) -> Option<Watched> {
+        if self.timers {
+            if !REGISTRY.budget.try_take(timer::SLOT_BYTES) {
+                return None;
+            }
+            return match timer::ThreadTimer::start(tid, self.hz) {
+                Ok(t) => Some(Watched {
+                    source: Source::Timer(t),
+                    bytes: timer::SLOT_BYTES,
+                }),
+                Err(_) => {
+                    REGISTRY.budget.give_back(timer::SLOT_BYTES);
+                    None
+                }
+            };
+        }
+        let page = perf::page_size() as u64;
+        loop {
+            let bytes = (self.pages as u64 + 1) * page;
+            if !REGISTRY.budget.try_take(bytes) {
+                return None;
+            }
+            // A stack copy takes at most a quarter of a ring (rings made
+            // smaller by the locked-memory limit copy less of the stack).
+            let source = match source {
+                StackSource::Copy(n) => {
+                    StackSource::Copy(n.min((self.pages as u64 * page / 4) as u32 & !7))
+                }
+                s => s,
+            };
+            match PerfEvent::open(tid, self.hz, source, self.pages) {
+                Ok(event) => {
+                    return Some(Watched {
+                        source: Source::Perf(event),
+                        bytes,
+                    })
+                }
+                Err(OpenError::Map(e)) if self.pages > 1 => {
+                    REGISTRY.budget.give_back(bytes);
+                    if !self.said_mlock {
+                        self.said_mlock = true;
+                        eprintln!(
+                            "ringtrace: CPU sampling: the locked-memory limit is reached \
+                             ({e}); smaller kernel rings from now on (more samples may be lost)"
+                        );
+                    }
+                    self.pages /= 2;
+                }
+                Err(_) => {
+                    REGISTRY.budget.give_back(bytes);
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn drain_all(&mut self) {
+        let mut sink = std::mem::take(&mut self.batch);
+        let mut threads = std::mem::take(&mut self.threads);
+        for w in threads.values_mut() {
+            self.drain_one(&mut w.source, &mut sink);
+        }
+        self.threads = threads;
+        self.publish(sink);
+    }
+
+    /// Reads one thread's ring or buffers; its samples go to `sink`.
+    fn drain_one(&mut self, source: &mut Source, sink: &mut Vec<Sample>) {
+        let mut lost = 0;
+        let mut truncated = 0;
+        let mut tables = self.shared.tables.lock();
+        let work = &mut self.work;
+        let mut add = |tid, ts_ns, cpu, chain: &[u64], regs: Option<[u64; 3]>, stack: &[u8]| {
+            let (callstack, complete) = work.intern(&mut tables, chain, regs, stack);
+            truncated += !complete as u64;
+            sink.push(Sample {
+                ts_ns,
+                tid,
+                cpu,
+                callstack,
+                truncated: !complete,
+            });
+        };
+        match source {
+            Source::Perf(event) => event.drain(|r| match r {
+                PerfRecord::Lost(n) => lost += n,
+                PerfRecord::Sample(s) => add(s.tid, s.time_ns, s.cpu, &s.chain, s.regs, s.stack),
+            }),
+            Source::Timer(timer) => {
+                timer.drain(|c| add(c.tid, c.ts_ns, c.cpu, &[], Some(c.regs), c.stack));
+                lost += timer::DROPPED.swap(0, Ordering::Relaxed);
+            }
+        }
+        drop(tables);
+        let c = &self.shared.counters;
+        c.truncated.fetch_add(truncated, Ordering::Relaxed);
+        if lost > 0 {
+            c.lost.fetch_add(lost, Ordering::Relaxed);
+            self.shared.pending.lock().lost += lost;
+        }
+    }
+
+    /// Hands samples to the flusher (up to the cap; the rest is counted).
+    fn publish(&mut self, mut sink: Vec<Sample>) {
+        if !sink.is_empty() {
+            let c = &self.shared.counters;
+            let mut p = self.shared.pending.lock();
+            let room = PENDING_CAP.saturating_sub(p.samples.len());
+            let over = sink.len().saturating_sub(room) as u64;
+            sink.truncate(room);
+            c.samples.fetch_add(sink.len() as u64, Ordering::Relaxed);
+            if over > 0 {
+                c.lost.fetch_add(over, Ordering::Relaxed);
+                p.lost += over;
+            }
+            p.samples.append(&mut sink);
+        }
+        self.batch = sink;
+    }
+}

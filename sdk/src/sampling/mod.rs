@@ -1,0 +1,188 @@
+//! CPU stack samples of every thread of the process, on the slices' clock
+//! ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling), feature
+//! `cpu-sampling`, Linux x86_64).
+//!
+//! A sampler thread (`engine`) finds the process's threads (a look at
+//! `/proc/self/task` every 100 ms: threads started before the session and
+//! threads of other libraries too), opens one `perf_event_open` CPU-clock
+//! event per thread (`perf`), and reads the kernel's rings. A stack is
+//! either the kernel's frame-pointer call chain or a copy of the user stack
+//! and registers unwound there from `.eh_frame` (`unwind`);
+//! [`CpuStacks::Auto`] takes the first when the program's own functions
+//! keep frame pointers. Addresses become interned mappings, frames and
+//! call stacks (`tables`), names from the symbol tables (`modules`). The
+//! flusher takes the samples each pass and hands them to its encoder; a
+//! thread that exits keeps its samples.
+//!
+//! Bounded: each thread's kernel ring is taken from the session's memory
+//! budget and kept within the locked-memory limit (smaller rings once it is
+//! reached, said once); samples waiting for the flusher are capped. Losses
+//! are counted in [`Stats`](crate::Stats): records the kernel dropped,
+//! samples over the cap, stacks whose unwinding stopped early.
+//!
+//! Where `perf_event_open` is refused, a CPU-time timer per thread whose
+//! signal handler copies registers and stack into buffers made beforehand
+//! (`timer`); where that fails too, no samples, one message on stderr, and
+//! tracing goes on.
+
+// The perf rings, `poll` and the ELF reads are system calls and raw
+// memory: each `unsafe` block carries its proof.
+#![allow(unsafe_code)]
+
+pub(crate) mod tables;
+
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod engine;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod modules;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod perf;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod timer;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod unwind;
+
+pub(crate) use tables::SampleView;
+
+/// How sampled stacks are taken
+/// ([`Builder::cpu_sampling_stacks`](crate::Builder::cpu_sampling_stacks)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuStacks {
+    /// Frame-pointer call chains when the program's own code keeps frame
+    /// pointers (most of its functions set one up), else copied stacks.
+    #[default]
+    Auto,
+    /// The kernel walks frame pointers: cheap, but a program built without
+    /// them (the default of Rust release builds) gets stacks of one frame.
+    /// `RUSTFLAGS="-C force-frame-pointers=yes"` keeps them.
+    FramePointers,
+    /// The kernel copies the top 16 KiB of the user stack and the
+    /// registers; the sampler thread unwinds them from `.eh_frame`. Whole
+    /// stacks without frame pointers, at a few microseconds per sample.
+    CopiedStacks,
+}
+
+/// The sampling a session asked for.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options {
+    /// Samples per CPU-second of each thread (0: off).
+    pub(crate) hz: u32,
+    pub(crate) stacks: CpuStacks,
+}
+
+/// Sampling totals, merged into the session's `Stats`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Totals {
+    pub(crate) samples: u64,
+    pub(crate) lost: u64,
+    pub(crate) truncated: u64,
+    pub(crate) threads: u64,
+    pub(crate) threads_unsampled: u64,
+}
+
+/// Starts sampling (the session's start, once its flusher runs). Not in
+/// flight-recorder mode (`overwrite`): samples are written as they come,
+/// and a recorder's file must hold only the recent past.
+pub(crate) fn start(opts: Options, overwrite: bool) {
+    if opts.hz == 0 {
+        return;
+    }
+    if overwrite {
+        eprintln!("ringtrace: CPU sampling off: not available in flight-recorder (overwrite) mode");
+        return;
+    }
+    #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+    engine::start(opts.hz, opts.stacks);
+    #[cfg(not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")))]
+    eprintln!(
+        "ringtrace: CPU sampling off: {}",
+        if cfg!(feature = "cpu-sampling") {
+            "only Linux on x86_64 is supported"
+        } else {
+            "ringtrace was built without its `cpu-sampling` feature"
+        }
+    );
+}
+
+/// Stops the sampler after its last read of the rings (the session's stop,
+/// before the flusher's last pass).
+pub(crate) fn stop() {
+    #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+    engine::stop();
+}
+
+/// Hands the samples waiting, with the tables they refer to, to `f` (the
+/// flusher, each pass). Nothing when sampling is off.
+#[allow(unused_variables, unused_mut)]
+pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
+    #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+    engine::take_pending(f);
+}
+
+/// The session's totals; forgets the samples' state (after the flusher's
+/// last pass).
+pub(crate) fn end() -> Totals {
+    #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+    return engine::end();
+    #[cfg(not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")))]
+    Totals::default()
+}
+
+impl crate::Builder {
+    /// Samples the call stack of every thread of the process `hz` times per
+    /// second of CPU time it uses (0: off, the default), into the same
+    /// trace as the slices: same pid, tid and clock. Threads started before
+    /// the session and threads of other libraries are sampled too (found
+    /// every 100 ms); a thread that exits keeps its samples.
+    ///
+    /// Needs the `cpu-sampling` feature and Linux on x86_64, and
+    /// `perf_event_open` (allowed to a process sampling itself at the
+    /// default `kernel.perf_event_paranoid` of 2; refused by Docker's
+    /// default seccomp profile). Where it is not possible: one message on
+    /// stderr, a trace without samples. Perfetto output: `PerfSample`
+    /// packets, a "callstacks" track per thread and flame graphs in the UI.
+    /// JSON output: the object form's `stackFrames` and `samples` (a JSON
+    /// trace with sampling on is written in the object form). The kernel's
+    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. Not in
+    /// flight-recorder mode ([`overwrite`](crate::Builder::overwrite)), nor
+    /// to Perfetto's `traced`
+    /// ([`system_tracing`](crate::Builder::system_tracing)): samples go to
+    /// the file as they come.
+    ///
+    /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
+    /// [`init_from_env`](crate::init_from_env).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let _trace = ringtrace::builder()
+    ///     .output("profile.pftrace")
+    ///     .cpu_sampling(1000)
+    ///     .start()?;
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn cpu_sampling(mut self, hz: u32) -> Self {
+        self.cpu_sampling.hz = hz;
+        self
+    }
+
+    /// How sampled stacks are taken ([`CpuStacks::Auto`] by default).
+    pub fn cpu_sampling_stacks(mut self, stacks: CpuStacks) -> Self {
+        self.cpu_sampling.stacks = stacks;
+        self
+    }
+}
+
+#[cfg(feature = "tracing")]
+impl<T: crate::TracingRecorder> crate::TracingBuilder<T> {
+    /// As [`Builder::cpu_sampling`](crate::Builder::cpu_sampling): CPU
+    /// stack samples of every thread beside the spans.
+    pub fn cpu_sampling(self, hz: u32) -> Self {
+        self.configure(|b| b.cpu_sampling(hz))
+    }
+
+    /// As [`Builder::cpu_sampling_stacks`](crate::Builder::cpu_sampling_stacks).
+    pub fn cpu_sampling_stacks(self, stacks: CpuStacks) -> Self {
+        self.configure(|b| b.cpu_sampling_stacks(stacks))
+    }
+}

@@ -1,0 +1,272 @@
+//! CPU sampling scenarios: a traced scope over an uninstrumented hot path,
+//! the same with `perf_event_open` refused by a seccomp filter, and threads
+//! coming and going.
+
+use serde_json::{json, Value};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// Not instrumented: where the time goes.
+#[inline(never)]
+fn hot_mix(block: &[u64], state: u64) -> u64 {
+    block.iter().fold(state, |h, &w| {
+        (h ^ w).wrapping_mul(0x100_0000_01b3).rotate_left(13)
+    })
+}
+
+/// Not instrumented: calls `hot_mix` for every block.
+#[inline(never)]
+fn hot_checksum(data: &[u64]) -> u64 {
+    data.chunks(64)
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| hot_mix(black_box(b), h))
+}
+
+/// The thread's body: scopes `checksum` around the hot path, until `cpu`
+/// of its CPU time is used.
+#[inline(never)]
+fn hot_thread_body(cpu: Duration) -> u64 {
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let start = thread_cpu();
+    let mut sum = 0u64;
+    while thread_cpu() - start < cpu {
+        ringtrace::trace_scope!("checksum");
+        for _ in 0..8 {
+            sum = sum.wrapping_add(hot_checksum(black_box(&data)));
+        }
+    }
+    sum
+}
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `stacks`: "fp", "copied" or "auto". The hot thread runs for 400 ms of
+/// CPU time; its tid and the stats are the expectation.
+pub fn hot(trace: &str, stacks: &str) -> Value {
+    let stacks = match stacks {
+        "fp" => ringtrace::CpuStacks::FramePointers,
+        "copied" => ringtrace::CpuStacks::CopiedStacks,
+        _ => ringtrace::CpuStacks::Auto,
+    };
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(stacks)
+        .start()
+        .unwrap();
+    let (tid, sum) = std::thread::Builder::new()
+        .name("hot".into())
+        .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(400))))
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "sum": sum, "stats": stats_json(&stats)})
+}
+
+fn stats_json(s: &ringtrace::Stats) -> Value {
+    json!({
+        "cpu_samples": s.cpu_samples,
+        "cpu_samples_lost": s.cpu_samples_lost,
+        "cpu_stacks_truncated": s.cpu_stacks_truncated,
+        "cpu_threads_sampled": s.cpu_threads_sampled,
+        "cpu_threads_unsampled": s.cpu_threads_unsampled,
+    })
+}
+
+/// Refuses `perf_event_open` to this process (and its future threads) with
+/// `EACCES`, as a container's seccomp profile does.
+fn refuse_perf() {
+    // BPF_LD | BPF_W | BPF_ABS, BPF_JMP | BPF_JEQ | BPF_K, BPF_RET | BPF_K.
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x15;
+    const BPF_RET_K: u16 = 0x06;
+    let nr = libc::SYS_perf_event_open as u32;
+    let mut filter = [
+        // seccomp_data.nr
+        libc::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: BPF_JMP_JEQ_K,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
+        libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EACCES as u32,
+        },
+        libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: prctl with valid arguments; `prog` outlives the call (the
+    // kernel copies the filter).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog
+            ),
+            0,
+            "seccomp: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// `hot` with `perf_event_open` refused: the timer fallback samples.
+pub fn refused(trace: &str) -> Value {
+    refuse_perf();
+    hot(trace, "auto")
+}
+
+/// 200 threads in waves of 20, each busy for 30 ms of CPU time, sampled
+/// while they come and go; open fds counted before the session and after.
+pub fn threads(trace: &str) -> Value {
+    let fds_before = open_fds();
+    let heap_before = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+    let rss_before = rss_kib();
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .start()
+        .unwrap();
+    let mut tids = Vec::new();
+    for _wave in 0..10 {
+        let handles: Vec<_> = (0..20)
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let t = super::tid();
+                    hot_thread_body(Duration::from_millis(30));
+                    t
+                })
+            })
+            .collect();
+        tids.extend(handles.into_iter().map(|h| h.join().unwrap()));
+        // Longer than a look at the thread list: some threads are found
+        // while alive, the next wave's are new.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = guard.stop().unwrap();
+    let fds_after = open_fds();
+    let heap_after = crate::LIVE_BYTES.load(std::sync::atomic::Ordering::Relaxed);
+    json!({"tids": tids, "fds_before": fds_before, "fds_after": fds_after,
+           "heap_before": heap_before, "heap_after": heap_after,
+           "rss_before_kib": rss_before, "rss_after_kib": rss_kib(),
+           "stats": stats_json(&stats)})
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// `hot` started by `init_from_env` (`RINGTRACE_OUTPUT`,
+/// `RINGTRACE_CPU_SAMPLING` set by the test).
+pub fn from_env() -> Value {
+    let guard = ringtrace::init_from_env()
+        .unwrap()
+        .expect("RINGTRACE_OUTPUT set");
+    let tid = hot_thread();
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "stats": stats_json(&stats)})
+}
+
+/// `hot` recorded through the `tracing` layer.
+pub fn layer(trace: &str) -> Value {
+    use tracing_subscriber::layer::SubscriberExt;
+    let (layer, guard) = ringtrace::layer()
+        .output(trace)
+        .cpu_sampling(1000)
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let tid = tracing::subscriber::with_default(subscriber, hot_thread);
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "stats": stats_json(&stats)})
+}
+
+fn hot_thread() -> i64 {
+    std::thread::Builder::new()
+        .name("hot".into())
+        .spawn(|| {
+            hot_thread_body(Duration::from_millis(300));
+            super::tid()
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+/// `threads` with a locked-memory limit the rings do not fit in: the
+/// capabilities that lift it are dropped (the tests may run as root) and
+/// `RLIMIT_MEMLOCK` set to 64 KiB.
+pub fn mlock(trace: &str) -> Value {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget/capset with a valid header and two data structs, as
+    // version 3 expects; setrlimit with a valid struct.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+        // CAP_IPC_LOCK (14), CAP_SYS_ADMIN (21); CAP_PERFMON (38).
+        let low = !((1u32 << 14) | (1 << 21));
+        let high = !(1u32 << (38 - 32));
+        d[0].effective &= low;
+        d[0].permitted &= low;
+        d[1].effective &= high;
+        d[1].permitted &= high;
+        assert_eq!(libc::syscall(libc::SYS_capset, &h, d.as_ptr()), 0);
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: 64 << 10,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
+    }
+    threads(trace)
+}

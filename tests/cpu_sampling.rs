@@ -1,0 +1,384 @@
+//! CPU stack samples (`Builder::cpu_sampling`), decoded with the official
+//! Perfetto schema (`tests/support/perfetto_samples.py` for the samples,
+//! `perfetto_model.py` for the slices) or a standard JSON parser. Each case
+//! runs a child program (`ringtrace-test-scenarios cpu_*`): sampling is
+//! process-wide.
+
+mod common;
+
+use common::{perfetto_model, python, scratch};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// The samples of a trace as the official schema resolves them; fails the
+/// test on any unresolved interned id.
+fn samples_model(trace: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/perfetto_samples.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .arg(trace)
+        .output()
+        .expect("run the samples decoder (set RINGTRACE_PYTHON)");
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "decoder output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success() && m["errors"].as_array().unwrap().is_empty(),
+        "samples do not resolve: {:#}",
+        m["errors"]
+    );
+    m
+}
+
+/// Runs `scenario` (with `extra` as its fourth argument), checks it
+/// succeeded, returns the trace's path, its expectation and stderr.
+fn run(dir: &str, file: &str, scenario: &str, extra: &str) -> (std::path::PathBuf, Value, String) {
+    run_env(dir, file, scenario, extra, &[])
+}
+
+fn run_env(
+    dir: &str,
+    file: &str,
+    scenario: &str,
+    extra: &str,
+    envs: &[(&str, &str)],
+) -> (std::path::PathBuf, Value, String) {
+    let trace = scratch(dir).join(file);
+    let expect = trace.with_extension("expect.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args([
+            scenario,
+            trace.to_str().unwrap(),
+            expect.to_str().unwrap(),
+            extra,
+        ])
+        .envs(envs.iter().map(|(k, v)| {
+            // `{trace}` stands for the trace's path.
+            (*k, v.replace("{trace}", trace.to_str().unwrap()))
+        }))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{scenario} failed: {stderr}");
+    let e = serde_json::from_slice(&std::fs::read(&expect).unwrap()).unwrap();
+    (trace, e, stderr)
+}
+
+fn names(sample: &Value) -> Vec<String> {
+    sample["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Whether `stack` (outermost first) goes from the thread's start through
+/// `hot_thread_body` (the scope's function) into `hot_checksum` (the
+/// uninstrumented hot path), in that order.
+fn names_the_hot_path(stack: &[String]) -> bool {
+    let at = |s: &str| stack.iter().position(|n| n.contains(s));
+    match (
+        at("thread_start"),
+        at("cpu::hot_thread_body"),
+        at("cpu::hot_checksum"),
+    ) {
+        (Some(a), Some(b), Some(c)) => a < b && b < c,
+        _ => false,
+    }
+}
+
+/// The `checksum` slices of thread `tid`: (start, end) in trace time.
+fn checksum_slices(model: &Value, tid: i64) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = common::thread_slices(model, tid)
+        .into_iter()
+        .filter(|s| s["name"] == "checksum")
+        .map(|s| {
+            let ts = s["ts"].as_u64().unwrap();
+            (ts, ts + s["dur"].as_u64().unwrap())
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn inside(slices: &[(u64, u64)], ts: u64) -> bool {
+    let i = slices.partition_point(|s| s.0 <= ts);
+    i > 0 && ts <= slices[i - 1].1
+}
+
+/// The hot thread's samples inside its scope name the hot path (≥ 95%),
+/// every sample whose stack holds the hot path falls inside a `checksum`
+/// slice of its own thread, and every sample is in the stats.
+fn check_hot_trace(trace: &Path, expect: &Value, min_samples: usize) {
+    let samples = samples_model(trace);
+    let model = perfetto_model(trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    let all = samples["samples"].as_array().unwrap();
+    assert_eq!(
+        all.len() as u64,
+        expect["stats"]["cpu_samples"].as_u64().unwrap(),
+        "every sample counted is in the file"
+    );
+    let pid = all[0]["pid"].as_i64().unwrap();
+    assert!(all.iter().all(|s| s["pid"].as_i64() == Some(pid)));
+    let slices = checksum_slices(&model, tid);
+    assert!(!slices.is_empty(), "the hot thread's slices");
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    assert!(
+        mine.len() >= min_samples,
+        "{} samples of the hot thread",
+        mine.len()
+    );
+    let in_scope: Vec<&&Value> = mine
+        .iter()
+        .filter(|s| inside(&slices, s["ts"].as_u64().unwrap()))
+        .collect();
+    let good = in_scope
+        .iter()
+        .filter(|s| names_the_hot_path(&names(s)))
+        .count();
+    assert!(
+        good * 100 >= in_scope.len() * 95,
+        "{good} of {} samples inside the scope name the hot path; first: {:?}",
+        in_scope.len(),
+        in_scope.first().map(|s| names(s))
+    );
+    // The hot path runs only inside the scope: a sample naming it lies
+    // inside one of the thread's `checksum` slices (same clock, same tid).
+    for s in &mine {
+        if names(s).iter().any(|n| n.contains("cpu::hot_checksum")) {
+            assert!(
+                inside(&slices, s["ts"].as_u64().unwrap()),
+                "a sample in the hot path at {} is outside every checksum slice",
+                s["ts"]
+            );
+        }
+    }
+    // Mappings carry build ids and paths.
+    let maps = samples["mappings"].as_object().unwrap();
+    assert!(maps
+        .values()
+        .flat_map(|m| m.as_object().unwrap().values())
+        .any(|m| {
+            m["path"]
+                .as_str()
+                .unwrap()
+                .contains("ringtrace-test-scenarios")
+                && m["build_id"].as_str().unwrap().len() >= 16
+        }));
+}
+
+#[test]
+fn copied_stacks_name_the_uninstrumented_hot_path_inside_its_slice() {
+    let (trace, expect, _) = run("cpu-copied", "t.pftrace", "cpu_hot", "copied");
+    check_hot_trace(&trace, &expect, 50);
+}
+
+#[test]
+fn auto_takes_copied_stacks_for_a_program_without_frame_pointers() {
+    // The test programs are built without frame pointers (Rust's default):
+    // `Auto` must still give whole stacks.
+    let (trace, expect, _) = run("cpu-auto", "t.pftrace", "cpu_hot", "auto");
+    check_hot_trace(&trace, &expect, 50);
+}
+
+#[test]
+fn frame_pointer_chains_resolve_and_their_leaf_is_the_hot_code() {
+    // Without frame pointers in the program, the kernel's chains hold the
+    // leaf (and what a stale frame pointer gives): every id still resolves,
+    // and the leaf is the program's hot code.
+    let (trace, expect, _) = run("cpu-fp", "t.pftrace", "cpu_hot", "fp");
+    let samples = samples_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    let mine: Vec<&Value> = samples["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    assert!(mine.len() >= 50, "{} samples", mine.len());
+    let leaf_in_program = mine
+        .iter()
+        .filter(|s| {
+            s["frames"].as_array().unwrap().last().is_some_and(|f| {
+                f["mapping"]
+                    .as_str()
+                    .unwrap()
+                    .contains("ringtrace-test-scenarios")
+            })
+        })
+        .count();
+    assert!(
+        leaf_in_program * 100 >= mine.len() * 95,
+        "{leaf_in_program} of {}",
+        mine.len()
+    );
+    assert_eq!(expect["stats"]["cpu_stacks_truncated"], 0);
+}
+
+#[test]
+fn refused_perf_event_open_falls_back_to_cpu_time_timers() {
+    // The child refuses itself perf_event_open with a seccomp filter.
+    let (trace, expect, stderr) = run("cpu-refused", "t.pftrace", "cpu_refused", "");
+    assert!(
+        stderr.contains("perf_event_open refused") && stderr.contains("timers"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("ringtrace:").count(),
+        1,
+        "one message: {stderr}"
+    );
+    // The tick bounds the rate (250 Hz here): 400 ms of CPU gives ~100.
+    check_hot_trace(&trace, &expect, 20);
+}
+
+#[test]
+fn threads_coming_and_going_are_sampled_and_leak_no_fd() {
+    let (trace, expect, _) = run("cpu-threads", "t.pftrace", "cpu_threads", "");
+    assert_eq!(
+        expect["fds_before"], expect["fds_after"],
+        "open fds before the session and after it"
+    );
+    // The sampler's tables, rings and buffers are all given back (measured
+    // here: 3.7 KB more live heap after the session than before).
+    let grown = expect["heap_after"].as_i64().unwrap() - expect["heap_before"].as_i64().unwrap();
+    assert!(
+        grown < 16 << 10,
+        "{grown} bytes of heap kept after the session"
+    );
+    let samples = samples_model(&trace);
+    let all = samples["samples"].as_array().unwrap();
+    let stats = &expect["stats"];
+    assert_eq!(all.len() as u64, stats["cpu_samples"].as_u64().unwrap());
+    assert_eq!(samples["lost"], stats["cpu_samples_lost"]);
+    let tids: std::collections::HashSet<i64> =
+        all.iter().map(|s| s["tid"].as_i64().unwrap()).collect();
+    let wanted = expect["tids"].as_array().unwrap();
+    let sampled = wanted
+        .iter()
+        .filter(|t| tids.contains(&t.as_i64().unwrap()))
+        .count();
+    // Each ran 30 ms of CPU; one that lived less than a look at the thread
+    // list (100 ms) may be missed.
+    assert!(
+        sampled * 10 >= wanted.len() * 9,
+        "{sampled} of {} threads",
+        wanted.len()
+    );
+}
+
+#[test]
+fn json_carries_the_samples_in_the_object_form() {
+    let (trace, expect, _) = run("cpu-json", "t.json", "cpu_hot", "copied");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let frames = doc["stackFrames"].as_object().unwrap();
+    let samples = doc["samples"].as_array().unwrap();
+    assert!(!samples.is_empty());
+    let tid = expect["tid"].as_i64().unwrap();
+    let mut good = 0;
+    let mut mine = 0;
+    for s in samples {
+        // Every sf and every parent resolves.
+        let mut chain = Vec::new();
+        let mut id = s["sf"].to_string();
+        loop {
+            let f = frames.get(&id).unwrap_or_else(|| panic!("frame {id}"));
+            chain.push(f["name"].as_str().unwrap().to_string());
+            match f.get("parent") {
+                Some(p) => id = p.as_str().unwrap().to_string(),
+                None => break,
+            }
+        }
+        chain.reverse();
+        if s["tid"].as_i64() == Some(tid) {
+            mine += 1;
+            good += names_the_hot_path(&chain) as usize;
+        }
+    }
+    assert!(mine >= 50 && good * 100 >= mine * 90, "{good} of {mine}");
+}
+
+/// The hot thread's samples name the hot path (a whole trace: the scope
+/// is not checked here, only that sampling was on and stacks resolve).
+fn hot_samples_named(trace: &Path, tid: i64) -> (usize, usize) {
+    let samples = samples_model(trace);
+    let mine: Vec<&Value> = samples["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    let good = mine
+        .iter()
+        .filter(|s| names_the_hot_path(&names(s)))
+        .count();
+    (good, mine.len())
+}
+
+#[test]
+fn init_from_env_reads_ringtrace_cpu_sampling() {
+    let (trace, expect, _) = run_env(
+        "cpu-env",
+        "t.pftrace",
+        "cpu_from_env",
+        "",
+        &[
+            ("RINGTRACE_OUTPUT", "{trace}"),
+            ("RINGTRACE_CPU_SAMPLING", "1000"),
+        ],
+    );
+    let (good, all) = hot_samples_named(&trace, expect["tid"].as_i64().unwrap());
+    assert!(all >= 30 && good * 100 >= all * 90, "{good} of {all}");
+}
+
+#[test]
+fn the_tracing_layer_builder_turns_sampling_on() {
+    let (trace, expect, _) = run("cpu-layer", "t.pftrace", "cpu_layer", "");
+    let (good, all) = hot_samples_named(&trace, expect["tid"].as_i64().unwrap());
+    assert!(all >= 30 && good * 100 >= all * 90, "{good} of {all}");
+}
+
+#[test]
+fn sampling_off_writes_no_sample() {
+    let trace = scratch("cpu-off").join("t.pftrace");
+    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args(["workload", trace.to_str().unwrap(), "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("CPU sampling"));
+    let samples = samples_model(&trace);
+    assert!(samples["samples"].as_array().unwrap().is_empty());
+    assert_eq!(samples["lost"], 0);
+}
+
+#[test]
+fn the_locked_memory_limit_makes_rings_smaller_said_once() {
+    // The child drops the capabilities that lift the limit and sets
+    // RLIMIT_MEMLOCK to 64 KiB: the rings do not all fit.
+    let (trace, expect, stderr) = run("cpu-mlock", "t.pftrace", "cpu_mlock", "");
+    assert_eq!(
+        stderr.matches("locked-memory limit").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert_eq!(expect["fds_before"], expect["fds_after"]);
+    let stats = &expect["stats"];
+    let threads = stats["cpu_threads_sampled"].as_u64().unwrap()
+        + stats["cpu_threads_unsampled"].as_u64().unwrap();
+    assert!(threads >= 200, "{stats}");
+    let samples = samples_model(&trace);
+    let n = samples["samples"].as_array().unwrap().len() as u64;
+    assert!(n > 0);
+    assert_eq!(n, stats["cpu_samples"].as_u64().unwrap());
+    assert_eq!(samples["lost"], stats["cpu_samples_lost"]);
+}
