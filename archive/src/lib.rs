@@ -127,8 +127,9 @@
 //!
 //! The crate root holds [`Archive`] and its settings; `write` checks and
 //! writes it, `plan` builds its final manifest (automatic pins, computed
-//! offsets); `member` is one file of it, `read` reads archives back and checks them; `manifest` parses, builds and
-//! validates the manifest; `clock` reads our own files' clock snapshots;
+//! offsets); `member` is one file of it, `read` reads archives back and
+//! checks them; `manifest` parses, builds and validates the manifest;
+//! `clock` reads our own files' clock snapshots;
 //! `sniff` tells what a member is; `tar` and `zip` are the containers; `dir`
 //! the per-process member files ([`MemberFile`]); `sys` reads the machine's
 //! clocks.
