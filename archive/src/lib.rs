@@ -125,9 +125,11 @@
 //!
 //! # The modules
 //!
-//! The crate root writes archives ([`Archive`]); `member` is one file of it,
-//! `read` reads archives back and checks them; `manifest` parses, builds and
-//! validates the manifest; `clock` reads our own files' clock snapshots;
+//! The crate root holds [`Archive`] and its settings; `write` checks and
+//! writes it, `plan` builds its final manifest (automatic pins, computed
+//! offsets); `member` is one file of it, `read` reads archives back and
+//! checks them; `manifest` parses, builds and validates the manifest;
+//! `clock` reads our own files' clock snapshots;
 //! `sniff` tells what a member is; `tar` and `zip` are the containers; `dir`
 //! the per-process member files ([`MemberFile`]); `sys` reads the machine's
 //! clocks.
@@ -148,10 +150,12 @@ mod dir;
 mod error;
 mod manifest;
 mod member;
+mod plan;
 mod read;
 mod sniff;
 mod sys;
 mod tar;
+mod write;
 mod zip;
 
 pub use clock::{Clock, ClockSample};
@@ -159,7 +163,7 @@ pub use dir::MemberFile;
 pub use error::ArchiveError;
 pub use manifest::{AttrValue, Clocks, FileEntry, Manifest, MemberInfo, SyncTo, TraceTime};
 pub use member::Member;
-use member::{ClockSpec, RefClock, Source, SyncSpec};
+use member::Source;
 pub use read::{
     check_archive, check_archive_limited, read_members, read_members_limited, ArchiveReport,
     DEFAULT_UNPACK_LIMIT,
@@ -167,9 +171,9 @@ pub use read::{
 pub use sniff::{sniff, MemberKind, ProtoInfo};
 pub use zip::ZipMethod;
 
-use std::borrow::Cow;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use write::{write_atomically, Container};
 
 /// The manifest's member name.
 pub const MANIFEST_NAME: &str = "perfetto_manifest.json";
@@ -191,19 +195,6 @@ impl Default for Archive {
     fn default() -> Self {
         Archive::new()
     }
-}
-
-/// An archive ready to write: the final manifest and every member's bytes.
-struct Prepared<'a> {
-    manifest: Manifest,
-    data: Vec<Cow<'a, [u8]>>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Container {
-    Tar,
-    Zip,
-    Any,
 }
 
 impl Archive {
@@ -430,412 +421,6 @@ impl Archive {
     pub fn write_zip_to(&self, out: impl Write) -> Result<(), ArchiveError> {
         let prepared = self.prepare(Container::Zip)?;
         self.emit_zip(&prepared, out)
-    }
-
-    fn mtime_secs(&self) -> u64 {
-        self.mtime.unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs())
-        })
-    }
-
-    fn emit_tar(&self, p: &Prepared<'_>, out: impl Write) -> Result<(), ArchiveError> {
-        let io = |e| ArchiveError::io(None, e);
-        let mut w = tar::TarWriter::new(out, self.mtime_secs());
-        w.append(MANIFEST_NAME, p.manifest.to_json().as_bytes())
-            .map_err(io)?;
-        for (m, data) in self.members.iter().zip(&p.data) {
-            w.append(&m.name, data).map_err(io)?;
-        }
-        w.finish().map_err(io)?;
-        Ok(())
-    }
-
-    fn emit_zip(&self, p: &Prepared<'_>, out: impl Write) -> Result<(), ArchiveError> {
-        let mut w = zip::ZipWriter::new(out, self.mtime_secs());
-        w.append(
-            MANIFEST_NAME,
-            p.manifest.to_json().as_bytes(),
-            ZipMethod::Stored,
-        )?;
-        for (m, data) in self.members.iter().zip(&p.data) {
-            w.append(&m.name, data, self.zip_method)?;
-        }
-        w.finish()?;
-        Ok(())
-    }
-
-    /// Loads and checks every member, builds the final manifest, validates it.
-    fn prepare(&self, container: Container) -> Result<Prepared<'_>, ArchiveError> {
-        // Names.
-        let mut names = std::collections::HashSet::from([MANIFEST_NAME]);
-        for m in &self.members {
-            check_member_name(&m.name, container)?;
-            if !names.insert(m.name.as_str()) {
-                return Err(ArchiveError::DuplicateMember(m.name.clone()));
-            }
-        }
-        // Contents.
-        let mut data = Vec::with_capacity(self.members.len());
-        let mut infos = Vec::with_capacity(self.members.len());
-        for m in &self.members {
-            let bytes = m.load()?;
-            let kind = sniff(&bytes);
-            if !(self.allow_unrecognized && kind == MemberKind::Unrecognized) {
-                check_member_kind(m, &kind)?;
-            }
-            if container == Container::Tar && bytes.len() as u64 > tar::MAX_SIZE {
-                return Err(ArchiveError::TooLarge {
-                    member: m.name.clone(),
-                    limit: "a ustar member holds less than 8 GiB",
-                });
-            }
-            infos.push(MemberInfo {
-                name: m.name.clone(),
-                kind,
-                len: bytes.len() as u64,
-            });
-            data.push(bytes);
-        }
-        let manifest = self.plan(&infos)?;
-        Ok(Prepared { manifest, data })
-    }
-
-    /// The final manifest: the members' settings, automatic pins and
-    /// computed offsets; validated.
-    fn plan(&self, infos: &[MemberInfo]) -> Result<Manifest, ArchiveError> {
-        let specs = self.effective_clock_specs(infos);
-        let files = self
-            .members
-            .iter()
-            .map(|m| FileEntry {
-                path: m.name.clone(),
-                machine: m.machine.clone(),
-                machines: m.machines.clone(),
-                clocks: None,
-            })
-            .collect();
-        let mut manifest = Manifest {
-            version: Some(1),
-            trace_time: self.trace_time.clone(),
-            files,
-            attributes: self.attributes.clone(),
-        };
-        let mut offset_failure = None;
-        for (i, spec) in specs.iter().enumerate() {
-            let Some(spec) = spec else { continue };
-            let sync_to = spec.sync_to.as_ref().map(|s| SyncTo {
-                file: s.file.clone(),
-                machine: s.machine.clone(),
-                clock: match s.clock {
-                    RefClock::Named(c) => Some(c),
-                    RefClock::Private => None,
-                    RefClock::Auto => {
-                        s.file
-                            .as_deref()
-                            .and_then(|f| self.index_of(f))
-                            .and_then(|r| match &infos[r].kind {
-                                MemberKind::Perfetto(p) if p.clock_snapshots > 0 => {
-                                    Some(Clock::Boottime)
-                                }
-                                _ => None,
-                            })
-                    }
-                },
-            });
-            let mut clocks = Clocks {
-                clock: spec.clock,
-                machine: spec.machine.clone(),
-                sync_to,
-                offset_ns: spec.offset_ns,
-            };
-            if clocks.offset_ns.is_none() {
-                match self.compute_offset(i, &clocks, infos) {
-                    Ok(off) => clocks.offset_ns = off,
-                    Err(e) => {
-                        offset_failure.get_or_insert(e);
-                    }
-                }
-            }
-            manifest.files[i].clocks = Some(clocks);
-        }
-        manifest.validate(infos)?;
-        match offset_failure {
-            Some(e) => Err(e),
-            None => Ok(manifest),
-        }
-    }
-
-    fn index_of(&self, name: &str) -> Option<usize> {
-        self.members.iter().position(|m| m.name == name)
-    }
-
-    fn is_ringtrace_json(&self, i: usize, infos: &[MemberInfo]) -> bool {
-        infos[i].kind == MemberKind::Json && !self.members[i].foreign
-    }
-
-    /// Each member's clock settings, with the automatic pins added.
-    fn effective_clock_specs(&self, infos: &[MemberInfo]) -> Vec<Option<ClockSpec>> {
-        let mut specs: Vec<Option<ClockSpec>> =
-            self.members.iter().map(|m| m.clocks.clone()).collect();
-        if !self.auto_clocks {
-            return specs;
-        }
-        let protos: Vec<usize> = (0..self.members.len())
-            .filter(|&i| {
-                self.members[i].machines.is_none()
-                    && matches!(&infos[i].kind, MemberKind::Perfetto(p) if p.clock_snapshots > 0 && !p.is_multi_machine())
-            })
-            .collect();
-        let jsons: Vec<usize> = (0..self.members.len())
-            .filter(|&i| self.is_ringtrace_json(i, infos) && specs[i].is_none())
-            .collect();
-        for &j in &jsons {
-            let key = self.machine_key(j);
-            let reference = if protos.is_empty() {
-                // No Perfetto file: pin every JSON file to the first one.
-                match jsons.first() {
-                    Some(&anchor) if anchor != j => anchor,
-                    _ => continue,
-                }
-            } else {
-                protos
-                    .iter()
-                    .copied()
-                    .find(|&p| self.machine_key(p) == key)
-                    .or_else(|| {
-                        self.sample_for(&key, j, infos)?;
-                        protos
-                            .iter()
-                            .copied()
-                            .find(|&p| self.sample_for(&self.machine_key(p), p, infos).is_some())
-                    })
-                    .unwrap_or(protos[0])
-            };
-            specs[j] = Some(ClockSpec {
-                sync_to: Some(SyncSpec {
-                    file: Some(self.members[reference].name.clone()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            });
-        }
-        specs
-    }
-
-    /// The machine a member's events are on, for clock purposes: its
-    /// `machine`, or the name of its embedded id 0; `None` = the host.
-    fn machine_key(&self, i: usize) -> Option<String> {
-        let m = &self.members[i];
-        m.machine.clone().or_else(|| {
-            m.machines
-                .iter()
-                .flatten()
-                .find(|(id, _)| *id == 0)
-                .map(|(_, n)| n.clone())
-        })
-    }
-
-    /// A clock sample of machine `key`: from member `prefer` first, then from
-    /// any member on that machine.
-    fn sample_for(
-        &self,
-        key: &Option<String>,
-        prefer: usize,
-        infos: &[MemberInfo],
-    ) -> Option<ClockSample> {
-        let order =
-            std::iter::once(prefer).chain((0..self.members.len()).filter(move |&i| i != prefer));
-        for i in order {
-            let m = &self.members[i];
-            let own = self.machine_key(i);
-            if let Some(s) = m.sample {
-                if own == *key {
-                    return Some(s);
-                }
-            }
-            if let MemberKind::Perfetto(p) = &infos[i].kind {
-                for (&id, s) in &p.samples {
-                    let name = match &m.machines {
-                        Some(ms) => ms
-                            .iter()
-                            .find(|(d, _)| *d == id as i64)
-                            .map(|(_, n)| Some(n.clone())),
-                        None if id == 0 => Some(own.clone()),
-                        None => None,
-                    };
-                    if name.as_ref() == Some(key) {
-                        return Some(*s);
-                    }
-                }
-            }
-        }
-        None
-    }
-
-    /// `offset_ns` for member `i`'s `clocks`, when ringtrace knows both time
-    /// bases; `Ok(None)` when it does not (the manifest's default, 0).
-    fn compute_offset(
-        &self,
-        i: usize,
-        c: &Clocks,
-        infos: &[MemberInfo],
-    ) -> Result<Option<i64>, ArchiveError> {
-        let Some(sync) = &c.sync_to else {
-            return Ok(None);
-        };
-        let Some(r) = sync.file.as_deref().and_then(|f| self.index_of(f)) else {
-            return Ok(None);
-        };
-        if r == i {
-            return Ok(None);
-        }
-        let src_clock = match c.clock {
-            Some(k) => k,
-            None if self.is_ringtrace_json(i, infos) => Clock::Boottime,
-            None => return Ok(None),
-        };
-        let ref_clock = match sync.clock {
-            Some(k) => k,
-            None if self.is_ringtrace_json(r, infos) => Clock::Boottime,
-            None => return Ok(None),
-        };
-        let src_key = c.machine.clone().or_else(|| self.machine_key(i));
-        let ref_key = sync.machine.clone().or_else(|| self.machine_key(r));
-        if src_key == ref_key && src_clock == ref_clock {
-            return Ok(Some(0));
-        }
-        let fail = |reason: String| ArchiveError::CannotComputeOffset {
-            path: self.members[i].name.clone(),
-            reference: self.members[r].name.clone(),
-            reason,
-        };
-        let describe = |k: &Option<String>| {
-            k.as_ref()
-                .map_or("the host machine (no machine name)".to_owned(), |n| {
-                    format!("machine '{n}'")
-                })
-        };
-        let s_src = self.sample_for(&src_key, i, infos).ok_or_else(|| {
-            fail(format!(
-                "no clock reading of {} is known (no Perfetto file or clock sample of it)",
-                describe(&src_key)
-            ))
-        })?;
-        let s_ref = if src_key == ref_key {
-            s_src
-        } else {
-            self.sample_for(&ref_key, r, infos).ok_or_else(|| {
-                fail(format!(
-                    "no clock reading of {} is known (no Perfetto file or clock sample of it)",
-                    describe(&ref_key)
-                ))
-            })?
-        };
-        clock::offset_between(&s_src, src_clock, &s_ref, ref_clock)
-            .map(Some)
-            .map_err(fail)
-    }
-}
-
-/// Creates `path` through a temporary sibling renamed into place.
-fn write_atomically(
-    path: &Path,
-    write: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> Result<(), ArchiveError>,
-) -> Result<(), ArchiveError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".partial-{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(|e| ArchiveError::io(Some(&tmp), e))?;
-        let mut w = std::io::BufWriter::new(file);
-        write(&mut w)?;
-        let file = w
-            .into_inner()
-            .map_err(|e| ArchiveError::io(Some(&tmp), e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| ArchiveError::io(Some(&tmp), e))?;
-        std::fs::rename(&tmp, path).map_err(|e| ArchiveError::io(Some(path), e))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-/// Member names the readers take as given: relative, `/`-separated, no
-/// empty, `.` or `..` component, no component starting with `.` (ignored by
-/// trace_processor), no control characters; at most 99 bytes in a TAR.
-fn check_member_name(name: &str, container: Container) -> Result<(), ArchiveError> {
-    let bad = |reason: &str| {
-        Err(ArchiveError::InvalidMemberName {
-            name: name.to_owned(),
-            reason: reason.to_owned(),
-        })
-    };
-    if name.is_empty() {
-        return bad("it is empty");
-    }
-    if name.chars().any(|c| c.is_control()) {
-        return bad("it contains control characters");
-    }
-    if name.contains('\\') {
-        return bad("use '/' to separate directories");
-    }
-    if name.starts_with('/') {
-        return bad("it must be relative");
-    }
-    for part in name.split('/') {
-        if part.is_empty() {
-            return bad("it has an empty path component");
-        }
-        if part.starts_with('.') {
-            return bad("a path component starts with '.': trace_processor ignores such members");
-        }
-    }
-    if container == Container::Tar && name.len() > tar::MAX_NAME {
-        return bad("it is longer than 99 bytes, the longest TAR name trace_processor reads reliably; shorten it or write a ZIP");
-    }
-    if container == Container::Zip && name.len() > u16::MAX as usize {
-        return bad("it is longer than a ZIP name can be");
-    }
-    Ok(())
-}
-
-/// What a member may be.
-fn check_member_kind(m: &Member, kind: &MemberKind) -> Result<(), ArchiveError> {
-    if m.has_overrides() && kind.is_container() {
-        return Err(ArchiveError::OverrideOnContainer {
-            path: m.name.clone(),
-            kind: kind.describe(),
-        });
-    }
-    check_kind(&m.name, kind)
-}
-
-fn check_kind(name: &str, kind: &MemberKind) -> Result<(), ArchiveError> {
-    match kind {
-        MemberKind::Empty => Err(ArchiveError::EmptyMember(name.to_owned())),
-        MemberKind::UndetectableJson => Err(ArchiveError::UndetectableMember(name.to_owned())),
-        MemberKind::Unrecognized => Err(ArchiveError::UnrecognizedMember(name.to_owned())),
-        MemberKind::Manifest => Err(ArchiveError::MultipleManifests {
-            member: name.to_owned(),
-        }),
-        MemberKind::Gzip {
-            holds_manifest: true,
-        } => Err(ArchiveError::ManifestNotFirst {
-            member: name.to_owned(),
-        }),
-        MemberKind::Zip => Err(ArchiveError::NestedArchive {
-            member: name.to_owned(),
-            kind: "ZIP",
-        }),
-        MemberKind::Tar => Err(ArchiveError::NestedArchive {
-            member: name.to_owned(),
-            kind: "TAR",
-        }),
-        _ => Ok(()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Reading archives back: their members, and the rules checked on them.
 
-use super::{check_kind, sniff, tar, zip, ArchiveError, Manifest, MemberInfo, MemberKind};
+use super::write::check_kind;
+use super::{sniff, tar, zip, ArchiveError, Manifest, MemberInfo, MemberKind};
 
 /// How many bytes [`read_members`] and [`check_archive`] decompress at most
 /// (deflated ZIP members, gzip streams, all together; 1 GiB), so that a small

@@ -6,6 +6,9 @@
 //! and a thread flooding a small ring so events are lost. The command's
 //! output is checked against what the children report and against the
 //! official Perfetto schema (`tests/support/perfetto_model.py`).
+//!
+//! One file: the tests share the child entry point (`child_process`) that
+//! this binary re-executes to record, and the helpers that decode its traces.
 
 use serde_json::Value;
 use std::collections::BTreeMap;

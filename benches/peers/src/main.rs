@@ -21,6 +21,10 @@
 //! for a subset (ringtrace always runs: it is the base of the ratios; the
 //! keys: puffin, fastrace, perfetto-recorder, tracy, perfetto-sdk, registry,
 //! registry-layer, tracing-chrome, tracing-perfetto, tracing-perfetto-sdk).
+//!
+//! One file (Google's SDK aside, in `gsdk.rs`): the harness, each peer's
+//! module and the report side by side, so one read shows every peer runs
+//! the same loop.
 
 use std::hint::black_box;
 use std::io::Write;

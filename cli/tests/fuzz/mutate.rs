@@ -7,6 +7,10 @@
 //! numbers out of every range, TAR and ZIP archives rebuilt with duplicated,
 //! missing or renamed members and lying headers, zip and gzip bombs, and
 //! manifests with values out of range.
+//!
+//! One file: every mutation draws from the one seeded `Rng`, the formats'
+//! mutations reuse the generic ones and each other's framing (a TAR or ZIP
+//! member is mutated as what it holds), and `mutate` picks among them.
 
 use std::io::Write;
 

@@ -1,6 +1,9 @@
 //! The ring's unit tests: both modes, growth (into its own segments, the
 //! consumer's spares and pooled ones), mapping in ahead of the producer,
 //! and the budget getting every byte back.
+//!
+//! One file: every test drives the one type, `Ring`, through the shared
+//! helpers (`write`, `take_ids`, `records`, `grow_to`).
 
 use super::*;
 use crate::record::budget::ms_at;
