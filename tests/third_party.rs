@@ -268,6 +268,7 @@ fn mini_redis_is_recorded_whole_through_the_layer_and_the_subscriber() {
         ("layer", "pftrace", 4096),
         ("subscriber", "json", 4096),
     ];
+    let mut moved_in_all_runs = 0;
     for (api, ext, ring) in runs {
         {
             let dir = scratch(&format!("mini-redis-{api}-{ext}-{ring}"));
@@ -300,9 +301,12 @@ fn mini_redis_is_recorded_whole_through_the_layer_and_the_subscriber() {
             assert_eq!(marked, lost, "{api} {ext}: {tally}");
             assert_eq!(tally["unmatched_ends"], 0, "{api} {ext}: {tally}");
             assert_eq!(tally["spans_still_open"], 0, "{api} {ext}: {tally}");
-            // The workload touched what matters: the handler's span moved
-            // between the runtime's workers, frames were logged.
-            assert!(tally["moved"].as_u64().unwrap() > 0, "{api} {ext}: {tally}");
+            // The workload touched what matters: commands were handled and
+            // frames logged. Whether tokio moves a span between its workers in
+            // one run is the scheduler's choice (on a loaded machine, some runs
+            // keep every task on one worker), so moves are asked of the runs
+            // together, below.
+            moved_in_all_runs += tally["moved"].as_u64().unwrap();
             for name in ["run", "get", "set", "publish", "subscribe", "apply"] {
                 assert!(
                     tally["enters"][name].as_u64().unwrap_or(0) > 0,
@@ -327,6 +331,12 @@ fn mini_redis_is_recorded_whole_through_the_layer_and_the_subscriber() {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+    // Spans that live across `.await`s and move between the workers were
+    // recorded (as async ranges, counted above run by run).
+    assert!(
+        moved_in_all_runs > 0,
+        "no span moved between threads in any run"
+    );
 }
 
 /// Runs in the child processes of the test above.

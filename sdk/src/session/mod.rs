@@ -44,7 +44,7 @@ mod output;
 mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
-mod stats;
+pub(crate) mod stats;
 mod trigger;
 mod waker;
 
@@ -335,7 +335,7 @@ impl Builder {
         } else {
             CategoryFilter::none()
         });
-        let spans_not_stored_at_start = spans_not_stored();
+        let spans_not_stored_at_start = stats::spans_not_stored();
         callsite::set_active(true);
         // CPU sampling (`sampling`), off unless asked for.
         crate::sampling::start(self.cpu_sampling, self.overwrite);
@@ -391,14 +391,6 @@ struct Session {
     spans_not_stored_at_start: u64,
 }
 
-/// `tracing` spans not stored so far, process-wide (0 without the feature).
-fn spans_not_stored() -> u64 {
-    #[cfg(feature = "tracing")]
-    return crate::tracing::spans_not_stored();
-    #[cfg(not(feature = "tracing"))]
-    0
-}
-
 static SESSION: Lazy<Mutex<Option<Session>>> = Lazy::new(|| Mutex::new(None));
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 /// Smallest process-wide budget [`Builder::buffer_bytes`] accepts.
@@ -447,11 +439,8 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     match joined {
         Ok((mut stats, None)) => {
             stats.spans_not_stored =
-                spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
-            #[cfg(feature = "tracing")]
-            {
-                (stats.roots_kept, stats.roots_skipped) = crate::tracing::sampled_roots();
-            }
+                stats::spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
+            (stats.roots_kept, stats.roots_skipped) = stats::take_sampled_roots();
             Ok(stats)
         }
         Ok((_, Some(e))) => Err(Error::Io {

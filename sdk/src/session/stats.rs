@@ -77,3 +77,35 @@ pub struct Stats {
     /// one, or too many queued at once.
     pub captures_suppressed: u64,
 }
+
+/// Readers of what the `tracing` bridge counts process-wide, which a session
+/// reads at its start and stop. `tracing` builds on `session`, so it hands
+/// these over (before it starts its first session) and `session` needs
+/// nothing of `tracing`: no import runs back up.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // made by `tracing` only
+pub(crate) struct BridgeCounters {
+    /// Spans the span table had no room for, so far.
+    pub(crate) spans_not_stored: fn() -> u64,
+    /// Roots kept and skipped by sampling since the last call.
+    pub(crate) take_sampled_roots: fn() -> (u64, u64),
+}
+
+static BRIDGE: std::sync::OnceLock<BridgeCounters> = std::sync::OnceLock::new();
+
+/// Hands the bridge's readers over; the first call wins (they never change).
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) fn set_bridge_counters(counters: BridgeCounters) {
+    let _ = BRIDGE.set(counters);
+}
+
+/// `tracing` spans not stored so far, process-wide (0 before a layer or
+/// subscriber was built: nothing could have been lost through one).
+pub(crate) fn spans_not_stored() -> u64 {
+    BRIDGE.get().map_or(0, |b| (b.spans_not_stored)())
+}
+
+/// Roots kept and skipped since the last call (0 and 0 without a layer or
+/// subscriber).
+pub(crate) fn take_sampled_roots() -> (u64, u64) {
+    BRIDGE.get().map_or((0, 0), |b| (b.take_sampled_roots)())
+}

@@ -426,6 +426,7 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         let s = self.sampling;
         let sampler = (s.ratio.is_some() || !s.roots.is_empty() || s.decide.is_some())
             .then(|| Arc::new(Sampler::new(s.ratio.unwrap_or(1.0), s.roots, s.decide)));
+        super::register_counters();
         let guard = self.inner.start()?;
         if let Some(sampler) = &sampler {
             super::sample::announce(sampler);
