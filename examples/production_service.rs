@@ -84,13 +84,16 @@ fn main() -> Result<(), ringtrace::Error> {
     });
     drop(rt);
     let stats = trace.stop()?;
-    println!(
-        "requests kept {} of {}; slow requests captured {} (suppressed {})",
-        stats.roots_kept,
-        stats.roots_kept + stats.roots_skipped,
-        stats.captures_fired,
-        stats.captures_suppressed
-    );
+    let decided = stats.roots_kept + stats.roots_skipped;
+    if decided > 0 {
+        println!("requests kept {} of {decided}", stats.roots_kept);
+    }
+    if stats.captures_fired + stats.captures_suppressed > 0 {
+        println!(
+            "slow requests captured {} (suppressed {})",
+            stats.captures_fired, stats.captures_suppressed
+        );
+    }
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .map_err(|e| ringtrace::Error::Io {
             path: Some(dir.clone()),
