@@ -162,10 +162,19 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn enter(&self, span: &Id) {
+        if span.into_u64() & UNSAMPLED != 0 {
+            // Not kept: only remembered, for `current_span` and children.
+            bridge::enter_unrecorded(span);
+            return;
+        }
         bridge::enter(self, span, true);
     }
 
     fn exit(&self, span: &Id) {
+        if span.into_u64() & UNSAMPLED != 0 {
+            bridge::exit_unrecorded(self, span);
+            return;
+        }
         bridge::exit(self, span);
     }
 

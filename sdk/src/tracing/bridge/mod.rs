@@ -43,7 +43,7 @@ pub(crate) fn new_span_into(attrs: &Attributes<'_>, state: &mut Option<SpanData>
 }
 
 /// As [`new_span_into`], with the call site already looked up.
-#[inline]
+#[inline(always)]
 pub(crate) fn new_span_with(
     attrs: &Attributes<'_>,
     info: &'static SiteInfo,
@@ -147,12 +147,12 @@ pub(crate) fn event(event: &Event<'_>) {
 /// Every begin that is not written has its end counted as lost here (the
 /// end will not be written either: the exit finds the entry not recorded),
 /// so that written + lost adds up to what the program recorded.
+#[inline(always)]
 pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
     let mut entered = Entered {
         id: id.into_u64(),
-        depth: 0,
+        depth: None,
         session: 0,
-        recorded: false,
     };
     // Without room to remember the entry (only past 16 deep in the thread's
     // teardown) its end could not be paired: begin and end are both lost.
@@ -183,10 +183,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
                 data.tracking(|d| d.begin_slice(tr, ts))
             };
             match depth {
-                Some(depth) => {
-                    entered.depth = depth;
-                    entered.recorded = true;
-                }
+                Some(depth) => entered.depth = Some(depth),
                 // The begin was dropped (and counted): so is the end.
                 None => tr.ring.count_implied_drop(),
             }
@@ -202,38 +199,75 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
     }
 }
 
-/// Span `id` exits on this thread: its slice ends.
-pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
-    // Take this span's entry, and the entries above it if any.
-    let id64 = id.into_u64();
-    let (entry, above) = match pop_innermost(id64) {
-        Some(entry) => (entry, Vec::new()),
-        None => match take_entered(id64) {
-            Some(taken) => taken,
-            None => return, // not entered here as far as ringtrace knows (its category was off)
-        },
+/// Span `id`, which ringtrace records nothing of (a root not kept, or
+/// under one), is entered on this thread: it goes on the stack of entered
+/// spans only, without a look at its state, the clock or a ring.
+#[inline]
+pub(crate) fn enter_unrecorded(id: &Id) {
+    let entered = Entered {
+        id: id.into_u64(),
+        depth: None,
+        session: 0,
     };
-    if above.is_empty() && !entry.recorded {
-        return; // its enter wrote nothing (its category was off): no clock read
+    push_entered(entered);
+}
+
+/// Span `id` of [`enter_unrecorded`] exits on this thread.
+#[inline]
+pub(crate) fn exit_unrecorded(store: &impl SpanStore, id: &Id) {
+    if pop_innermost(id.into_u64()).is_none() {
+        exit_below(store, id); // not the innermost: spans above it may be recorded
     }
-    let ts = ticks();
-    if above.is_empty() {
-        with_current(|tr| {
-            if tr.session == entry.session {
-                // Fast path: no span has anything for its end.
-                let bare = END_PENDING.load(Ordering::Relaxed) == 0
-                    || store
-                        .with_data(id, |d| d.tracking(|d| d.end_slice(tr, entry.depth, ts)))
-                        .is_none();
-                if bare {
-                    let depth = entry.depth.min(MAX_DEPTH) as u64;
-                    layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
-                }
-                tr.depth.store(entry.depth, Ordering::Relaxed);
+}
+
+/// Span `id` exits on this thread: its slice ends.
+#[inline]
+pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
+    let id64 = id.into_u64();
+    // The common exit: the innermost entry, in the stack's inline part.
+    let Some(entry) = pop_innermost(id64) else {
+        return exit_below(store, id);
+    };
+    let Some(depth) = entry.depth else {
+        return; // its enter wrote nothing (its category was off): no clock read
+    };
+    end_innermost(store, id, entry.session, depth, ticks());
+}
+
+/// Ends the slice of `entry` (span `id`), the innermost entered.
+#[inline(always)]
+fn end_innermost(store: &impl SpanStore, id: &Id, session: u64, depth: u32, ts: u64) {
+    with_current(|tr| {
+        if tr.session == session {
+            // Fast path: no span has anything for its end.
+            let bare = END_PENDING.load(Ordering::Relaxed) == 0
+                || store
+                    .with_data(id, |d| d.tracking(|d| d.end_slice(tr, depth, ts)))
+                    .is_none();
+            if bare {
+                let depth = depth.min(MAX_DEPTH) as u64;
+                layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
             }
-        });
+            tr.depth.store(depth, Ordering::Relaxed);
+        }
+    });
+}
+
+/// [`exit`] of a span that is not the innermost entered, or is spilled:
+/// its entry is taken with the entries above it.
+#[cold]
+#[inline(never)]
+fn exit_below(store: &impl SpanStore, id: &Id) {
+    let Some((entry, above)) = take_entered(id.into_u64()) else {
+        return; // not entered here as far as ringtrace knows (its category was off)
+    };
+    if above.is_empty() {
+        if let Some(depth) = entry.depth {
+            end_innermost(store, id, entry.session, depth, ticks());
+        }
         return;
     }
+    let ts = ticks();
     let reopened = exit_out_of_order(store, id, entry, above, ts);
     extend_entered(reopened);
 }
@@ -283,25 +317,19 @@ fn exit_out_of_order(
     ts: u64,
 ) -> Vec<Entered> {
     with_current(|tr| {
-        let live = |e: &Entered| e.recorded && e.session == tr.session;
+        // The depth of an entry whose begin is in this ring.
+        let live = |e: &Entered| e.depth.filter(|_| e.session == tr.session);
         let base = std::iter::once(&entry)
             .chain(above.iter())
-            .filter(|e| live(e))
-            .map(|e| e.depth)
+            .filter_map(live)
             .min();
-        for e in above.iter().rev().filter(|e| live(e)) {
-            layout::write(
-                &tr.ring,
-                KIND_END,
-                e.depth.min(MAX_DEPTH) as u64,
-                ts,
-                &[],
-                &(),
-            );
+        for depth in above.iter().rev().filter_map(live) {
+            let depth = depth.min(MAX_DEPTH) as u64;
+            layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
         }
         store.with_data(id, |d| {
-            if live(&entry) {
-                d.tracking(|d| d.end_slice(tr, entry.depth, ts));
+            if let Some(depth) = live(&entry) {
+                d.tracking(|d| d.end_slice(tr, depth, ts));
             }
             d.begin_async(tr);
         });
@@ -309,7 +337,7 @@ fn exit_out_of_order(
             tr.depth.store(base, Ordering::Relaxed);
         }
         for e in above.iter_mut() {
-            if !live(e) {
+            if live(e).is_none() {
                 continue;
             }
             let depth = store.with_data(&Id::from_u64(e.id), |d| {
@@ -317,13 +345,13 @@ fn exit_out_of_order(
                 d.tracking(|d| d.begin_slice(tr, ts))
             });
             match depth {
-                Some(Some(depth)) => e.depth = depth,
+                Some(Some(depth)) => e.depth = Some(depth),
                 Some(None) => {
                     // The begin again was dropped (and counted): so is its end.
                     tr.ring.count_implied_drop();
-                    e.recorded = false;
+                    e.depth = None;
                 }
-                None => e.recorded = false,
+                None => e.depth = None,
             }
         }
     });

@@ -386,9 +386,10 @@ pub(super) struct Entered {
     pub(super) id: u64,
     /// Session of the ring it was recorded into.
     pub(super) session: u64,
-    /// Depth its begin record carries (valid if `recorded`).
-    pub(super) depth: u32,
-    pub(super) recorded: bool,
+    /// Depth its begin record carries; `None` if no begin was written.
+    /// (One field, not a depth and a flag: no padding byte and no niche for
+    /// the compiler to copy apart at each move.)
+    pub(super) depth: Option<u32>,
 }
 
 /// Entries kept in the thread-local without destructor; deeper ones spill.
@@ -397,20 +398,30 @@ pub(super) struct Entered {
 /// replaces.
 const STACK_INLINE: usize = 16;
 
+const NO_ENTRY: Entered = Entered {
+    id: 0,
+    session: 0,
+    depth: None,
+};
+
 /// The thread's stack of entered spans: the outermost `STACK_INLINE` in a
-/// fixed array, the rest in `SPILL`.
+/// fixed array of cells, the rest in `SPILL`. Cells, not a `RefCell`: a
+/// push or pop is a plain indexed load and store, with no borrow flag to
+/// check and set, and no callback can find the stack borrowed.
 pub(super) struct Stack {
-    len: usize,
-    inline: [Entered; STACK_INLINE],
+    len: Cell<usize>,
+    inline: [Cell<Entered>; STACK_INLINE],
 }
 
 thread_local! {
-    /// Spans entered on this thread, innermost last. No destructor (a
-    /// fixed array): it stays usable during the whole teardown of the
-    /// thread, so a span entered and exited in `Drop` of any `thread_local!`
-    /// (whichever was made first) is paired like any other.
-    static STACK: RefCell<Stack> = const {
-        RefCell::new(Stack { len: 0, inline: [Entered { id: 0, session: 0, depth: 0, recorded: false }; STACK_INLINE] })
+    /// Spans entered on this thread, innermost last. Const and without
+    /// destructor (cells of `Copy` values): reaching it is one thread-local
+    /// address, no lazy registration, and it stays usable during the whole
+    /// teardown of the thread, so a span entered and exited in `Drop` of
+    /// any `thread_local!` (whichever was made first) is paired like any
+    /// other.
+    static STACK: Stack = const {
+        Stack { len: Cell::new(0), inline: [const { Cell::new(NO_ENTRY) }; STACK_INLINE] }
     };
     /// Entries past `STACK_INLINE` deep (index 0 is entry `STACK_INLINE`).
     /// Gone once its destructor ran: then deeper spans are not recorded.
@@ -423,34 +434,37 @@ impl Stack {
     #[inline]
     fn get(&self, i: usize) -> Option<Entered> {
         if i < STACK_INLINE {
-            Some(self.inline[i])
+            Some(self.inline[i].get())
         } else {
             spilled(i - STACK_INLINE)
         }
     }
 
+    /// Pushes `e`; false if there was no room (past `STACK_INLINE` deep
+    /// once `SPILL` is gone).
     #[inline]
-    fn push(&mut self, e: Entered) -> bool {
-        if self.len < STACK_INLINE {
-            self.inline[self.len] = e;
-        } else if !spill(e) {
+    fn push(&self, e: Entered) -> bool {
+        let len = self.len.get();
+        if len < STACK_INLINE {
+            self.inline[len].set(e);
+        } else if !spill(len - STACK_INLINE, e) {
             return false;
         }
-        self.len += 1;
+        self.len.set(len + 1);
         true
     }
 
     /// Whether one more entry can be pushed.
     #[inline]
     fn has_room(&self) -> bool {
-        self.len < STACK_INLINE || spill_alive()
+        self.len.get() < STACK_INLINE || spill_alive()
     }
 
-    fn truncate(&mut self, len: usize) {
-        if self.len > STACK_INLINE {
+    fn truncate(&self, len: usize) {
+        if self.len.get() > STACK_INLINE {
             let _ = SPILL.try_with(|v| v.borrow_mut().truncate(len.saturating_sub(STACK_INLINE)));
         }
-        self.len = self.len.min(len);
+        self.len.set(self.len.get().min(len));
     }
 }
 
@@ -462,9 +476,17 @@ fn spilled(i: usize) -> Option<Entered> {
         .flatten()
 }
 
+/// Stores `e` at index `i` of `SPILL` (its length, but after a truncation
+/// that found `SPILL` gone); false once `SPILL` is gone.
 #[cold]
-fn spill(e: Entered) -> bool {
-    SPILL.try_with(|v| v.borrow_mut().push(e)).is_ok()
+fn spill(i: usize, e: Entered) -> bool {
+    SPILL
+        .try_with(|v| {
+            let mut v = v.borrow_mut();
+            v.truncate(i);
+            v.push(e);
+        })
+        .is_ok()
 }
 
 #[cold]
@@ -484,16 +506,19 @@ pub(super) fn thread_key() -> u64 {
 }
 
 /// Whether the thread's stack can take one more entered span (false only
-/// past `STACK_INLINE` deep during the thread's teardown).
-#[inline]
+/// past `STACK_INLINE` deep during the thread's teardown): a load and a
+/// compare (the stack is a const thread-local without destructor: its
+/// address is a fixed offset from the thread pointer, with no state to check).
+#[inline(always)]
 pub(super) fn stack_has_room() -> bool {
-    STACK.with(|s| s.borrow().has_room())
+    STACK.with(Stack::has_room)
 }
 
-/// Pushes `e` on the thread's stack; false if it had no room.
-#[inline]
+/// Pushes `e` on the thread's stack: an indexed store and the length's;
+/// false if it had no room.
+#[inline(always)]
 pub(super) fn push_entered(e: Entered) -> bool {
-    STACK.with(|s| s.borrow_mut().push(e))
+    STACK.with(|s| s.push(e))
 }
 
 /// Takes span `id`'s entry off the thread's stack if it is the innermost
@@ -501,14 +526,15 @@ pub(super) fn push_entered(e: Entered) -> bool {
 #[inline(always)]
 pub(super) fn pop_innermost(id: u64) -> Option<Entered> {
     STACK.with(|s| {
-        let mut s = s.borrow_mut();
-        let top = s.len.wrapping_sub(1);
-        if top < STACK_INLINE && s.inline[top].id == id {
-            s.len = top;
-            Some(s.inline[top])
-        } else {
-            None
+        let top = s.len.get().wrapping_sub(1);
+        if top < STACK_INLINE {
+            let e = s.inline[top].get();
+            if e.id == id {
+                s.len.set(top);
+                return Some(e);
+            }
         }
+        None
     })
 }
 
@@ -516,17 +542,18 @@ pub(super) fn pop_innermost(id: u64) -> Option<Entered> {
 /// entries above it (entered after it, still entered), outermost first.
 #[cold]
 pub(super) fn take_entered(id: u64) -> Option<(Entered, Vec<Entered>)> {
-    STACK.with(|s| take_below(&mut s.borrow_mut(), id))
+    STACK.with(|s| take_below(s, id))
 }
 
 /// [`take_entered`] when the entry is not the innermost or is spilled.
 #[cold]
-fn take_below(s: &mut Stack, id: u64) -> Option<(Entered, Vec<Entered>)> {
-    let pos = (0..s.len)
+fn take_below(s: &Stack, id: u64) -> Option<(Entered, Vec<Entered>)> {
+    let len = s.len.get();
+    let pos = (0..len)
         .rev()
         .find(|&i| s.get(i).is_some_and(|e| e.id == id))?;
     let entry = s.get(pos)?;
-    let above: Vec<Entered> = (pos + 1..s.len).filter_map(|i| s.get(i)).collect();
+    let above: Vec<Entered> = (pos + 1..len).filter_map(|i| s.get(i)).collect();
     s.truncate(pos);
     Some((entry, above))
 }
@@ -534,7 +561,6 @@ fn take_below(s: &mut Stack, id: u64) -> Option<(Entered, Vec<Entered>)> {
 /// Puts back entries taken by [`take_entered`] (those still entered).
 pub(super) fn extend_entered(entries: Vec<Entered>) {
     STACK.with(|s| {
-        let mut s = s.borrow_mut();
         for e in entries {
             s.push(e);
         }
@@ -543,8 +569,9 @@ pub(super) fn extend_entered(entries: Vec<Entered>) {
 
 /// The id of the innermost span entered on this thread, if any.
 pub(crate) fn current_entered() -> Option<u64> {
-    STACK.with(|s| {
-        let s = s.borrow();
-        s.len.checked_sub(1).and_then(|i| s.get(i)).map(|e| e.id)
+    STACK.with(|s| match s.len.get().checked_sub(1) {
+        Some(i) if i < STACK_INLINE => Some(s.inline[i].get().id),
+        Some(i) => spilled(i - STACK_INLINE).map(|e| e.id),
+        None => None,
     })
 }
