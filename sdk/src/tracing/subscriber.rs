@@ -161,21 +161,24 @@ impl Subscriber for RingtraceSubscriber {
         bridge::event(event);
     }
 
+    #[inline]
     fn enter(&self, span: &Id) {
         if span.into_u64() & UNSAMPLED != 0 {
-            // Not kept: only remembered, for `current_span` and children.
+            // Not kept: only remembered, for `current_span` and children
+            // (a few instructions, without the recording path's frame).
             bridge::enter_unrecorded(span);
-            return;
+        } else {
+            self.enter_kept(span);
         }
-        bridge::enter(self, span, true);
     }
 
+    #[inline]
     fn exit(&self, span: &Id) {
         if span.into_u64() & UNSAMPLED != 0 {
             bridge::exit_unrecorded(self, span);
-            return;
+        } else {
+            self.exit_kept(span);
         }
-        bridge::exit(self, span);
     }
 
     fn clone_span(&self, id: &Id) -> Id {
@@ -223,6 +226,18 @@ impl Subscriber for RingtraceSubscriber {
 }
 
 impl RingtraceSubscriber {
+    /// `enter` of a span sampling kept (or no sampling): out of line, so
+    /// that a span not kept does not pay its frame.
+    #[inline(never)]
+    fn enter_kept(&self, span: &Id) {
+        bridge::enter(self, span, true);
+    }
+
+    #[inline(never)]
+    fn exit_kept(&self, span: &Id) {
+        bridge::exit(self, span);
+    }
+
     /// Drops a handle of a kept span; true if it was the last.
     #[inline]
     fn release(&self, id: Id) -> bool {
