@@ -210,9 +210,22 @@ impl RingtraceLayer {
         Parent::Root
     }
 
+    /// With sampling, a span ringtrace records nothing of goes on the
+    /// thread's stack of entered spans too: the stack's innermost entry then
+    /// is the registry's current span, and a span or event under a root not
+    /// kept is found out from it (`under_unsampled`) without asking the
+    /// registry.
     #[inline(never)]
     fn enter(&self, id: &Id) {
-        bridge::enter(&self.spans, id, false);
+        bridge::enter(&self.spans, id, self.sampler.is_some());
+    }
+
+    /// Whether the innermost span entered on this thread (the registry's
+    /// current span, with sampling) is one sampling did not keep. False
+    /// when it is not known: the caller asks the registry.
+    #[inline]
+    fn under_unsampled(&self) -> bool {
+        bridge::current_entered().is_some_and(|top| self.spans.slot(top) == Some(UNSAMPLED_SLOT))
     }
 
     #[inline(never)]
@@ -254,6 +267,9 @@ where
         match &self.sampler {
             None => self.new_span(attrs, id),
             Some(sampler) => {
+                if attrs.is_contextual() && self.under_unsampled() {
+                    return self.spans.mark(id.into_u64(), UNSAMPLED_SLOT);
+                }
                 let parent = match attrs.parent() {
                     Some(p) => Some(p.clone()),
                     None if attrs.is_contextual() => ctx.current_span().id().cloned(),
@@ -276,6 +292,9 @@ where
     #[inline]
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         if self.sampler.is_some() {
+            if event.is_contextual() && self.under_unsampled() {
+                return; // under a root not kept
+            }
             let parent = match event.parent() {
                 Some(p) => Some(p.clone()),
                 None if event.is_contextual() => ctx.current_span().id().cloned(),
