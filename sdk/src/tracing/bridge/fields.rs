@@ -123,25 +123,37 @@ impl<'a> TextWords<'a> {
         self.append_long(b);
     }
 
-    /// Fills the word being filled, then whole words straight from the
-    /// bytes, then the rest into `partial`.
+    /// A piece of more than 8 bytes, a word at a time: the word being
+    /// filled completed from one load of the first 8 bytes, whole words
+    /// straight from the bytes, the rest into `partial` from one load of
+    /// the last 8 (no loop over single bytes, no copy call).
     #[inline(never)]
-    fn append_long(&mut self, mut b: &[u8]) {
-        while self.shift != 0 {
-            let Some((&x, rest)) = b.split_first() else {
-                return;
-            };
-            self.byte(x);
-            b = rest;
+    fn append_long(&mut self, b: &[u8]) {
+        debug_assert!(b.len() > 8);
+        let load = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let mut at = 0;
+        if self.shift != 0 {
+            // The bytes shifted past the top of the word are not lost:
+            // they are read again below, from `at`.
+            self.words.push(self.partial | load(0) << self.shift);
+            at = (64 - self.shift as usize) / 8;
+            self.partial = 0;
+            self.shift = 0;
         }
-        let mut chunks = b.chunks_exact(8);
-        self.words.reserve(chunks.len());
-        for c in &mut chunks {
-            let w: [u8; 8] = c.try_into().unwrap_or_default();
-            self.words.push(u64::from_le_bytes(w));
+        let whole = (b.len() - at) / 8;
+        self.words.reserve(whole);
+        for i in 0..whole {
+            self.words.push(load(at + 8 * i));
         }
-        for &x in chunks.remainder() {
-            self.byte(x);
+        let rest = b.len() - at - 8 * whole;
+        if rest != 0 {
+            // `b` is longer than 8: its last 8 bytes end with the rest.
+            self.partial = load(b.len() - 8) >> (64 - 8 * rest);
+            self.shift = 8 * rest as u32;
         }
     }
 
