@@ -344,10 +344,43 @@ impl Builder {
     }
 
     /// Parts kept on disk with [`max_file_bytes`](Builder::max_file_bytes)
-    /// (the part being written included; default 4, at least 2). Also
+    /// (the part being written included; default 4). Also
     /// `RINGTRACE_MAX_FILES` in [`init_from_env`](crate::init_from_env).
+    ///
+    /// `max_files(1)` is a hard limit without rotation: the one file is
+    /// never cut, and once it holds `max_file_bytes`, later events are
+    /// dropped, counted in
+    /// [`Stats::events_dropped_disk`](crate::Stats::events_dropped_disk)
+    /// (apart from ring losses) and marked in the trace (an events-lost
+    /// instant on the process track, `reason = "disk limit"`, where the drop
+    /// began, and one with the rest before the file's ending). The file
+    /// stays complete and loadable: whole Perfetto packets, a closed JSON
+    /// document. It exceeds `max_file_bytes` by at most the encoding of
+    /// 1 KiB of records (near the limit the flusher encodes that much at a
+    /// time: about 1 KiB in Perfetto, 4 KiB in JSON), plus the two marks
+    /// and the file's ending. Past the
+    /// limit, clock snapshots, ring-loss marks and CPU samples are no
+    /// longer written either (losses stay counted in
+    /// [`Stats`](crate::Stats)). Not with [`overwrite`](Builder::overwrite)
+    /// (a flight recorder writes its store out whole): `start()` returns
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join("ringtrace-doc-hard-limit");
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// std::fs::create_dir_all(&dir)?;
+    /// let trace = ringtrace::builder()
+    ///     .output(dir.join("trace.pftrace"))
+    ///     .max_file_bytes(64 << 20) // one file, 64 MiB at most:
+    ///     .max_files(1) //             events past it dropped and counted
+    ///     .start()?;
+    /// ringtrace::trace_instant!("recorded");
+    /// let stats = trace.stop()?;
+    /// assert_eq!(stats.events_dropped_disk, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn max_files(mut self, files: u64) -> Self {
-        self.max_files = files.max(2);
+        self.max_files = files.max(1);
         self
     }
 

@@ -16,6 +16,7 @@ use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
 use crate::session::capture::Windows;
 use crate::session::control::Control;
+use crate::session::disk::HardLimit;
 use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
 use crate::session::recorder::Recorder;
 use crate::session::stats::Stats;
@@ -50,6 +51,9 @@ pub(crate) struct FileOutput {
     captures: Option<Captures>,
     /// Where capture requests are queued.
     control: StdArc<Control>,
+    /// The session's file and its hard limit (`max_files(1)`): records
+    /// past it are dropped and counted; `None` without one.
+    hard: Option<(std::path::PathBuf, HardLimit)>,
 }
 
 impl FileOutput {
@@ -76,6 +80,25 @@ impl FileOutput {
             windows,
             captures,
             control,
+            hard: None,
+        }
+    }
+
+    /// The session's file at `path` never grows past `max_bytes` (plus
+    /// what `disk::HardLimit` allows over it).
+    pub(crate) fn with_hard_limit(mut self, path: std::path::PathBuf, max_bytes: u64) -> Self {
+        self.hard = Some((path, HardLimit::new(max_bytes)));
+        self
+    }
+
+    /// The file reached its hard limit (while it is the output, not a file
+    /// `rotate_output` switched to): only its ending goes in now.
+    fn full(&self) -> bool {
+        match (self.file.as_ref(), self.hard.as_ref()) {
+            (Some(f), Some((path, h))) if self.windows.path() == Some(path.as_path()) => {
+                h.full(f, &self.out)
+            }
+            _ => false,
         }
     }
 
@@ -196,7 +219,12 @@ impl Output for FileOutput {
                         words: mine,
                         ..*batch
                     };
-                    f.encoder.batch(ctx, &mine, &mut self.out);
+                    match self.hard.as_mut() {
+                        Some((path, h)) if self.windows.path() == Some(path.as_path()) => {
+                            h.batch(f, ctx, &mine, &mut self.out)
+                        }
+                        _ => f.encoder.batch(ctx, &mine, &mut self.out),
+                    }
                 }
             }
         }
@@ -204,7 +232,11 @@ impl Output for FileOutput {
         self.let_go(tally);
     }
 
+    /// Past a hard limit, losses are counted in `Stats` only.
     fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.note_lost(ctx, thread, count, &mut self.out);
         }
@@ -249,6 +281,9 @@ impl Output for FileOutput {
     }
 
     fn note_lost_no_ring(&mut self, ctx: &mut Context<'_>, now_ns: u64, count: u64) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder
                 .note_lost_no_ring(ctx, now_ns, count, &mut self.out);
@@ -256,12 +291,18 @@ impl Output for FileOutput {
     }
 
     fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.samples(ctx, view, &mut self.out);
         }
     }
 
     fn tick(&mut self, ctx: &mut Context<'_>) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.tick(ctx, &mut self.out);
         }
@@ -286,7 +327,14 @@ impl Output for FileOutput {
         }
     }
 
+    /// Records dropped at a hard limit since its first mark are marked
+    /// before the file's ending.
     fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64) {
+        if let (Some(f), Some((path, h))) = (self.file.as_mut(), self.hard.as_mut()) {
+            if self.windows.path() == Some(path.as_path()) {
+                h.mark(f, ctx, &mut self.out);
+            }
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.finish(ctx, now_ns, &mut self.out);
         }
@@ -304,6 +352,9 @@ impl Output for FileOutput {
         stats.bytes_written += done.bytes_written;
         let (files_removed, disk_error) = self.windows.disk_report();
         stats.files_removed += files_removed;
+        if let Some((_, h)) = self.hard.as_ref() {
+            stats.events_dropped_disk += h.dropped;
+        }
         let capture_error = self.captures.as_mut().and_then(|c| {
             stats.captures_fired += c.fired;
             stats.captures_suppressed += c.suppressed + c.refused();
