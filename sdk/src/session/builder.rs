@@ -66,6 +66,8 @@ pub(crate) struct CaptureOptions {
     pub(crate) before: Duration,
     pub(crate) interval: Duration,
     pub(crate) files: u64,
+    /// `capture_slow_scopes`'s patterns and threshold.
+    pub(crate) slow_scopes: Option<(Vec<String>, Duration)>,
 }
 
 /// The capture options before any is set: files `capture-{n}.pftrace`.
@@ -75,6 +77,7 @@ fn default_capture() -> CaptureOptions {
         before: Duration::from_millis(10),
         interval: Duration::from_secs(10),
         files: 10,
+        slow_scopes: None,
     }
 }
 
@@ -416,6 +419,61 @@ impl Builder {
     /// counted as suppressed.
     pub fn capture_interval(mut self, interval: Duration) -> Self {
         self.capture.get_or_insert_with(default_capture).interval = interval;
+        self
+    }
+
+    /// Flight-recorder mode: each slice recorded on a thread whose name or
+    /// category matches one of `patterns` (`prefix*` or a whole name) and
+    /// that lasts longer than `threshold` is captured whole, as
+    /// [`trigger`](crate::trigger) does (the capture named after the
+    /// slice): what every thread recorded from
+    /// [`capture_before`](Builder::capture_before) before its begin to its
+    /// end goes into a new file ([`capture_to`](Builder::capture_to)), at
+    /// most one per [`capture_interval`](Builder::capture_interval). Slices
+    /// are those of [`trace_scope!`](crate::trace_scope), `#[traced]`
+    /// functions (and each poll of a `#[traced] async fn`, whose whole life,
+    /// its async range, is matched too), typed
+    /// [`events`](crate::events) slices (`Category::scope`, matched by the
+    /// slice's name or its category) and `tracing` spans' entries (for a
+    /// span's whole life, from creation to close, use
+    /// `TracingBuilder::capture_slow`).
+    ///
+    /// The flusher finds them in the records it drains, so the recording
+    /// thread pays nothing for the rule; a capture is written at the
+    /// flusher's next pass after the one that read the slice's end. Needs
+    /// [`overwrite`](Builder::overwrite)`(true)` (captures are copied from
+    /// the flight recorder's store); without it nothing is captured. A
+    /// scope whose begin or end was lost (full ring) is not matched.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = std::env::temp_dir();
+    /// let trace = ringtrace::builder()
+    ///     .output(dir.join("ringtrace-doc-slow-scopes.pftrace"))
+    ///     .overwrite(true)
+    ///     .capture_to(dir.join("ringtrace-doc-slow-scope-{n}.pftrace"))
+    ///     .capture_slow_scopes(["handle*"], Duration::from_millis(20))
+    ///     .start()?;
+    /// {
+    ///     ringtrace::trace_scope!("handle_request");
+    ///     std::thread::sleep(Duration::from_millis(25));
+    /// }
+    /// std::thread::sleep(Duration::from_millis(50)); // two flusher passes
+    /// assert_eq!(trace.stop()?.captures_fired, 1);
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn capture_slow_scopes<I, S>(mut self, patterns: I, threshold: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let patterns = patterns
+            .into_iter()
+            .map(|p| p.as_ref().to_owned())
+            .collect();
+        self.capture.get_or_insert_with(default_capture).slow_scopes = Some((patterns, threshold));
         self
     }
 

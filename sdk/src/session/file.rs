@@ -17,6 +17,7 @@ use crate::record::sync::Arc;
 use crate::session::capture::Windows;
 use crate::session::control::Control;
 use crate::session::disk::HardLimit;
+use crate::session::slow::SlowScopes;
 use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
 use crate::session::recorder::Recorder;
 use crate::session::stats::Stats;
@@ -54,6 +55,9 @@ pub(crate) struct FileOutput {
     /// The session's file and its hard limit (`max_files(1)`): records
     /// past it are dropped and counted; `None` without one.
     hard: Option<(std::path::PathBuf, HardLimit)>,
+    /// Slow scopes to capture (`capture_slow_scopes`), found in the
+    /// records drained.
+    slow: Option<SlowScopes>,
 }
 
 impl FileOutput {
@@ -81,7 +85,17 @@ impl FileOutput {
             captures,
             control,
             hard: None,
+            slow: None,
         }
+    }
+
+    /// Slices matching the rule and longer than its threshold are
+    /// captured (with captures on: a flight recorder and a pattern).
+    pub(crate) fn with_slow_scopes(mut self, slow: SlowScopes) -> Self {
+        if self.recorder.is_some() && self.captures.is_some() {
+            self.slow = Some(slow);
+        }
+        self
     }
 
     /// The session's file at `path` never grows past `max_bytes` (plus
@@ -189,6 +203,12 @@ impl Output for FileOutput {
         batch: &Batch<'_>,
         tally: &mut Tally,
     ) {
+        if let Some(slow) = self.slow.as_mut() {
+            slow.scan(ctx, batch.thread.seq_id, batch.words);
+            for c in slow.found.drain(..) {
+                crate::session::trigger::queue(&self.control.requests, &self.control.waker, c);
+            }
+        }
         if let Some(f) = self.file.as_mut() {
             let tr = batch.thread;
             self.windows.wrote(tr.seq_id);
@@ -259,6 +279,9 @@ impl Output for FileOutput {
     }
 
     fn thread_done(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, pending: u64) {
+        if let Some(slow) = self.slow.as_mut() {
+            slow.thread_done(thread.seq_id);
+        }
         // Losses the flight recorder counted and had no record of the
         // thread left to mark them next to.
         let unmarked = match self.recorder {

@@ -44,6 +44,7 @@ mod output;
 mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
+mod slow;
 pub(crate) mod stats;
 mod trigger;
 mod waker;
@@ -296,6 +297,11 @@ impl Builder {
         );
         let file = match hard {
             Some((p, max)) => file.with_hard_limit(p, max),
+            None => file,
+        };
+        let slow_scopes = self.capture.as_ref().and_then(|c| c.slow_scopes.clone());
+        let file = match slow_scopes {
+            Some((patterns, t)) => file.with_slow_scopes(slow::SlowScopes::new(patterns, t)),
             None => file,
         };
         let mut outputs = Outputs::default();
