@@ -403,6 +403,13 @@ impl Builder {
     /// removed); [`Stats`](crate::Stats) counts captures fired and
     /// suppressed. Without [`overwrite`](Builder::overwrite)`(true)` no
     /// file is written.
+    ///
+    /// With whole-request sampling (`TracingBuilder::sample_ratio` below 1,
+    /// root patterns or a hook), a request sampling did not keep is not
+    /// recorded: it is never captured, however slow, and a capture's window
+    /// holds only the kept requests' spans (the macros' scopes are not
+    /// sampled). Building a layer or subscriber with both says so once on
+    /// stderr.
     pub fn capture_to(mut self, pattern: impl AsRef<Path>) -> Self {
         let c = self.capture.get_or_insert_with(default_capture);
         c.pattern = pattern.as_ref().to_path_buf();
@@ -440,7 +447,11 @@ impl Builder {
     ///
     /// The flusher finds them in the records it drains, so the recording
     /// thread pays nothing for the rule; a capture is written at the
-    /// flusher's next pass after the one that read the slice's end. Needs
+    /// flusher's next pass after the one that read the slice's end (within
+    /// about two [`flush_interval`](Builder::flush_interval)s of it). A
+    /// slice whose end is read by a pass that writes the recorder out (the
+    /// session's last, a [`flush`](crate::flush)) has no window left to
+    /// copy: it is counted in `Stats::captures_suppressed`. Needs
     /// [`overwrite`](Builder::overwrite)`(true)` (captures are copied from
     /// the flight recorder's store); without it nothing is captured. A
     /// scope whose begin or end was lost (full ring) is not matched.
@@ -455,6 +466,7 @@ impl Builder {
     ///     .overwrite(true)
     ///     .capture_to(dir.join("ringtrace-doc-slow-scope-{n}.pftrace"))
     ///     .capture_slow_scopes(["handle*"], Duration::from_millis(20))
+    ///     .flush_interval(Duration::from_millis(10))
     ///     .start()?;
     /// {
     ///     ringtrace::trace_scope!("handle_request");

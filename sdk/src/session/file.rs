@@ -205,8 +205,14 @@ impl Output for FileOutput {
     ) {
         if let Some(slow) = self.slow.as_mut() {
             slow.scan(ctx, batch.thread.seq_id, batch.words);
-            for c in slow.found.drain(..) {
-                crate::session::trigger::queue(&self.control.requests, &self.control.waker, c);
+            // A pass that writes the store out (stop, flush, a dump) leaves
+            // no window to copy: such captures are counted suppressed.
+            let found = slow.found.drain(..);
+            match self.captures.as_mut().filter(|_| self.dump) {
+                Some(c) => c.suppressed += found.len() as u64,
+                None => found.for_each(|c| {
+                    crate::session::trigger::queue(&self.control.requests, &self.control.waker, c);
+                }),
             }
         }
         if let Some(f) = self.file.as_mut() {

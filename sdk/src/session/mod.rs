@@ -683,6 +683,24 @@ pub(crate) fn queue_capture(capture: capture::Capture) -> bool {
     trigger::queue(&control.requests, &control.waker, capture)
 }
 
+/// Slow-span captures set together with whole-request sampling: a request
+/// not kept is not recorded, so it is never captured, however slow. Said
+/// once on stderr at build (`ratio`: the sampling ratio, `hook`: a
+/// decision hook or root patterns decide too), so that a service missing
+/// most of its slow requests in captures knows why.
+pub(crate) fn warn_captures_with_sampling(slow_rule: bool, ratio: Option<f64>, hook: bool) {
+    let ratio = ratio.unwrap_or(1.0);
+    if slow_rule && (ratio < 1.0 || hook) {
+        eprintln!(
+            "ringtrace: capture_slow is set with whole-request sampling (ratio {ratio}{}): \
+             a request sampling does not keep is not recorded, so it is never captured, \
+             however slow (Stats::roots_skipped counts them); to capture every slow \
+             request, keep every root (sample_ratio(1.0))",
+            if hook { ", roots or a hook" } else { "" }
+        );
+    }
+}
+
 /// Whether a session is recording.
 ///
 /// # Examples
