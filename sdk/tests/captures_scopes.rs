@@ -97,8 +97,8 @@ fn slow_scopes_captured_whole(ext: &str) {
     let slow = serve(3000);
     let stats = trace.stop().unwrap();
     assert_eq!(slow, [7, 1007, 2007]); // one each way in: traced, typed, scope
-    // A fast request the machine's load stretched past 20 ms is captured
-    // too: at least the slow ones.
+                                       // A fast request the machine's load stretched past 20 ms is captured
+                                       // too: at least the slow ones.
     assert!(stats.captures_fired >= 3, "{stats:?}");
     assert_eq!(stats.captures_suppressed, 0, "{stats:?}");
     let files = captures_in(&dir, ext);
@@ -133,7 +133,10 @@ fn slow_scopes_captured_whole(ext: &str) {
                 .filter(|s| s.name == "helper" && s.args["id"].as_u64() == Some(id))
                 .collect();
             assert_eq!(helper.len(), 1, "{f:?}: its helper");
-            assert!(helper[0].thread().starts_with("helper#"), "from its own thread");
+            assert!(
+                helper[0].thread().starts_with("helper#"),
+                "from its own thread"
+            );
             assert!(helper[0].ts >= req.ts && helper[0].end() <= req.end());
             let way = ["handle scope", "handle traced", "handle typed"][(id % 3) as usize];
             assert_eq!(req.name, way, "{f:?}");

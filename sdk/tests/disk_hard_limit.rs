@@ -93,7 +93,11 @@ fn hard_limit(ext: &str) {
             .filter(|s| s.args["t"].as_u64() == Some(t))
             .map(|s| s.args["i"].as_u64().unwrap())
             .collect();
-        assert_eq!(mine, (0..mine.len() as u64).collect::<Vec<_>>(), "thread {t}");
+        assert_eq!(
+            mine,
+            (0..mine.len() as u64).collect::<Vec<_>>(),
+            "thread {t}"
+        );
     }
     for s in &ticks {
         last_written = last_written.max(s.ts);
@@ -113,7 +117,10 @@ fn hard_limit(ext: &str) {
     assert_eq!(marked, stats.events_dropped_disk, "the marks add up");
     // The first mark is where the drop began: after the last tick written.
     let first = marks.iter().map(|m| m.ts).min().unwrap();
-    assert!(first >= last_written, "mark at {first}, last tick {last_written}");
+    assert!(
+        first >= last_written,
+        "mark at {first}, last tick {last_written}"
+    );
 }
 
 #[test]

@@ -246,6 +246,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn near_the_hard_limit_records_are_counted_and_cut_whole() {
+        use crate::record::header::make_header;
+        use crate::record::layout::KIND_INSTANT;
+        let mut w = Vec::new();
+        for i in 0..100 {
+            w.extend([make_header(KIND_INSTANT, 3, 1), 10, i]);
+        }
+        w.extend([make_header(KIND_FLOW, 3, 0), 11, 5]);
+        assert_eq!(events_in(&w), 100, "a flow record is not an event");
+        assert_eq!(record_boundary(&w, 128), 126, "42 whole records of 3 words");
+        assert_eq!(record_boundary(&w, 1), 3, "at least one record");
+        assert_eq!(record_boundary(&w[..6], 128), 6);
+    }
+
+    #[test]
     fn parts_are_numbered_before_the_extension() {
         let b = Path::new("/x/trace.pftrace");
         assert_eq!(part_path(b, 3), Path::new("/x/trace.3.pftrace"));

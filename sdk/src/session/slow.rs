@@ -93,11 +93,9 @@ impl SlowScopes {
                 }
                 | Record::BeginTt {
                     ts, site, depth, ..
-                } => {
-                    if self.site_matches(ctx, site) {
-                        let name = ctx.sites.get(site).map_or("", |s| s.name()).to_owned();
-                        self.begin(seq_id, depth, ts, name);
-                    }
+                } if self.site_matches(ctx, site) => {
+                    let name = ctx.sites.get(site).map_or("", |s| s.name()).to_owned();
+                    self.begin(seq_id, depth, ts, name);
                 }
                 Record::Event {
                     ts,
@@ -119,19 +117,15 @@ impl SlowScopes {
                     op: op::SCOPE_END,
                     fields,
                     ..
-                } => {
-                    if self.open.get(&seq_id).is_some_and(|v| !v.is_empty()) {
-                        let depth = EventView::decode(fields).depth.unwrap_or(0);
-                        self.end(ctx, seq_id, depth, ts);
-                    }
+                } if self.open.get(&seq_id).is_some_and(|v| !v.is_empty()) => {
+                    let depth = EventView::decode(fields).depth.unwrap_or(0);
+                    self.end(ctx, seq_id, depth, ts);
                 }
-                Record::AsyncBegin { ts, site, id, .. } => {
-                    if self.site_matches(ctx, site) {
-                        if self.ranges.len() >= MAX_RANGES {
-                            self.ranges.clear();
-                        }
-                        self.ranges.insert(id, (ts, site));
+                Record::AsyncBegin { ts, site, id, .. } if self.site_matches(ctx, site) => {
+                    if self.ranges.len() >= MAX_RANGES {
+                        self.ranges.clear();
                     }
+                    self.ranges.insert(id, (ts, site));
                 }
                 Record::AsyncEnd { ts, id, .. } => {
                     if let Some((begin, site)) = self.ranges.remove(&id) {
