@@ -44,10 +44,13 @@ fn parts(dir: &Path, ext: &str) -> Vec<(u64, PathBuf)> {
     v
 }
 
+/// Bytes of the files in `dir` now (a part removed between the listing and
+/// its size is no longer on disk: not counted).
 fn on_disk(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
         .sum()
 }
 
