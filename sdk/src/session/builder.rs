@@ -366,7 +366,10 @@ impl Builder {
     /// longer written either (losses stay counted in
     /// [`Stats`](crate::Stats)). Not with [`overwrite`](Builder::overwrite)
     /// (a flight recorder writes its store out whole): `start()` returns
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig). The marks are
+    /// made when the flusher finds the file full (the first) and at stop
+    /// (the rest). A file [`rotate_output`](crate::rotate_output) switches
+    /// to is not bounded.
     ///
     /// ```
     /// let dir = std::env::temp_dir().join("ringtrace-doc-hard-limit");
