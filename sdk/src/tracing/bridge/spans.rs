@@ -584,7 +584,7 @@ mod tests {
         Entered {
             id,
             session: 1,
-            depth: (id % 2 == 0).then_some(id as u32),
+            depth: id.is_multiple_of(2).then_some(id as u32),
         }
     }
 
