@@ -13,6 +13,7 @@ use super::sealed;
 use super::slow::SlowRule;
 use super::span_table::SPAN_STATES;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::{Event, Subscriber};
@@ -26,6 +27,9 @@ use tracing_subscriber::Layer;
 /// nothing.
 pub struct RingtraceLayer {
     spans: SpanMap,
+    /// This layer among others of the process (never 0): marks the spans it
+    /// puts on a thread's stack of entered spans without recording them.
+    key: u64,
     /// Whole-request sampling, if configured.
     sampler: Option<Arc<Sampler>>,
     /// Slow spans captured, if configured.
@@ -217,15 +221,24 @@ impl RingtraceLayer {
     /// registry.
     #[inline(never)]
     fn enter(&self, id: &Id) {
-        bridge::enter(&self.spans, id, self.sampler.is_some());
+        // Two copies: without sampling, the recording path is the one
+        // `bridge::enter` has for no unrecorded entries at all.
+        if self.sampler.is_some() {
+            bridge::enter(&self.spans, id, Some(self.key));
+        } else {
+            bridge::enter(&self.spans, id, None);
+        }
     }
 
     /// Whether the innermost span entered on this thread (the registry's
     /// current span, with sampling) is one sampling did not keep. False
-    /// when it is not known: the caller asks the registry.
+    /// when it is not known (an entry of another layer or the subscriber,
+    /// whose ids are not this registry's): the caller asks the registry.
     #[inline]
     fn under_unsampled(&self) -> bool {
-        bridge::current_entered().is_some_and(|top| self.spans.slot(top) == Some(UNSAMPLED_SLOT))
+        bridge::innermost_entered().is_some_and(|(top, owner)| {
+            owner == self.key && self.spans.slot(top) == Some(UNSAMPLED_SLOT)
+        })
     }
 
     #[inline(never)]
@@ -325,8 +338,11 @@ where
 
 impl sealed::FromSession for RingtraceLayer {
     fn from_session(setup: sealed::Setup) -> Self {
+        /// Relaxed: only uniqueness matters.
+        static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
         RingtraceLayer {
             spans: SpanMap::new(),
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             sampler: setup.sampler,
             slow: setup.slow,
         }

@@ -16,7 +16,7 @@ use crate::record::registry::{count_implied_drop_without_ring, with_current};
 use fields::{push_str, with_scratch, Visitor};
 pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
-pub(crate) use spans::{current_entered, Inline, SpanData};
+pub(crate) use spans::{current_entered, innermost_entered, Inline, SpanData};
 use spans::{
     extend_entered, pop_innermost, push_entered, stack_has_room, take_entered, thread_key, Entered,
     ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID,
@@ -140,15 +140,17 @@ pub(crate) fn event(event: &Event<'_>) {
 }
 
 /// Span `id` is entered on this thread: a slice begins. A span ringtrace
-/// keeps no state for (its category was off) goes on the thread's stack of
-/// entered spans only if `track_unrecorded` (the subscriber answers
-/// `Span::current()` from that stack; the layer leaves it to the registry).
+/// keeps no state for (its category was off, or sampling did not keep it)
+/// goes on the thread's stack of entered spans only if `unrecorded` is
+/// `Some(owner)`, its entry marked with `owner` (the subscriber answers
+/// `Span::current()` from that stack; the layer, with sampling, finds there
+/// whether the registry's current span is one it did not keep).
 ///
 /// Every begin that is not written has its end counted as lost here (the
 /// end will not be written either: the exit finds the entry not recorded),
 /// so that written + lost adds up to what the program recorded.
 #[inline(always)]
-pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
+pub(crate) fn enter(store: &impl SpanStore, id: &Id, unrecorded: Option<u64>) {
     let mut entered = Entered {
         id: id.into_u64(),
         depth: None,
@@ -194,7 +196,11 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool) {
             count_implied_drop_without_ring();
         }
     });
-    if room && (found.is_some() || track_unrecorded) {
+    if room && (found.is_some() || unrecorded.is_some()) {
+        if found.is_none() {
+            // No begin: the session field carries the owner.
+            entered.session = unrecorded.unwrap_or(0);
+        }
         push_entered(entered);
     }
 }

@@ -567,6 +567,19 @@ pub(super) fn extend_entered(entries: Vec<Entered>) {
     })
 }
 
+/// The innermost span entered on this thread, if any, as its id and the
+/// session (recorded) or owner (not recorded) its entry carries.
+pub(crate) fn innermost_entered() -> Option<(u64, u64)> {
+    STACK.with(|s| {
+        let e = match s.len.get().checked_sub(1) {
+            Some(i) if i < STACK_INLINE => s.inline[i].get(),
+            Some(i) => spilled(i - STACK_INLINE)?,
+            None => return None,
+        };
+        Some((e.id, e.session))
+    })
+}
+
 /// The id of the innermost span entered on this thread, if any.
 pub(crate) fn current_entered() -> Option<u64> {
     STACK.with(|s| match s.len.get().checked_sub(1) {
