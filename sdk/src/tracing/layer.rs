@@ -221,13 +221,7 @@ impl RingtraceLayer {
     /// registry.
     #[inline(never)]
     fn enter(&self, id: &Id) {
-        // Two copies: without sampling, the recording path is the one
-        // `bridge::enter` has for no unrecorded entries at all.
-        if self.sampler.is_some() {
-            bridge::enter(&self.spans, id, Some(self.key));
-        } else {
-            bridge::enter(&self.spans, id, None);
-        }
+        bridge::enter(&self.spans, id, self.sampler.is_some(), self.key);
     }
 
     /// Whether the innermost span entered on this thread (the registry's

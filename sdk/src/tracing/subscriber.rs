@@ -230,7 +230,7 @@ impl RingtraceSubscriber {
     /// that a span not kept does not pay its frame.
     #[inline(never)]
     fn enter_kept(&self, span: &Id) {
-        bridge::enter(self, span, Some(0));
+        bridge::enter(self, span, true, 0);
     }
 
     #[inline(never)]

@@ -141,20 +141,21 @@ pub(crate) fn event(event: &Event<'_>) {
 
 /// Span `id` is entered on this thread: a slice begins. A span ringtrace
 /// keeps no state for (its category was off, or sampling did not keep it)
-/// goes on the thread's stack of entered spans only if `unrecorded` is
-/// `Some(owner)`, its entry marked with `owner` (the subscriber answers
-/// `Span::current()` from that stack; the layer, with sampling, finds there
-/// whether the registry's current span is one it did not keep).
+/// goes on the thread's stack of entered spans only if `track_unrecorded`,
+/// its entry marked with `owner` (the subscriber answers `Span::current()`
+/// from that stack; the layer, with sampling, finds there whether the
+/// registry's current span is one it did not keep).
 ///
 /// Every begin that is not written has its end counted as lost here (the
 /// end will not be written either: the exit finds the entry not recorded),
 /// so that written + lost adds up to what the program recorded.
 #[inline(always)]
-pub(crate) fn enter(store: &impl SpanStore, id: &Id, unrecorded: Option<u64>) {
+pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool, owner: u64) {
     let mut entered = Entered {
         id: id.into_u64(),
         depth: None,
-        session: 0,
+        // Replaced by the ring's session if a begin is written.
+        session: owner,
     };
     // Without room to remember the entry (only past 16 deep in the thread's
     // teardown) its end could not be paired: begin and end are both lost.
@@ -196,11 +197,7 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, unrecorded: Option<u64>) {
             count_implied_drop_without_ring();
         }
     });
-    if room && (found.is_some() || unrecorded.is_some()) {
-        if found.is_none() {
-            // No begin: the session field carries the owner.
-            entered.session = unrecorded.unwrap_or(0);
-        }
+    if room && (found.is_some() || track_unrecorded) {
         push_entered(entered);
     }
 }
