@@ -57,7 +57,10 @@ fn flusher_sched() -> (u64, u64) {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         if comm.trim_end() == "ringtrace-flush" || comm.starts_with("ringtrace-flusher") {
             let s = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-            let f: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            let f: Vec<u64> = s
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
             if f.len() == 3 {
                 return (f[0], f[2]);
             }
