@@ -90,6 +90,10 @@ fn thousands_of_threads_recording_once_are_all_in_the_file_and_idle_rings_cost_n
         "the flusher ran through the idle second: {stats:?}"
     );
     let bound = 8 * n + LOOKS_PER_IDLE_PASS * passes;
+    println!(
+        "{} rings looked at in {passes} passes ({threads} threads)",
+        stats.rings_visited
+    );
     assert!(
         stats.rings_visited <= bound,
         "{} rings looked at in {passes} passes (bound {bound}; every ring each pass: {})",

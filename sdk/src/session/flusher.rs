@@ -207,7 +207,7 @@ impl RingSet {
     /// known (a ring of an earlier session, or not yet listed: it is active
     /// once listed) is passed over.
     fn take_announced(&mut self) {
-        ANNOUNCED.take(&mut self.ids);
+        ANNOUNCED.take(&mut self.ids, self.all.len());
         for seq in &self.ids {
             if let Some(tr) = self.by_seq.get(seq) {
                 self.active.entry(*seq).or_insert_with(|| tr.clone());

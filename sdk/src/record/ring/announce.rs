@@ -54,11 +54,18 @@ pub(crate) static ANNOUNCED: Announced = Announced {
 };
 
 impl Announced {
-    /// Moves every id announced since the last call to `out` (emptied first).
-    pub(crate) fn take(&self, out: &mut Vec<u32>) {
+    /// Moves every id announced since the last call to `out` (emptied
+    /// first), and makes room for `rings` ids: a ring is on the list once at
+    /// most between two calls, so with room for every ring the flusher
+    /// knows, announcing never allocates on a recording thread (only the
+    /// rings made since, whose flags start announced, could not push).
+    pub(crate) fn take(&self, out: &mut Vec<u32>, rings: usize) {
         out.clear();
         let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::swap(&mut *ids, out);
+        out.extend(ids.drain(..));
+        if ids.capacity() < rings {
+            ids.reserve(rings);
+        }
     }
 
     #[cold]
