@@ -217,7 +217,7 @@ impl RingSet {
 
     /// The rings a pass looks at, into `out`: every one if `sweep`, else the
     /// active ones and [`QUIET_LOOKS_PER_PASS`] others in turn.
-    fn to_visit(&mut self, sweep: bool, out: &mut Vec<Arc<ThreadRing>>) {
+    fn visits(&mut self, sweep: bool, out: &mut Vec<Arc<ThreadRing>>) {
         out.clear();
         if sweep {
             out.extend(self.all.iter().cloned());
@@ -437,7 +437,7 @@ impl Flusher {
     /// left empty.
     fn drain_rings(&mut self, pass: &PassPlan) {
         let mut visit = std::mem::take(&mut self.visit);
-        self.rings.to_visit(pass.sweep, &mut visit);
+        self.rings.visits(pass.sweep, &mut visit);
         self.stats.rings_visited += visit.len() as u64;
         let mut gone = Vec::new();
         for tr in &visit {
