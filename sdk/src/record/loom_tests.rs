@@ -496,7 +496,12 @@ static RING_POOLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUs
 /// it announced, so the consumer visits it once more. Nothing is lost.
 #[test]
 fn loom_tests_a_quiet_ring_is_announced_by_its_next_record_or_its_exit() {
-    loom::model(|| {
+    // Four preemptions cover each race here (a quiet against a record, and
+    // against the exit) and keep the model to seconds (unbounded, it ran
+    // for over ten minutes).
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(4);
+    builder.check(|| {
         let ring = Arc::new(Ring::with_words(8, false));
         let retired = Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let p = {
