@@ -63,6 +63,7 @@ struct Run {
     sampler_start_ns: u64,
     per_cpu_ms: f64,
     samples: u64,
+    truncated: u64,
     sampler_ns: u64,
     flusher_ns: u64,
     bytes: u64,
@@ -106,6 +107,7 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
     Run {
         per_cpu_ms: iters as f64 / used.as_secs_f64() / 1000.0,
         samples: stats.cpu_samples,
+        truncated: stats.cpu_stacks_truncated,
         sampler_ns,
         sampler_start_ns: sampler_at_start,
         flusher_ns,
@@ -138,11 +140,12 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{:<15} {:>12} {:>10} {:>8} {:>13} {:>13} {:>12} {:>9} {:>10}",
+        "{:<15} {:>12} {:>10} {:>8} {:>9} {:>13} {:>13} {:>12} {:>9} {:>10}",
         "stacks",
         "iters/CPU-ms",
         "vs off",
         "samples",
+        "whole %",
         "sampler ns/smp",
         "flusher ns/smp",
         "bytes/sample",
@@ -174,11 +177,16 @@ fn main() {
             )
         };
         println!(
-            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>13.0} {:>13.0} {:>12.1} {:>9.1} {:>10.1}",
+            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>9.1} {:>13.0} {:>13.0} {:>12.1} {:>9.1} {:>10.1}",
             name,
             rate,
             (rate / off_rate - 1.0) * 100.0,
             median(r.iter().map(|x| x.samples as f64).collect()),
+            // Stacks unwound to their root, of all samples.
+            100.0
+                * (1.0
+                    - r.iter().map(|x| x.truncated).sum::<u64>() as f64
+                        / r.iter().map(|x| x.samples).sum::<u64>().max(1) as f64),
             per(&|_, x| x.sampler_ns as f64),
             per(&|k, x| x.flusher_ns as f64 - off_flusher[k] as f64),
             per(&|_, x| x.bytes as f64 - x.scopes as f64 * per_scope),

@@ -31,6 +31,13 @@
 
 pub(crate) mod tables;
 
+#[cfg(all(
+    test,
+    feature = "cpu-sampling",
+    target_os = "linux",
+    target_arch = "x86_64"
+))]
+mod cost;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod engine;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
@@ -56,7 +63,7 @@ pub enum CpuStacks {
     /// them (the default of Rust release builds) gets stacks of one frame.
     /// `RUSTFLAGS="-C force-frame-pointers=yes"` keeps them.
     FramePointers,
-    /// The kernel copies the top 16 KiB of the user stack and the
+    /// The kernel copies the top 8 KiB of the user stack and the
     /// registers; the sampler thread unwinds them from `.eh_frame`. Whole
     /// stacks without frame pointers, at a few microseconds per sample.
     CopiedStacks,
