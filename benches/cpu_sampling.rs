@@ -182,9 +182,12 @@ fn raw_event(hz: u64, stack: Option<u32>) -> (i32, *mut u8, usize) {
     (fd, base as *mut u8, len)
 }
 
+/// A raw event: its rate and its stack (as `raw_event` takes them).
+type RawMode = Option<(u64, Option<u32>)>;
+
 /// Loop iterations per CPU-ms of this thread for 300 ms with `event`
 /// (`None`: no event), freeing the event's ring as it goes.
-fn kernel_run(event: Option<(u64, Option<u32>)>) -> f64 {
+fn kernel_run(event: RawMode) -> f64 {
     let ev = event.map(|(hz, stack)| raw_event(hz, stack));
     let data: Vec<u64> = (0..1 << 14).collect();
     let cpu0 = thread_cpu();
@@ -222,7 +225,7 @@ fn kernel_run(event: Option<(u64, Option<u32>)>) -> f64 {
 
 /// The kernel's share: each mode against no event in the same round.
 fn kernel_share(rounds: usize) {
-    let modes: [(&str, Option<(u64, Option<u32>)>); 8] = [
+    let modes: [(&str, RawMode); 8] = [
         ("no event", None),
         ("1 kHz, no stack", Some((1000, None))),
         ("1 kHz, call chain", Some((1000, Some(0)))),
