@@ -150,11 +150,12 @@ impl crate::Builder {
     /// packets, a "callstacks" track per thread and flame graphs in the UI.
     /// JSON output: the object form's `stackFrames` and `samples` (a JSON
     /// trace with sampling on is written in the object form). The kernel's
-    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. Not in
-    /// flight-recorder mode ([`overwrite`](crate::Builder::overwrite)), nor
-    /// to Perfetto's `traced`
-    /// ([`system_tracing`](crate::Builder::system_tracing)): samples go to
-    /// the file as they come.
+    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. With
+    /// [`system_tracing`](crate::Builder::system_tracing) the samples also
+    /// go to each of Perfetto's tracing sessions (on a sequence of their
+    /// own, interned per session). Not in flight-recorder mode
+    /// ([`overwrite`](crate::Builder::overwrite)): samples are written as
+    /// they come.
     ///
     /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
     /// [`init_from_env`](crate::init_from_env).

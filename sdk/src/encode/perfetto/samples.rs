@@ -80,6 +80,13 @@ pub(crate) struct SampleSeq {
 }
 
 impl SampleSeq {
+    /// Starts the sequence over: its next packet clears the incremental
+    /// state and interns every table entry again (the tracing service
+    /// asked, or a packet with interned entries was lost).
+    pub(crate) fn restart(&mut self) {
+        *self = SampleSeq::default();
+    }
+
     /// Writes `view`'s samples (and a loss packet for its lost ones).
     pub(crate) fn write(&mut self, ctx: &Context<'_>, view: &SampleView<'_>, out: &mut Vec<u8>) {
         let pid = ctx.process.pid as u64;
