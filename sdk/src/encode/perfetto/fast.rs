@@ -117,29 +117,46 @@ fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
         out.reserve(GROW);
     }
     let len = out.len();
-    let b = &mut out.spare_capacity_mut()[..PACKET_MAX];
+    // SAFETY: the spare capacity holds at least PACKET_MAX bytes (checked
+    // or reserved above), and `write_packet` writes only those and
+    // initialises the `n` it returns.
+    unsafe {
+        let n = write_packet(out.as_mut_ptr().add(len), delta, t);
+        out.set_len(len + n);
+    }
+}
+
+/// Writes a packet (framing, `delta` on the sequence clock, `t`'s bytes)
+/// at `dst` and returns its length, at most [`PACKET_MAX`]. Stores through
+/// the pointer: no bounds check per byte.
+///
+/// # Safety
+/// `dst` is valid for writes of [`PACKET_MAX`] bytes.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn write_packet(dst: *mut u8, delta: u64, t: &Tmpl) -> usize {
     // A byte at a time: the deltas of busy threads are short (a byte or
     // two), and building a word costs more than it saves there.
     let mut n = 3;
     let mut v = delta;
-    while v >= 0x80 {
-        b[n] = MaybeUninit::new(v as u8 | 0x80);
-        v >>= 7;
+    // SAFETY (all stores below): a varint of a u64 takes at most 10 bytes,
+    // so every byte written lies in `dst[..3 + 10 + TMPL_MAX]`, which the
+    // caller guarantees is writable.
+    unsafe {
+        while v >= 0x80 {
+            *dst.add(n) = v as u8 | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        *dst.add(n) = v as u8;
         n += 1;
+        std::ptr::copy_nonoverlapping(t.bytes.as_ptr(), dst.add(n), TMPL_MAX);
+        let total = n + t.len as usize;
+        *dst = 0x0a; // Trace.packet
+        *dst.add(1) = (total - 2) as u8; // at most 43: one byte
+        *dst.add(2) = (P_TIMESTAMP << 3) as u8;
+        total
     }
-    b[n] = MaybeUninit::new(v as u8);
-    n += 1;
-    b[n..n + TMPL_MAX].write_copy_of_slice(&t.bytes);
-    let total = n + t.len as usize;
-    b[0] = MaybeUninit::new(0x0a); // Trace.packet
-    b[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
-    b[2] = MaybeUninit::new((P_TIMESTAMP << 3) as u8);
-    // SAFETY: `total <= n + TMPL_MAX <= PACKET_MAX` bytes of the spare
-    // capacity were initialised above: 0..3 (framing and timestamp tag),
-    // 3..n (the varint) and n..n + TMPL_MAX (the template, of which the
-    // first `t.len` count); `len + total <= capacity` since the spare
-    // capacity is at least PACKET_MAX.
-    unsafe { out.set_len(len + total) };
 }
 
 /// Most bytes of one annotation besides its value's words: tag, length
@@ -384,6 +401,20 @@ impl PerfettoEncoder {
             }
             if seq.valid {
                 let ts = words[pos + 1];
+                // A scope without args whose end comes next (a leaf): both
+                // packets at once, the scope never on the stack.
+                if header_kind(hdr) == KIND_BEGIN && len == 2 {
+                    if let Some(&[end, end_ts]) = words.get(pos + 2..pos + 4) {
+                        if header_kind(end) == KIND_END
+                            && header_len(end) == 2
+                            && header_payload(end) as u32 == (header_payload(hdr) >> 24) as u32
+                            && self.fast_pair(ctx, seq, hdr, ts, end_ts, out)
+                        {
+                            pos += 4;
+                            continue;
+                        }
+                    }
+                }
                 let done = match header_kind(hdr) {
                     KIND_BEGIN => {
                         self.fast_begin(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
@@ -446,6 +477,61 @@ impl PerfettoEncoder {
         match cs {
             None => put(out, delta, &t),
             Some(cs) => self.begin_with_args(seq, cs, args, delta, &t, out),
+        }
+        true
+    }
+
+    /// A plain BEGIN (no args) of a call site with a template and the END
+    /// of the same scope right after it: what [`Self::fast_begin`] then
+    /// [`Self::fast_end`] write, with one capacity check, and no push and
+    /// pop of the scope stack (it ends as it was). False, with nothing
+    /// done, where either of them would have declined.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    fn fast_pair(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        hdr: u64,
+        begin_ticks: u64,
+        end_ticks: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let payload = header_payload(hdr);
+        let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as usize;
+        let depth = (payload >> 24) as u32;
+        let Some(t) = seq.begin_tmpl.get(site) else {
+            return false;
+        };
+        if t.len == 0 || !t.plain || !seq.ext.no_flows_waiting() || !seq.flows.is_empty() {
+            return false;
+        }
+        // As `try_begin_plain` would accept it (nothing orphaned).
+        if seq.stack.top_depth().is_some_and(|top| top >= depth) {
+            return false;
+        }
+        if seq.end_tmpl.len == 0 {
+            self.make_end_template(seq);
+        }
+        let begin = ctx.cal.to_ns(begin_ticks).max(seq.last_ns);
+        let end = ctx.cal.to_ns(end_ticks).max(begin);
+        let (d0, d1) = (begin - seq.last_ns, end - begin);
+        seq.last_ns = end;
+        self.stats.events += 2;
+        if out.capacity() - out.len() < 2 * PACKET_MAX {
+            out.reserve(GROW);
+        }
+        let len = out.len();
+        let t = &seq.begin_tmpl[site];
+        // SAFETY: the spare capacity holds at least 2 * PACKET_MAX bytes
+        // (checked or reserved above); each `write_packet` writes at most
+        // PACKET_MAX of them, the second after the first's `n0`, and
+        // initialises what it returns, so `len + n0 + n1` bytes are.
+        unsafe {
+            let dst = out.as_mut_ptr().add(len);
+            let n0 = write_packet(dst, d0, t);
+            let n1 = write_packet(dst.add(n0), d1, &seq.end_tmpl);
+            out.set_len(len + n0 + n1);
         }
         true
     }

@@ -62,7 +62,9 @@ impl Ring {
             let whole = !overwrite && head.saturating_sub(tail) <= max_words as u64;
             let mut pos = tail;
             let mut copied = tail;
-            while pos < head && (pos - tail) < max_words as u64 {
+            // Records start before this (the chunk is "about" `max_words`).
+            let cut = tail.saturating_add(max_words as u64).min(head);
+            'walk: while pos < cut {
                 if pos >= next_start {
                     seg.copy(copied, pos, out, !overwrite);
                     copied = pos;
@@ -75,14 +77,19 @@ impl Ring {
                     pos = next_start.min(head);
                     continue;
                 }
-                let len = header_len(seg.word(pos));
-                if len == 0 || pos + len > head {
-                    break; // torn by an overwrite; the CAS below will fail
+                // The headers of this segment's records up to the cut, in a
+                // loop of their own: no record crosses a segment's start.
+                let end = cut.min(next_start);
+                while pos < end {
+                    let len = header_len(seg.word(pos));
+                    if len == 0 || pos + len > head {
+                        break 'walk; // torn by an overwrite; the CAS below will fail
+                    }
+                    if overwrite {
+                        starts.push(pos);
+                    }
+                    pos += len;
                 }
-                if overwrite {
-                    starts.push(pos);
-                }
-                pos += len;
             }
             seg.copy(copied, pos, out, !overwrite);
             let mut from = tail;
