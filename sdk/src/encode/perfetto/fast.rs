@@ -401,18 +401,13 @@ impl PerfettoEncoder {
             }
             if seq.valid {
                 let ts = words[pos + 1];
-                // A scope without args whose end comes next (a leaf): both
+                // Scopes without args whose end comes next (leaves): both
                 // packets at once, the scope never on the stack.
                 if header_kind(hdr) == KIND_BEGIN && len == 2 {
-                    if let Some(&[end, end_ts]) = words.get(pos + 2..pos + 4) {
-                        if header_kind(end) == KIND_END
-                            && header_len(end) == 2
-                            && header_payload(end) as u32 == (header_payload(hdr) >> 24) as u32
-                            && self.fast_pair(ctx, seq, hdr, ts, end_ts, out)
-                        {
-                            pos += 4;
-                            continue;
-                        }
+                    let n = self.fast_leaves(ctx, seq, &words[pos..], out);
+                    if n > 0 {
+                        pos += n;
+                        continue;
                     }
                 }
                 let done = match header_kind(hdr) {
@@ -481,59 +476,78 @@ impl PerfettoEncoder {
         true
     }
 
-    /// A plain BEGIN (no args) of a call site with a template and the END
-    /// of the same scope right after it: what [`Self::fast_begin`] then
-    /// [`Self::fast_end`] write, with one capacity check, and no push and
-    /// pop of the scope stack (it ends as it was). False, with nothing
-    /// done, where either of them would have declined.
+    /// `words` starts with a plain BEGIN (no args): if the END of the same
+    /// scope comes right after it and its call site has a template, writes
+    /// what [`Self::fast_begin`] then [`Self::fast_end`] would, and goes on
+    /// while the next two records are the same pair again (a scope in a
+    /// loop); the words taken, or 0 (nothing done) where either of them
+    /// would have declined. The scope stack ends as it was, so it is not
+    /// touched, and a repeat needs no check but its two headers.
     #[inline(always)]
     #[allow(unsafe_code)]
-    fn fast_pair(
+    fn fast_leaves(
         &mut self,
         ctx: &Context<'_>,
         seq: &mut Seq,
-        hdr: u64,
-        begin_ticks: u64,
-        end_ticks: u64,
+        words: &[u64],
         out: &mut Vec<u8>,
-    ) -> bool {
+    ) -> usize {
+        let Some(&[hdr, _, end_hdr, _]) = words.get(..4) else {
+            return 0;
+        };
         let payload = header_payload(hdr);
         let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as usize;
         let depth = (payload >> 24) as u32;
+        if header_kind(end_hdr) != KIND_END
+            || header_len(end_hdr) != 2
+            || header_payload(end_hdr) as u32 != depth
+        {
+            return 0;
+        }
         let Some(t) = seq.begin_tmpl.get(site) else {
-            return false;
+            return 0;
         };
         if t.len == 0 || !t.plain || !seq.ext.no_flows_waiting() || !seq.flows.is_empty() {
-            return false;
+            return 0;
         }
         // As `try_begin_plain` would accept it (nothing orphaned).
         if seq.stack.top_depth().is_some_and(|top| top >= depth) {
-            return false;
+            return 0;
         }
         if seq.end_tmpl.len == 0 {
             self.make_end_template(seq);
         }
-        let begin = ctx.cal.to_ns(begin_ticks).max(seq.last_ns);
-        let end = ctx.cal.to_ns(end_ticks).max(begin);
-        let (d0, d1) = (begin - seq.last_ns, end - begin);
-        seq.last_ns = end;
-        self.stats.events += 2;
-        if out.capacity() - out.len() < 2 * PACKET_MAX {
-            out.reserve(GROW);
+        let (t, end_t) = (&seq.begin_tmpl[site], &seq.end_tmpl);
+        let mut last = seq.last_ns;
+        let mut n = 0;
+        while let Some(&[h, begin_ticks, e, end_ticks]) = words.get(n..n + 4) {
+            if h != hdr || e != end_hdr {
+                break;
+            }
+            let begin = ctx.cal.to_ns(begin_ticks).max(last);
+            let end = ctx.cal.to_ns(end_ticks).max(begin);
+            let (d0, d1) = (begin - last, end - begin);
+            last = end;
+            if out.capacity() - out.len() < 2 * PACKET_MAX {
+                out.reserve(GROW);
+            }
+            let len = out.len();
+            // SAFETY: the spare capacity holds at least 2 * PACKET_MAX
+            // bytes (checked or reserved above); each `write_packet`
+            // writes at most PACKET_MAX of them, the second after the
+            // first's `n0`, and initialises what it returns, so
+            // `len + n0 + n1` bytes are.
+            unsafe {
+                let dst = out.as_mut_ptr().add(len);
+                let n0 = write_packet(dst, d0, t);
+                let n1 = write_packet(dst.add(n0), d1, end_t);
+                out.set_len(len + n0 + n1);
+            }
+            n += 4;
         }
-        let len = out.len();
-        let t = &seq.begin_tmpl[site];
-        // SAFETY: the spare capacity holds at least 2 * PACKET_MAX bytes
-        // (checked or reserved above); each `write_packet` writes at most
-        // PACKET_MAX of them, the second after the first's `n0`, and
-        // initialises what it returns, so `len + n0 + n1` bytes are.
-        unsafe {
-            let dst = out.as_mut_ptr().add(len);
-            let n0 = write_packet(dst, d0, t);
-            let n1 = write_packet(dst.add(n0), d1, &seq.end_tmpl);
-            out.set_len(len + n0 + n1);
-        }
-        true
+        seq.last_ns = last;
+        self.stats.events += n as u64 / 2;
+        n
     }
 
     /// An INSTANT on the thread's track of a call site with a template.
