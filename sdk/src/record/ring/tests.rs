@@ -822,9 +822,16 @@ fn a_flood_grows_the_ring_to_its_cap_with_nothing_drained() {
 #[test]
 fn drop_mode_chunks_end_at_records_for_every_bound() {
     // Lengths: a run of 2s, a 3, 2s, a 5, 2s of every count mod 4, a 4.
-    let lens: Vec<usize> = [vec![2; 9], vec![3], vec![2; 6], vec![5], vec![2; 7], vec![4]]
-        .concat()
-        .repeat(3);
+    let lens: Vec<usize> = [
+        vec![2; 9],
+        vec![3],
+        vec![2; 6],
+        vec![5],
+        vec![2; 7],
+        vec![4],
+    ]
+    .concat()
+    .repeat(3);
     for max_words in 1..=20 {
         let ring = Ring::with_words(1024, false);
         for (id, &len) in lens.iter().enumerate() {

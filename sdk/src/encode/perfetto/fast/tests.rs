@@ -262,7 +262,12 @@ fn fast_path_writes_what_the_general_path_writes() {
     for _ in 0..4 {
         w.begin(&B, 1).end(1);
     }
-    w.begin(&A, 1).end(1).begin(&A, 1).end(1).begin(&A, 1).end(2);
+    w.begin(&A, 1)
+        .end(1)
+        .begin(&A, 1)
+        .end(1)
+        .begin(&A, 1)
+        .end(2);
     w.end(1).end(0);
     steps.push(Step::Words(w.take()));
     // Begins with args of every kind, first and later uses; a string
