@@ -30,6 +30,7 @@ use crate::record::args::{
     ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
 };
 use crate::record::callsite::Callsite;
+use crate::record::clock::Calibration;
 use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::parse;
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
@@ -157,6 +158,64 @@ unsafe fn write_packet(dst: *mut u8, delta: u64, t: &Tmpl) -> usize {
         *dst.add(2) = (P_TIMESTAMP << 3) as u8;
         total
     }
+}
+
+/// A leaf scope's two packets: the begin's at `begin_ticks` (`t`) and the
+/// end's at `end_ticks` (`end_t`), the sequence clock at `last`; the
+/// clock after them. One capacity check for both.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn leaf(
+    cal: &Calibration,
+    begin_ticks: u64,
+    end_ticks: u64,
+    last: u64,
+    t: &Tmpl,
+    end_t: &Tmpl,
+    out: &mut Vec<u8>,
+) -> u64 {
+    let begin = cal.to_ns(begin_ticks).max(last);
+    let end = cal.to_ns(end_ticks).max(begin);
+    if out.capacity() - out.len() < 2 * PACKET_MAX {
+        out.reserve(GROW);
+    }
+    let len = out.len();
+    // SAFETY: the spare capacity holds at least 2 * PACKET_MAX bytes
+    // (checked or reserved above); each `write_packet` writes at most
+    // PACKET_MAX of them, the second after the first's `n0`, and
+    // initialises what it returns, so `len + n0 + n1` bytes are.
+    unsafe {
+        let dst = out.as_mut_ptr().add(len);
+        let n0 = write_packet(dst, begin - last, t);
+        let n1 = write_packet(dst.add(n0), end - begin, end_t);
+        out.set_len(len + n0 + n1);
+    }
+    end
+}
+
+/// [`leaf`] for each pair of records at the start of `words` whose headers
+/// are `pair` (the same leaf again: a scope in a loop); the words taken
+/// and the clock after them. Out of line: the loop keeps its values in
+/// registers.
+#[inline(never)]
+fn leaf_run(
+    cal: &Calibration,
+    words: &[u64],
+    pair: [u64; 2],
+    mut last: u64,
+    t: &Tmpl,
+    end_t: &Tmpl,
+    out: &mut Vec<u8>,
+) -> (usize, u64) {
+    let mut n = 0;
+    while let Some(&[h, begin_ticks, e, end_ticks]) = words.get(n..n + 4) {
+        if [h, e] != pair {
+            break;
+        }
+        last = leaf(cal, begin_ticks, end_ticks, last, t, end_t, out);
+        n += 4;
+    }
+    (n, last)
 }
 
 /// Most bytes of one annotation besides its value's words: tag, length
@@ -484,7 +543,6 @@ impl PerfettoEncoder {
     /// would have declined. The scope stack ends as it was, so it is not
     /// touched, and a repeat needs no check but its two headers.
     #[inline(always)]
-    #[allow(unsafe_code)]
     fn fast_leaves(
         &mut self,
         ctx: &Context<'_>,
@@ -518,32 +576,12 @@ impl PerfettoEncoder {
             self.make_end_template(seq);
         }
         let (t, end_t) = (&seq.begin_tmpl[site], &seq.end_tmpl);
-        let mut last = seq.last_ns;
-        let mut n = 0;
-        while let Some(&[h, begin_ticks, e, end_ticks]) = words.get(n..n + 4) {
-            if h != hdr || e != end_hdr {
-                break;
-            }
-            let begin = ctx.cal.to_ns(begin_ticks).max(last);
-            let end = ctx.cal.to_ns(end_ticks).max(begin);
-            let (d0, d1) = (begin - last, end - begin);
-            last = end;
-            if out.capacity() - out.len() < 2 * PACKET_MAX {
-                out.reserve(GROW);
-            }
-            let len = out.len();
-            // SAFETY: the spare capacity holds at least 2 * PACKET_MAX
-            // bytes (checked or reserved above); each `write_packet`
-            // writes at most PACKET_MAX of them, the second after the
-            // first's `n0`, and initialises what it returns, so
-            // `len + n0 + n1` bytes are.
-            unsafe {
-                let dst = out.as_mut_ptr().add(len);
-                let n0 = write_packet(dst, d0, t);
-                let n1 = write_packet(dst.add(n0), d1, end_t);
-                out.set_len(len + n0 + n1);
-            }
-            n += 4;
+        let mut last = leaf(ctx.cal, words[1], words[3], seq.last_ns, t, end_t, out);
+        let mut n = 4;
+        if words.get(4) == Some(&hdr) {
+            let (more, at) = leaf_run(ctx.cal, &words[4..], [hdr, end_hdr], last, t, end_t, out);
+            n += more;
+            last = at;
         }
         seq.last_ns = last;
         self.stats.events += n as u64 / 2;
