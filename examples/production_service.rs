@@ -11,8 +11,11 @@
 //!   of its own, `slow-request-N.pftrace`, at most one per 100 ms, the newest
 //!   5 kept. (A request must be recorded to be captured: sampling and
 //!   captures do not combine.)
+//! - `bounded`: every request recorded into one file with a hard limit of
+//!   1 MiB: once it is reached, later events are dropped, counted and
+//!   marked where the drop began; the file stays complete.
 //!
-//! Run: `cargo run --release --example production_service [sample|capture] [DIR]`
+//! Run: `cargo run --release --example production_service [sample|capture|bounded] [DIR]`
 //! and open the printed files in https://ui.perfetto.dev.
 
 use std::path::PathBuf;
@@ -38,14 +41,17 @@ async fn query(id: u64) -> u64 {
 }
 
 fn main() -> Result<(), ringtrace::Error> {
-    let sample = std::env::args().nth(1).is_some_and(|m| m == "sample");
+    let mode = std::env::args().nth(1).unwrap_or_else(|| "capture".into());
+    let sample = mode == "sample";
     let dir = PathBuf::from(std::env::args().nth(2).unwrap_or_else(|| ".".into()));
     std::fs::create_dir_all(&dir).map_err(|e| ringtrace::Error::Io {
         path: Some(dir.clone()),
         source: e,
     })?;
     let builder = ringtrace::subscriber().output(dir.join("service.pftrace"));
-    let builder = if sample {
+    let builder = if mode == "bounded" {
+        builder.configure(|b| b.max_file_bytes(1 << 20).max_files(1))
+    } else if sample {
         builder
             .sample_ratio(0.01)
             .sample_roots(["request"])
@@ -87,6 +93,12 @@ fn main() -> Result<(), ringtrace::Error> {
     let decided = stats.roots_kept + stats.roots_skipped;
     if decided > 0 {
         println!("requests kept {} of {decided}", stats.roots_kept);
+    }
+    if stats.events_dropped_disk > 0 {
+        println!(
+            "trace events written {}, dropped at the disk limit {} (marked in the trace)",
+            stats.events_written, stats.events_dropped_disk
+        );
     }
     if stats.captures_fired + stats.captures_suppressed > 0 {
         println!(

@@ -14,6 +14,8 @@
 //!   command, and what its counts mean.
 //! - [`cpu_sampling`]: CPU stack samples beside the slices, their two
 //!   stack modes, what they cost, where they are refused.
+//! - [`production`]: leaving it on in production: whole requests sampled,
+//!   slow ones captured, the disk bounded (in parts, or a hard limit).
 //!
 //! The `log` bridge is documented in its module, `ringtrace::log` (feature
 //! `log`); `tracing` integration in [`layer()`](crate::layer) and
@@ -41,4 +43,8 @@ pub mod archives {
 
 pub mod cpu_sampling {
     #![doc = include_str!("../docs/cpu-sampling.md")]
+}
+
+pub mod production {
+    #![doc = include_str!("../docs/production.md")]
 }

@@ -59,6 +59,11 @@ fn start(
 /// Requests on two threads; every 40th sleeps 30 ms with a helper thread
 /// working under it (explicit parent); the others take about 0.2 ms.
 fn serve(dispatch: &Dispatch, requests: u64) -> Vec<u64> {
+    serve_with(dispatch, requests, 40, Duration::from_millis(30))
+}
+
+/// As `serve`, request `i` slow (`slow_for`) when `i % every == 7`.
+fn serve_with(dispatch: &Dispatch, requests: u64, every: u64, slow_for: Duration) -> Vec<u64> {
     let workers: Vec<_> = (0..2u64)
         .map(|w| {
             let d = dispatch.clone();
@@ -71,7 +76,7 @@ fn serve(dispatch: &Dispatch, requests: u64) -> Vec<u64> {
                             let req = info_span!(target: "svc", "request", id = i);
                             let _e = req.enter();
                             let _work = info_span!(target: "svc", "work", id = i).entered();
-                            if i % 40 == 7 {
+                            if i % every == 7 {
                                 slow.push(i);
                                 let parent = req.clone();
                                 let d2 = d.clone();
@@ -85,7 +90,7 @@ fn serve(dispatch: &Dispatch, requests: u64) -> Vec<u64> {
                                         })
                                     })
                                     .unwrap();
-                                std::thread::sleep(Duration::from_millis(30));
+                                std::thread::sleep(slow_for);
                                 helper.join().unwrap();
                             } else {
                                 std::thread::sleep(Duration::from_micros(200));
@@ -125,13 +130,21 @@ fn every_slow_request_whole(via: Via, ext: &str) {
     let slow = serve(&dispatch, 200);
     let stats = guard.stop().unwrap();
     assert_eq!(slow.len(), 5);
+    check_captures(&dir, ext, &slow, &stats, false);
+}
+
+/// Every capture file holds a request slice over 20 ms (with `own`: exactly
+/// one) with its spans from every thread (a slow one's helper on its own
+/// thread) and nothing outside its window; every slow request is in one.
+fn check_captures(dir: &Path, ext: &str, slow: &[u64], stats: &ringtrace::Stats, own: bool) {
     // A fast request the machine's load stretched past 20 ms is captured
     // too: at least the slow ones, and a file per capture.
     assert!(stats.captures_fired >= slow.len() as u64, "{stats:?}");
     assert_eq!(stats.captures_suppressed, 0);
-    let files = captures_in(&dir, ext);
+    let files = captures_in(dir, ext);
     assert_eq!(files.len() as u64, stats.captures_fired);
     let mut found = Vec::new();
+    let mut own_file = Vec::new();
     for f in &files {
         // Slices of other requests may be cut by the window's end (JSON
         // ends them there, marked unfinished; Perfetto leaves them open):
@@ -149,6 +162,15 @@ fn every_slow_request_whole(via: Via, ext: &str) {
             .filter(|s| s.name == "request" && s.dur > 20_000_000)
             .collect();
         assert!(!long.is_empty(), "{f:?}: a slow request");
+        if own {
+            // Never two slow requests in one file (a fast request the load
+            // stretched past 20 ms may share one).
+            let of_slow = long
+                .iter()
+                .filter(|s| slow.contains(&s.args["id"].as_u64().unwrap()))
+                .count();
+            assert!(of_slow <= 1, "{f:?}: two slow requests: {long:?}");
+        }
         for req in &long {
             let id = req.args["id"].as_u64().unwrap();
             found.push(id);
@@ -179,18 +201,54 @@ fn every_slow_request_whole(via: Via, ext: &str) {
         // creation (before its slice begins) to its close (after its slice
         // ends: the exit, then the close; 100 us allowed for that and JSON's
         // rounding to microseconds).
-        let from = req.ts - BEFORE.as_nanos() as u64 - 1_000;
-        let to = req.end() + 100_000;
+        let window = |req: &Slice| {
+            (
+                req.ts - BEFORE.as_nanos() as u64 - 1_000,
+                req.end() + 100_000,
+            )
+        };
+        let (from, to) = window(&req);
         for s in &slices {
             assert!(
                 s.ts >= from && s.end() <= to,
                 "{f:?}: {s:?} outside [{from}, {to}]"
             );
         }
+        // The file is a slow request's own capture when everything in it is
+        // within that request's window alone.
+        for r in long
+            .iter()
+            .filter(|r| slow.contains(&r.args["id"].as_u64().unwrap()))
+        {
+            let (from, to) = window(r);
+            if slices.iter().all(|s| s.ts >= from && s.end() <= to) {
+                own_file.push(r.args["id"].as_u64().unwrap());
+            }
+        }
     }
-    for id in &slow {
+    for id in slow {
         assert!(found.contains(id), "request {id} captured: {found:?}");
+        if own {
+            assert!(
+                own_file.contains(id),
+                "request {id} has a file of its own: {own_file:?}"
+            );
+        }
     }
+}
+
+/// The target: about 1 request in 1,000 sleeps 50 ms; each is in a
+/// file of its own (one slow request a file), with all of its spans from
+/// every thread, nothing outside the window.
+#[test]
+fn one_in_a_thousand_each_in_a_file_of_its_own() {
+    let _one = serial();
+    let dir = scratch("captures_thousand");
+    let (dispatch, guard) = start(&dir, Via::Subscriber, "pftrace", Duration::ZERO, 100);
+    let slow = serve_with(&dispatch, 3000, 1000, Duration::from_millis(50));
+    let stats = guard.stop().unwrap();
+    assert_eq!(slow, [7, 1007, 2007]);
+    check_captures(&dir, "pftrace", &slow, &stats, true);
 }
 
 #[test]

@@ -199,6 +199,19 @@ pub(crate) trait Encoder: Send {
         now_ns: u64,
         count: u64,
         out: &mut Vec<u8>,
+    ) {
+        self.note_lost_process(ctx, now_ns, count, NO_MEMORY_REASON, out);
+    }
+    /// `count` events lost for `reason`, marked on the process track at
+    /// `now_ns` as [`note_lost_no_ring`](Encoder::note_lost_no_ring) does
+    /// (also: records dropped at the session's hard disk limit).
+    fn note_lost_process(
+        &mut self,
+        ctx: &mut Context<'_>,
+        now_ns: u64,
+        count: u64,
+        reason: &str,
+        out: &mut Vec<u8>,
     );
     /// CPU stack samples (`sampling`), with the tables their stacks are
     /// interned in. Formats without samples ignore them.

@@ -66,6 +66,8 @@ pub(crate) struct CaptureOptions {
     pub(crate) before: Duration,
     pub(crate) interval: Duration,
     pub(crate) files: u64,
+    /// `capture_slow_scopes`'s patterns and threshold.
+    pub(crate) slow_scopes: Option<(Vec<String>, Duration)>,
 }
 
 /// The capture options before any is set: files `capture-{n}.pftrace`.
@@ -75,6 +77,7 @@ fn default_capture() -> CaptureOptions {
         before: Duration::from_millis(10),
         interval: Duration::from_secs(10),
         files: 10,
+        slow_scopes: None,
     }
 }
 
@@ -344,10 +347,46 @@ impl Builder {
     }
 
     /// Parts kept on disk with [`max_file_bytes`](Builder::max_file_bytes)
-    /// (the part being written included; default 4, at least 2). Also
+    /// (the part being written included; default 4). Also
     /// `RINGTRACE_MAX_FILES` in [`init_from_env`](crate::init_from_env).
+    ///
+    /// `max_files(1)` is a hard limit without rotation: the one file is
+    /// never cut, and once it holds `max_file_bytes`, later events are
+    /// dropped, counted in
+    /// [`Stats::events_dropped_disk`](crate::Stats::events_dropped_disk)
+    /// (apart from ring losses) and marked in the trace (an events-lost
+    /// instant on the process track, `reason = "disk limit"`, where the drop
+    /// began, and one with the rest before the file's ending). The file
+    /// stays complete and loadable: whole Perfetto packets, a closed JSON
+    /// document. It exceeds `max_file_bytes` by at most the encoding of
+    /// 1 KiB of records (near the limit the flusher encodes that much at a
+    /// time: about 1 KiB in Perfetto, 4 KiB in JSON), plus the two marks
+    /// and the file's ending. Past the
+    /// limit, clock snapshots, ring-loss marks and CPU samples are no
+    /// longer written either (losses stay counted in
+    /// [`Stats`](crate::Stats)). Not with [`overwrite`](Builder::overwrite)
+    /// (a flight recorder writes its store out whole): `start()` returns
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig). The marks are
+    /// made when the flusher finds the file full (the first) and at stop
+    /// (the rest). A file [`rotate_output`](crate::rotate_output) switches
+    /// to is not bounded.
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join("ringtrace-doc-hard-limit");
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// std::fs::create_dir_all(&dir)?;
+    /// let trace = ringtrace::builder()
+    ///     .output(dir.join("trace.pftrace"))
+    ///     .max_file_bytes(64 << 20) // one file, 64 MiB at most:
+    ///     .max_files(1) //             events past it dropped and counted
+    ///     .start()?;
+    /// ringtrace::trace_instant!("recorded");
+    /// let stats = trace.stop()?;
+    /// assert_eq!(stats.events_dropped_disk, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn max_files(mut self, files: u64) -> Self {
-        self.max_files = files.max(2);
+        self.max_files = files.max(1);
         self
     }
 
@@ -367,6 +406,13 @@ impl Builder {
     /// removed); [`Stats`](crate::Stats) counts captures fired and
     /// suppressed. Without [`overwrite`](Builder::overwrite)`(true)` no
     /// file is written.
+    ///
+    /// With whole-request sampling (`TracingBuilder::sample_ratio` below 1,
+    /// root patterns or a hook), a request sampling did not keep is not
+    /// recorded: it is never captured, however slow, and a capture's window
+    /// holds only the kept requests' spans (the macros' scopes are not
+    /// sampled). Building a layer or subscriber with both says so once on
+    /// stderr.
     pub fn capture_to(mut self, pattern: impl AsRef<Path>) -> Self {
         let c = self.capture.get_or_insert_with(default_capture);
         c.pattern = pattern.as_ref().to_path_buf();
@@ -383,6 +429,66 @@ impl Builder {
     /// counted as suppressed.
     pub fn capture_interval(mut self, interval: Duration) -> Self {
         self.capture.get_or_insert_with(default_capture).interval = interval;
+        self
+    }
+
+    /// Flight-recorder mode: each slice recorded on a thread whose name or
+    /// category matches one of `patterns` (`prefix*` or a whole name) and
+    /// that lasts longer than `threshold` is captured whole, as
+    /// [`trigger`](crate::trigger) does (the capture named after the
+    /// slice): what every thread recorded from
+    /// [`capture_before`](Builder::capture_before) before its begin to its
+    /// end goes into a new file ([`capture_to`](Builder::capture_to)), at
+    /// most one per [`capture_interval`](Builder::capture_interval). Slices
+    /// are those of [`trace_scope!`](crate::trace_scope), `#[traced]`
+    /// functions (and each poll of a `#[traced] async fn`, whose whole life,
+    /// its async range, is matched too), typed
+    /// [`events`](crate::events) slices (`Category::scope`, matched by the
+    /// slice's name or its category) and `tracing` spans' entries (for a
+    /// span's whole life, from creation to close, use
+    /// `TracingBuilder::capture_slow`).
+    ///
+    /// The flusher finds them in the records it drains, so the recording
+    /// thread pays nothing for the rule; a capture is written at the
+    /// flusher's next pass after the one that read the slice's end (within
+    /// about two [`flush_interval`](Builder::flush_interval)s of it). A
+    /// slice whose end is read by a pass that writes the recorder out (the
+    /// session's last, a [`flush`](crate::flush)) has no window left to
+    /// copy: it is counted in `Stats::captures_suppressed`. Needs
+    /// [`overwrite`](Builder::overwrite)`(true)` (captures are copied from
+    /// the flight recorder's store); without it nothing is captured. A
+    /// scope whose begin or end was lost (full ring) is not matched.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = std::env::temp_dir();
+    /// let trace = ringtrace::builder()
+    ///     .output(dir.join("ringtrace-doc-slow-scopes.pftrace"))
+    ///     .overwrite(true)
+    ///     .capture_to(dir.join("ringtrace-doc-slow-scope-{n}.pftrace"))
+    ///     .capture_slow_scopes(["handle*"], Duration::from_millis(20))
+    ///     .flush_interval(Duration::from_millis(10))
+    ///     .start()?;
+    /// {
+    ///     ringtrace::trace_scope!("handle_request");
+    ///     std::thread::sleep(Duration::from_millis(25));
+    /// }
+    /// std::thread::sleep(Duration::from_millis(50)); // two flusher passes
+    /// assert_eq!(trace.stop()?.captures_fired, 1);
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn capture_slow_scopes<I, S>(mut self, patterns: I, threshold: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let patterns = patterns
+            .into_iter()
+            .map(|p| p.as_ref().to_owned())
+            .collect();
+        self.capture.get_or_insert_with(default_capture).slow_scopes = Some((patterns, threshold));
         self
     }
 

@@ -283,6 +283,11 @@ impl Windows {
         true
     }
 
+    /// The file being written now (`None`: a writer, or no file).
+    pub(crate) fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
     /// A dump's window is open: records go straight into its file.
     pub(crate) fn dumping(&self) -> bool {
         self.dump.is_some()

@@ -16,8 +16,10 @@ use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
 use crate::session::capture::Windows;
 use crate::session::control::Control;
+use crate::session::disk::HardLimit;
 use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
 use crate::session::recorder::Recorder;
+use crate::session::slow::SlowScopes;
 use crate::session::stats::Stats;
 use crate::session::trigger::Captures;
 use crate::system::data_source::RecordFilter;
@@ -50,6 +52,12 @@ pub(crate) struct FileOutput {
     captures: Option<Captures>,
     /// Where capture requests are queued.
     control: StdArc<Control>,
+    /// The session's file and its hard limit (`max_files(1)`): records
+    /// past it are dropped and counted; `None` without one.
+    hard: Option<(std::path::PathBuf, HardLimit)>,
+    /// Slow scopes to capture (`capture_slow_scopes`), found in the
+    /// records drained.
+    slow: Option<SlowScopes>,
 }
 
 impl FileOutput {
@@ -76,6 +84,35 @@ impl FileOutput {
             windows,
             captures,
             control,
+            hard: None,
+            slow: None,
+        }
+    }
+
+    /// Slices matching the rule and longer than its threshold are
+    /// captured (with captures on: a flight recorder and a pattern).
+    pub(crate) fn with_slow_scopes(mut self, slow: SlowScopes) -> Self {
+        if self.recorder.is_some() && self.captures.is_some() {
+            self.slow = Some(slow);
+        }
+        self
+    }
+
+    /// The session's file at `path` never grows past `max_bytes` (plus
+    /// what `disk::HardLimit` allows over it).
+    pub(crate) fn with_hard_limit(mut self, path: std::path::PathBuf, max_bytes: u64) -> Self {
+        self.hard = Some((path, HardLimit::new(max_bytes)));
+        self
+    }
+
+    /// The file reached its hard limit (while it is the output, not a file
+    /// `rotate_output` switched to): only its ending goes in now.
+    fn full(&self) -> bool {
+        match (self.file.as_ref(), self.hard.as_ref()) {
+            (Some(f), Some((path, h))) if self.windows.path() == Some(path.as_path()) => {
+                h.full(f, &self.out)
+            }
+            _ => false,
         }
     }
 
@@ -166,6 +203,18 @@ impl Output for FileOutput {
         batch: &Batch<'_>,
         tally: &mut Tally,
     ) {
+        if let Some(slow) = self.slow.as_mut() {
+            slow.scan(ctx, batch.thread.seq_id, batch.words);
+            // A pass that writes the store out (stop, flush, a dump) leaves
+            // no window to copy: such captures are counted suppressed.
+            let found = slow.found.drain(..);
+            match self.captures.as_mut().filter(|_| self.dump) {
+                Some(c) => c.suppressed += found.len() as u64,
+                None => found.for_each(|c| {
+                    crate::session::trigger::queue(&self.control.requests, &self.control.waker, c);
+                }),
+            }
+        }
         if let Some(f) = self.file.as_mut() {
             let tr = batch.thread;
             self.windows.wrote(tr.seq_id);
@@ -196,7 +245,12 @@ impl Output for FileOutput {
                         words: mine,
                         ..*batch
                     };
-                    f.encoder.batch(ctx, &mine, &mut self.out);
+                    match self.hard.as_mut() {
+                        Some((path, h)) if self.windows.path() == Some(path.as_path()) => {
+                            h.batch(f, ctx, &mine, &mut self.out)
+                        }
+                        _ => f.encoder.batch(ctx, &mine, &mut self.out),
+                    }
                 }
             }
         }
@@ -204,7 +258,11 @@ impl Output for FileOutput {
         self.let_go(tally);
     }
 
+    /// Past a hard limit, losses are counted in `Stats` only.
     fn note_lost(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, count: u64) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.note_lost(ctx, thread, count, &mut self.out);
         }
@@ -227,6 +285,9 @@ impl Output for FileOutput {
     }
 
     fn thread_done(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, pending: u64) {
+        if let Some(slow) = self.slow.as_mut() {
+            slow.thread_done(thread.seq_id);
+        }
         // Losses the flight recorder counted and had no record of the
         // thread left to mark them next to.
         let unmarked = match self.recorder {
@@ -249,6 +310,9 @@ impl Output for FileOutput {
     }
 
     fn note_lost_no_ring(&mut self, ctx: &mut Context<'_>, now_ns: u64, count: u64) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder
                 .note_lost_no_ring(ctx, now_ns, count, &mut self.out);
@@ -256,12 +320,18 @@ impl Output for FileOutput {
     }
 
     fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.samples(ctx, view, &mut self.out);
         }
     }
 
     fn tick(&mut self, ctx: &mut Context<'_>) {
+        if self.full() {
+            return;
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.tick(ctx, &mut self.out);
         }
@@ -286,7 +356,14 @@ impl Output for FileOutput {
         }
     }
 
+    /// Records dropped at a hard limit since its first mark are marked
+    /// before the file's ending.
     fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64) {
+        if let (Some(f), Some((path, h))) = (self.file.as_mut(), self.hard.as_mut()) {
+            if self.windows.path() == Some(path.as_path()) {
+                h.mark(f, ctx, &mut self.out);
+            }
+        }
         if let Some(f) = self.file.as_mut() {
             f.encoder.finish(ctx, now_ns, &mut self.out);
         }
@@ -304,6 +381,9 @@ impl Output for FileOutput {
         stats.bytes_written += done.bytes_written;
         let (files_removed, disk_error) = self.windows.disk_report();
         stats.files_removed += files_removed;
+        if let Some((_, h)) = self.hard.as_ref() {
+            stats.events_dropped_disk += h.dropped;
+        }
         let capture_error = self.captures.as_mut().and_then(|c| {
             stats.captures_fired += c.fired;
             stats.captures_suppressed += c.suppressed + c.refused();

@@ -44,6 +44,7 @@ mod output;
 mod recorder;
 pub(crate) mod signals;
 pub(crate) mod sink;
+mod slow;
 pub(crate) mod stats;
 mod trigger;
 mod waker;
@@ -120,6 +121,13 @@ impl Builder {
             return Err(Error::InvalidConfig(format!(
                 "json_metadata: the top-level key {key:?} is reserved or given twice"
             )));
+        }
+        if self.overwrite && self.max_file_bytes.is_some() && self.max_files == 1 {
+            return Err(Error::InvalidConfig(
+                "max_files(1) (a hard disk limit) is for a streaming session, not with \
+                 overwrite(true)"
+                    .into(),
+            ));
         }
         let mut slot = SESSION.lock();
         if slot.is_some() {
@@ -265,10 +273,15 @@ impl Builder {
             )
         });
         let mut windows = capture::Windows::new(path.clone());
-        if let (Some(p), Some(max)) = (&path, self.max_file_bytes) {
-            let limit = disk::DiskLimit::new(p.clone(), max, self.max_files);
-            windows = windows.with_disk_limit(limit, formats.clone());
-        }
+        let hard = match (&path, self.max_file_bytes) {
+            (Some(p), Some(max)) if self.max_files == 1 => Some((p.clone(), max)),
+            (Some(p), Some(max)) => {
+                let limit = disk::DiskLimit::new(p.clone(), max, self.max_files);
+                windows = windows.with_disk_limit(limit, formats.clone());
+                None
+            }
+            _ => None,
+        };
         // Captures are written from the flight recorder's store; triggers
         // also go to the tracing service.
         let captures =
@@ -282,6 +295,15 @@ impl Builder {
             system.is_some(),
             control.clone(),
         );
+        let file = match hard {
+            Some((p, max)) => file.with_hard_limit(p, max),
+            None => file,
+        };
+        let slow_scopes = self.capture.as_ref().and_then(|c| c.slow_scopes.clone());
+        let file = match slow_scopes {
+            Some((patterns, t)) => file.with_slow_scopes(slow::SlowScopes::new(patterns, t)),
+            None => file,
+        };
         let mut outputs = Outputs::default();
         outputs.push(file);
         if let Some(system) = system {
@@ -661,6 +683,24 @@ pub(crate) fn queue_capture(capture: capture::Capture) -> bool {
     trigger::queue(&control.requests, &control.waker, capture)
 }
 
+/// Slow-span captures set together with whole-request sampling: a request
+/// not kept is not recorded, so it is never captured, however slow. Said
+/// once on stderr at build (`ratio`: the sampling ratio, `hook`: a
+/// decision hook or root patterns decide too), so that a service missing
+/// most of its slow requests in captures knows why.
+pub(crate) fn warn_captures_with_sampling(slow_rule: bool, ratio: Option<f64>, hook: bool) {
+    let ratio = ratio.unwrap_or(1.0);
+    if slow_rule && (ratio < 1.0 || hook) {
+        eprintln!(
+            "ringtrace: capture_slow is set with whole-request sampling (ratio {ratio}{}): \
+             a request sampling does not keep is not recorded, so it is never captured, \
+             however slow (Stats::roots_skipped counts them); to capture every slow \
+             request, keep every root (sample_ratio(1.0))",
+            if hook { ", roots or a hook" } else { "" }
+        );
+    }
+}
+
 /// Whether a session is recording.
 ///
 /// # Examples
@@ -689,7 +729,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
 /// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
 /// | `RINGTRACE_MAX_FILE_BYTES` | the file in parts of about this size ([`Builder::max_file_bytes`]) |
-/// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4) |
+/// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4; `1`: one file, a hard limit, events past it dropped and counted) |
 /// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only |
 /// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) |
 ///

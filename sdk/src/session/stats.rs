@@ -70,6 +70,15 @@ pub struct Stats {
     /// [`Builder::max_file_bytes`](crate::Builder::max_file_bytes) times
     /// [`max_files`](crate::Builder::max_files).
     pub files_removed: u64,
+    /// Events dropped because the session's file reached its hard limit
+    /// ([`max_file_bytes`](crate::Builder::max_file_bytes) with
+    /// [`max_files`](crate::Builder::max_files)`(1)`), counted as
+    /// [`events_lost`](Stats::events_lost) counts them (a scope's begin and
+    /// end are one each) but apart from them: the rings lost nothing. The
+    /// trace marks them (an events-lost instant on the process track with
+    /// `reason = "disk limit"` where the drop began, and one with the rest
+    /// at the end); their marks' `lost_events` add up to this count.
+    pub events_dropped_disk: u64,
     /// Captures written ([`trigger`](crate::trigger), slow spans).
     pub captures_fired: u64,
     /// Captures not written: within

@@ -424,6 +424,8 @@ impl<T: TracingRecorder> TracingBuilder<T> {
     /// [`Error::UnknownFormat`], [`Error::NoOutput`], ...
     pub fn build(self) -> Result<(T, TraceGuard), Error> {
         let s = self.sampling;
+        let hook = !s.roots.is_empty() || s.decide.is_some();
+        crate::session::warn_captures_with_sampling(self.slow.is_some(), s.ratio, hook);
         let sampler = (s.ratio.is_some() || !s.roots.is_empty() || s.decide.is_some())
             .then(|| Arc::new(Sampler::new(s.ratio.unwrap_or(1.0), s.roots, s.decide)));
         super::register_counters();

@@ -492,11 +492,12 @@ impl Encoder for JsonEncoder {
         self.lost((t.pid, t.tid), ts, count, out);
     }
 
-    fn note_lost_no_ring(
+    fn note_lost_process(
         &mut self,
         ctx: &mut Context<'_>,
         now_ns: u64,
         count: u64,
+        reason: &str,
         out: &mut Vec<u8>,
     ) {
         self.stats.lost_reported += count;
@@ -511,8 +512,7 @@ impl Encoder for JsonEncoder {
         );
         let _ = write!(
             self.line,
-            ",\"s\":\"p\",\"args\":{{\"lost_events\":{count},\"reason\":\"{}\"}}}}",
-            super::NO_MEMORY_REASON
+            ",\"s\":\"p\",\"args\":{{\"lost_events\":{count},\"reason\":\"{reason}\"}}}}"
         );
         self.push_event(out);
     }

@@ -284,11 +284,12 @@ impl Encoder for PerfettoEncoder {
         seq.lost_unreported += count;
     }
 
-    fn note_lost_no_ring(
+    fn note_lost_process(
         &mut self,
         ctx: &mut Context<'_>,
         now_ns: u64,
         count: u64,
+        reason: &str,
         out: &mut Vec<u8>,
     ) {
         // On the session's sequence, which uses no incremental state: an
@@ -308,7 +309,7 @@ impl Encoder for PerfettoEncoder {
                 });
                 nested(te, TE_DEBUG_ANNOTATIONS, |a| {
                     string(a, DA_NAME, "reason");
-                    string(a, DA_STRING, super::NO_MEMORY_REASON);
+                    string(a, DA_STRING, reason);
                 });
             });
         });

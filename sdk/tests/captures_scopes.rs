@@ -1,0 +1,197 @@
+//! Slow scopes captured whole (`Builder::capture_slow_scopes`, flight
+//! recorder): on a service where about 1 request in 1,000 sleeps 50 ms,
+//! each slow request, whichever way in recorded it (`trace_scope!`,
+//! `#[traced]`, a typed `events` slice), is in a file of its own with its
+//! slices from every thread (a helper thread's included), and nothing
+//! outside its window; the fast requests (under the threshold) are not
+//! captured.
+
+mod common;
+
+use common::scratch;
+use common::slices::*;
+use ringtrace::events::Category;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const BEFORE: Duration = Duration::from_millis(5);
+const THRESHOLD: Duration = Duration::from_millis(20);
+static SVC: Category = Category::new("svc");
+
+#[ringtrace::traced(name = "handle traced")]
+fn handle_traced(i: u64) {
+    work(i);
+}
+
+/// The request's body: a scope naming it, a helper thread under the slow ones.
+fn work(i: u64) {
+    ringtrace::trace_scope!("work", id = i);
+    if i % 1000 == 7 {
+        let helper = std::thread::Builder::new()
+            .name("helper".into())
+            .spawn(move || {
+                ringtrace::trace_scope!("helper", id = i);
+                std::thread::sleep(Duration::from_millis(10));
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        helper.join().unwrap();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Requests on two workers, each recorded one of three ways by `i % 3`.
+fn serve(requests: u64) -> Vec<u64> {
+    let workers: Vec<_> = (0..2u64)
+        .map(|w| {
+            std::thread::Builder::new()
+                .name(format!("worker-{w}"))
+                .spawn(move || {
+                    for i in (w..requests).step_by(2) {
+                        match i % 3 {
+                            0 => {
+                                ringtrace::trace_scope!("handle scope");
+                                work(i);
+                            }
+                            1 => handle_traced(i),
+                            _ => {
+                                let _s = SVC.scope("handle typed").begin();
+                                work(i);
+                            }
+                        }
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    (0..requests).filter(|i| i % 1000 == 7).collect()
+}
+
+fn captures_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_str().unwrap();
+            n.starts_with("slow-") && n.ends_with(ext)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn slow_scopes_captured_whole(ext: &str) {
+    let _one = serial();
+    let dir = scratch(&format!("scopes_{ext}"));
+    let trace = ringtrace::builder()
+        .output(dir.join(format!("main.{ext}")))
+        .overwrite(true)
+        .capture_to(dir.join(format!("slow-{{name}}-{{n}}.{ext}")))
+        .capture_before(BEFORE)
+        .capture_interval(Duration::ZERO)
+        .capture_slow_scopes(["handle*"], THRESHOLD)
+        .start()
+        .unwrap();
+    let slow = serve(3000);
+    let stats = trace.stop().unwrap();
+    assert_eq!(slow, [7, 1007, 2007]); // one each way in: traced, typed, scope
+                                       // A fast request the machine's load stretched past 20 ms is captured
+                                       // too: at least the slow ones.
+    assert!(stats.captures_fired >= 3, "{stats:?}");
+    assert_eq!(stats.captures_suppressed, 0, "{stats:?}");
+    let files = captures_in(&dir, ext);
+    assert_eq!(files.len() as u64, stats.captures_fired, "{files:?}");
+    let mut found = Vec::new();
+    for f in &files {
+        // Slices of other requests may be cut by the window's ends.
+        let (slices, _) = if ext == "json" {
+            json_slices(&common::json_events(f))
+        } else {
+            perfetto_slices(&common::perfetto_model(f))
+        };
+        let long: Vec<&Slice> = slices
+            .iter()
+            .filter(|s| s.name.starts_with("handle") && s.dur > THRESHOLD.as_nanos() as i64)
+            .collect();
+        assert_eq!(long.len(), 1, "{f:?}: one slow request a file: {long:?}");
+        let req = long[0];
+        // The request's id: its `work` scope, on its thread, inside it.
+        let inner: Vec<&Slice> = slices
+            .iter()
+            .filter(|s| {
+                s.name == "work" && s.track == req.track && s.ts >= req.ts && s.end() <= req.end()
+            })
+            .collect();
+        assert_eq!(inner.len(), 1, "{f:?}: its work scope");
+        let id = inner[0].args["id"].as_u64().unwrap();
+        found.push(id);
+        if slow.contains(&id) {
+            let helper: Vec<&Slice> = slices
+                .iter()
+                .filter(|s| s.name == "helper" && s.args["id"].as_u64() == Some(id))
+                .collect();
+            assert_eq!(helper.len(), 1, "{f:?}: its helper");
+            assert!(
+                helper[0].thread().starts_with("helper#"),
+                "from its own thread"
+            );
+            assert!(helper[0].ts >= req.ts && helper[0].end() <= req.end());
+            let way = ["handle scope", "handle traced", "handle typed"][(id % 3) as usize];
+            assert_eq!(req.name, way, "{f:?}");
+        }
+        // Nothing outside the window: `BEFORE` before the slice's begin to
+        // its end (JSON rounds to microseconds).
+        let from = req.ts - BEFORE.as_nanos() as u64 - 1_000;
+        let to = req.end() + 1_000;
+        for s in &slices {
+            assert!(
+                s.ts >= from && s.end() <= to,
+                "{f:?}: {s:?} outside [{from}, {to}]"
+            );
+        }
+    }
+    found.sort();
+    for id in &slow {
+        assert!(found.contains(id), "request {id} captured: {found:?}");
+    }
+}
+
+#[test]
+fn slow_scopes_captured_whole_perfetto() {
+    slow_scopes_captured_whole("pftrace");
+}
+
+#[test]
+fn slow_scopes_captured_whole_json() {
+    slow_scopes_captured_whole("json");
+}
+
+/// Without the rule, or under the threshold: nothing captured.
+#[test]
+fn fast_scopes_not_captured() {
+    let _one = serial();
+    let dir = scratch("scopes_fast");
+    let trace = ringtrace::builder()
+        .output(dir.join("main.pftrace"))
+        .overwrite(true)
+        .capture_to(dir.join("slow-{name}-{n}.pftrace"))
+        .capture_interval(Duration::ZERO)
+        .capture_slow_scopes(["handle*"], Duration::from_millis(200))
+        .start()
+        .unwrap();
+    for _ in 0..3 {
+        ringtrace::trace_scope!("handle quick");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    {
+        // Matches no pattern, however long.
+        ringtrace::trace_scope!("other");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    let stats = trace.stop().unwrap();
+    assert_eq!(stats.captures_fired, 0, "{stats:?}");
+    assert!(captures_in(&dir, "pftrace").is_empty());
+}
