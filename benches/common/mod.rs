@@ -1,4 +1,4 @@
-//! Timing helpers shared by the benchmarks in this folder: the clock floor
+//! Timing functions shared by the benchmarks in this folder: the clock floor
 //! (two reads of the clock the hot path uses) and medians. A folder with a
 //! `mod.rs`, so that Cargo does not take it for a benchmark of its own.
 
