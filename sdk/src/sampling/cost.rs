@@ -6,20 +6,25 @@
 //! tests (a measurement, not a check):
 //!
 //! ```text
-//! RINGTRACE_COST_FILE=/tmp/s.fp RINGTRACE_COST_STACKS=fp \
-//!   cargo test --release -p ringtrace --features cpu-sampling --lib cost::record -- --ignored
-//! RINGTRACE_COST_FILE=/tmp/s.fp valgrind --tool=callgrind --toggle-collect='*cost*replay_warm*' \
-//!   target/release/deps/ringtrace-HASH cost::replay --ignored --test-threads=1
+//! cargo test --release -p ringtrace --features cpu-sampling --lib --no-run
+//! cp target/release/deps/ringtrace-HASH rec     # the recording names its binary
+//! RINGTRACE_COST_FILE=samples.bin RINGTRACE_COST_STACKS=copied \
+//!   ./rec sampling::cost::record --ignored
+//! RINGTRACE_COST_FILE=samples.bin RINGTRACE_COST_STACKS=copied \
+//!   valgrind --tool=callgrind --toggle-collect='*cost*replay_warm*' \
+//!   target/release/deps/ringtrace-HASH sampling::cost::replay --ignored --test-threads=1
 //! ```
 //!
-//! (`RINGTRACE_COST_STACKS=copied` for copied stacks.) A replay with
-//! `fp` of a recording of copied stacks turns each into the call chain the
-//! kernel would have walked in a frame-pointer build (the frames unwound
-//! from it), so both modes replay the same stacks. The replay prints the
-//! samples it ran; callgrind's total over `replay_warm` divided by them is
-//! the cost of a sample whose frames are already known (the steady state of
-//! a program's hot code). The recorded mappings are replayed as they were,
-//! so the replaying process's own layout does not matter.
+//! The replay reads the recorded mappings' files (the recording binary must
+//! still be where it ran, hence the copy) and replays them at the recorded
+//! addresses, so the replaying process's own layout does not matter: one
+//! recording serves builds before and after a change. With
+//! `RINGTRACE_COST_STACKS=fp`, a recording of copied stacks is replayed as
+//! the call chains the kernel would have walked in a frame-pointer build
+//! (the frames unwound from each copy), so both modes replay the same
+//! stacks. The replay prints the samples it ran; callgrind's total over
+//! `replay_warm` divided by them is the cost of a sample whose frames are
+//! already known (the steady state of a program's hot code).
 
 use super::engine::StackWork;
 use super::perf::{parse_sample, PerfEvent, PerfRecord, StackSource};
