@@ -34,6 +34,9 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+mod common;
+use common::{median, two_rdtsc};
+
 const WARMUP: u64 = 100_000;
 const BUDGET: u64 = 256 << 20;
 const PER_THREAD: usize = 64 << 20;
@@ -71,26 +74,6 @@ fn process_cpu_ns() -> u64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[inline(never)]
-fn two_clock_reads(n: u64) {
-    for _ in 0..n {
-        // SAFETY: RDTSC exists on every x86-64 CPU and has no memory effects.
-        let (a, b) = unsafe { (core::arch::x86_64::_rdtsc(), core::arch::x86_64::_rdtsc()) };
-        black_box(a);
-        black_box(b);
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(never)]
-fn two_clock_reads(n: u64) {
-    for _ in 0..n {
-        black_box(Instant::now());
-        black_box(Instant::now());
-    }
-}
-
 #[inline(never)]
 fn scopes(n: u64) {
     for i in 0..n {
@@ -109,9 +92,9 @@ fn child(threads: u64, scopes_each: u64) {
     let floors: Vec<f64> = (0..threads)
         .map(|_| {
             std::thread::spawn(move || {
-                two_clock_reads(WARMUP);
+                two_rdtsc(WARMUP);
                 let t = thread_cpu_ns();
-                two_clock_reads(scopes_each);
+                two_rdtsc(scopes_each);
                 (thread_cpu_ns() - t) as f64 / scopes_each as f64
             })
         })
@@ -180,16 +163,6 @@ fn parse(line: &str) -> Option<Run> {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--flood-child") {
@@ -240,7 +213,7 @@ fn main() {
             .copied()
             .filter(|r| r.threads == threads)
             .collect();
-        let m = |f: fn(&Run) -> f64| median(rs.iter().map(f).collect());
+        let m = |f: fn(&Run) -> f64| median(&mut rs.iter().map(f).collect::<Vec<_>>());
         let floor = m(|r| r.floor_ns);
         let min_recorded = rs
             .iter()

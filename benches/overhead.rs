@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{median, two_boottime, two_rdtsc};
+
 // ---------------------------------------------------------------- harness
 
 /// Medians of one measurement, in ns per iteration.
@@ -28,16 +31,6 @@ use std::time::{Duration, Instant};
 struct Sample {
     median: f64,
     min: f64,
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn summarize(mut per_iter: Vec<f64>) -> Sample {
@@ -65,43 +58,6 @@ fn bench(reps: usize, iters: u64, mut f: impl FnMut(u64), mut between: impl FnMu
 }
 
 // ---------------------------------------------------------------- workloads
-
-#[cfg(target_arch = "x86_64")]
-#[inline(never)]
-fn two_rdtsc(n: u64) {
-    for _ in 0..n {
-        // SAFETY: RDTSC exists on every x86-64 CPU and has no memory effects.
-        let (a, b) = unsafe { (core::arch::x86_64::_rdtsc(), core::arch::x86_64::_rdtsc()) };
-        black_box(a);
-        black_box(b);
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(never)]
-fn two_rdtsc(n: u64) {
-    two_boottime(n)
-}
-
-fn boottime() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec; CLOCK_BOOTTIME exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-#[inline(never)]
-fn two_boottime(n: u64) {
-    for _ in 0..n {
-        let a = boottime();
-        let b = boottime();
-        black_box(a);
-        black_box(b);
-    }
-}
 
 static FLAG: AtomicU8 = AtomicU8::new(1);
 

@@ -288,6 +288,12 @@ impl ScopeStack {
         }
     }
 
+    /// The depth of the innermost open scope, if any.
+    #[inline]
+    pub(crate) fn top_depth(&self) -> Option<u32> {
+        self.open.last().map(|top| top.depth)
+    }
+
     /// The end of the innermost scope, if it is at `depth` (what
     /// [`Self::end`] matches without orphans); else nothing is done.
     #[inline]

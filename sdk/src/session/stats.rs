@@ -48,9 +48,10 @@ pub struct Stats {
     pub spans_not_stored: u64,
     /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
     pub cpu_samples: u64,
-    /// CPU samples lost: records the kernel dropped (its ring was full) and
-    /// samples beyond what waits for the flusher. Also written to the trace
-    /// (Perfetto: `kernel_records_lost`).
+    /// CPU samples lost: records the kernel dropped (its ring was full),
+    /// samples beyond what waits for the flusher (both also written to the
+    /// trace, Perfetto: `kernel_records_lost`), and samples Perfetto's
+    /// tracing service had no room for (system tracing).
     pub cpu_samples_lost: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
@@ -85,6 +86,13 @@ pub struct Stats {
     /// [`capture_interval`](crate::Builder::capture_interval) of the last
     /// one, or too many queued at once.
     pub captures_suppressed: u64,
+    /// Passes the flusher made (it wakes every few milliseconds).
+    pub flusher_passes: u64,
+    /// Threads' rings the flusher looked at, summed over its passes. A ring
+    /// with nothing recorded since its last drain is not looked at (but for
+    /// a few each pass, in turn), so threads that recorded and wait cost a
+    /// pass nothing; every ring is read on `flush()`, captures and stop.
+    pub rings_visited: u64,
 }
 
 /// Readers of what the `tracing` bridge counts process-wide, which a session

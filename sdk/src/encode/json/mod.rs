@@ -298,7 +298,31 @@ impl Encoder for JsonEncoder {
                 match header_kind(hdr) {
                     KIND_BEGIN => {
                         let site = (payload & MAX_SITE_ID as u64) as u32;
-                        if th.stack.try_begin_plain((payload >> 24) as u32, site, ts) {
+                        let depth = (payload >> 24) as u32;
+                        // Its end next (a leaf), nothing orphaned, no
+                        // flow to bind: the `X` at once, the scope never
+                        // on the stack.
+                        if let Some(&[end, end_ticks]) = words.get(pos..pos + 2) {
+                            if header_kind(end) == KIND_END
+                                && header_len(end) == 2
+                                && header_payload(end) as u32 == depth
+                                && th.flows.is_empty()
+                                && th.stack.top_depth().is_none_or(|top| top < depth)
+                            {
+                                let end_ns = ctx.cal.to_ns(end_ticks).max(ts);
+                                th.last_ns = end_ns;
+                                let scope = OpenScope {
+                                    depth,
+                                    site,
+                                    ts_ns: ts,
+                                    args: Vec::new(),
+                                };
+                                self.complete_with(ctx, who, &scope, end_ns, None, &[], out);
+                                pos += 2;
+                                continue;
+                            }
+                        }
+                        if th.stack.try_begin_plain(depth, site, ts) {
                             th.last_ns = ts;
                             continue;
                         }
@@ -632,6 +656,16 @@ mod tests {
             rec(&mut w, KIND_END, 0, &[]); // no begin
             rec(&mut w, KIND_LOST, 0, &[2]);
             rec(&mut w, KIND_BEGIN, a, &[]);
+            rec(&mut w, KIND_END, 0, &[]);
+            // Leaves that are not a pair: an end of another depth, a flow
+            // waiting before the begin.
+            rec(&mut w, KIND_BEGIN, a, &[]);
+            rec(&mut w, KIND_BEGIN, a | 1 << 24, &[]);
+            rec(&mut w, KIND_END, 2, &[]);
+            rec(&mut w, KIND_END, 1, &[]);
+            rec(&mut w, KIND_FLOW, 0, &[43]);
+            rec(&mut w, KIND_BEGIN, a | 1 << 24, &[]);
+            rec(&mut w, KIND_END, 1, &[]);
             rec(&mut w, KIND_END, 0, &[]);
         }
         let cal = Calibration::start(false);

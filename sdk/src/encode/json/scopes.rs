@@ -347,17 +347,9 @@ impl JsonEncoder {
                 site, depth, args, ..
             } => {
                 // The layer's end args: an `E` merges its args into the slice.
-                let m = th.stack.end(depth);
-                for _ in m.orphaned {
-                    self.stats.ends_lost += 1;
-                    self.end_event_with(who, ts, None, None, Some("ringtrace.end_lost"), out);
-                }
-                if m.matched.is_none() {
-                    self.stats.unmatched_ends += 1;
+                if !self.pop_be(th, who, depth, ts, out) {
                     return;
                 }
-                let flows = std::mem::take(&mut th.flows);
-                self.layer_flows_v1(who, ts, &flows, out);
                 self.stats.events += 1;
                 self.begin_event_line_e(who, ts);
                 if let Some(cs) = ctx.sites.get(site) {
@@ -412,6 +404,22 @@ impl JsonEncoder {
         end: Option<&EventView<'_>>,
         out: &mut Vec<u8>,
     ) {
+        if self.pop_be(th, who, depth, ts, out) {
+            self.end_event_with(who, ts, tts, end, None, out);
+        }
+    }
+
+    /// Pops a scope in B/E form before its `E` is written: the scopes it
+    /// orphaned get theirs, the flows waiting are bound; false (counted)
+    /// if its begin was not kept, so no `E` is due.
+    fn pop_be(
+        &mut self,
+        th: &mut Thread,
+        who: (i32, i64),
+        depth: u32,
+        ts: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let m = th.stack.end(depth);
         for _ in m.orphaned {
             self.stats.ends_lost += 1;
@@ -419,11 +427,11 @@ impl JsonEncoder {
         }
         if m.matched.is_none() {
             self.stats.unmatched_ends += 1;
-            return;
+            return false;
         }
         let flows = std::mem::take(&mut th.flows);
         self.layer_flows_v1(who, ts, &flows, out);
-        self.end_event_with(who, ts, tts, end, None, out);
+        true
     }
 
     /// Pops a scope in X form and writes it.

@@ -53,34 +53,19 @@ impl Line {
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 
-    /// Appends `v` in decimal, two digits per step, written in place in a
-    /// fixed-size buffer appended whole and cut to its digits (a copy of a
-    /// known size, not a call to `memcpy`).
+    /// Appends `v` in decimal, two digits per step, stored straight into
+    /// the spare capacity (one capacity check per number).
     #[inline]
-    pub(crate) fn uint(&mut self, mut v: u64) {
-        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-            2021222324252627282930313233343536373839\
-            4041424344454647484950515253545556575859\
-            6061626364656667686970717273747576777879\
-            8081828384858687888990919293949596979899";
-        let digits = v.checked_ilog10().map_or(1, |d| d as usize + 1);
-        let mut buf = [0u8; 20];
-        let mut i = digits;
-        while v >= 100 {
-            let r = (v % 100) as usize * 2;
-            v /= 100;
-            i -= 2;
-            buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
-        }
-        if v >= 10 {
-            let r = v as usize * 2;
-            buf[0..2].copy_from_slice(&PAIRS[r..r + 2]);
-        } else {
-            buf[0] = b'0' + v as u8;
-        }
+    #[allow(unsafe_code)]
+    pub(crate) fn uint(&mut self, v: u64) {
+        self.0.reserve(20);
         let len = self.0.len();
-        self.0.extend_from_slice(&buf);
-        self.0.truncate(len + digits);
+        // SAFETY: 20 bytes of spare capacity were reserved above, all that
+        // `put_uint` writes; it initialises the `n` it returns.
+        unsafe {
+            let n = put_uint(self.0.as_mut_ptr().add(len), v);
+            self.0.set_len(len + n);
+        }
     }
 
     /// Appends `v` in decimal.
@@ -103,15 +88,58 @@ impl std::fmt::Write for Line {
 
 /// Appends `ns` as microseconds with exactly three decimals.
 #[inline]
+#[allow(unsafe_code)]
 pub(crate) fn micros(l: &mut Line, ns: u64) {
-    l.uint(ns / 1000);
-    let frac = (ns % 1000) as u16;
-    l.0.extend_from_slice(&[
-        b'.',
-        b'0' + (frac / 100) as u8,
-        b'0' + (frac / 10 % 10) as u8,
-        b'0' + (frac % 10) as u8,
-    ]);
+    let frac = (ns % 1000) as usize;
+    let (hundreds, rest) = (frac / 100, frac % 100 * 2);
+    l.0.reserve(24);
+    let len = l.0.len();
+    // SAFETY: 24 bytes of spare capacity were reserved above: `put_uint`
+    // writes at most 20 (a u64 has at most 20 digits; `ns / 1000` at
+    // most 17), then four more; all `n + 4` are initialised.
+    unsafe {
+        let dst = l.0.as_mut_ptr().add(len);
+        let n = put_uint(dst, ns / 1000);
+        *dst.add(n) = b'.';
+        *dst.add(n + 1) = b'0' + hundreds as u8;
+        std::ptr::copy_nonoverlapping(PAIRS.as_ptr().add(rest), dst.add(n + 2), 2);
+        l.0.set_len(len + n + 4);
+    }
+}
+
+/// The decimal digits of 0 to 99, two bytes each.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal at `dst`, two digits per step from the last, and
+/// returns how many (1 to 20).
+///
+/// # Safety
+/// `dst` is valid for writes of 20 bytes.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn put_uint(dst: *mut u8, mut v: u64) -> usize {
+    let digits = v.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let mut i = digits;
+    // SAFETY (every store): `i <= digits <= 20` and each store lies in
+    // `dst[..digits]`; `r + 2 <= 200` (`r` is twice a number below 100).
+    unsafe {
+        while v >= 100 {
+            let r = (v % 100) as usize * 2;
+            v /= 100;
+            i -= 2;
+            std::ptr::copy_nonoverlapping(PAIRS.as_ptr().add(r), dst.add(i), 2);
+        }
+        if v >= 10 {
+            std::ptr::copy_nonoverlapping(PAIRS.as_ptr().add(v as usize * 2), dst, 2);
+        } else {
+            *dst = b'0' + v as u8;
+        }
+    }
+    digits
 }
 
 /// Appends `s` as a JSON string: quotes, backslashes and control characters

@@ -30,6 +30,7 @@ use crate::record::args::{
     ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
 };
 use crate::record::callsite::Callsite;
+use crate::record::clock::Calibration;
 use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::parse;
 use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
@@ -117,29 +118,104 @@ fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
         out.reserve(GROW);
     }
     let len = out.len();
-    let b = &mut out.spare_capacity_mut()[..PACKET_MAX];
+    // SAFETY: the spare capacity holds at least PACKET_MAX bytes (checked
+    // or reserved above), and `write_packet` writes only those and
+    // initialises the `n` it returns.
+    unsafe {
+        let n = write_packet(out.as_mut_ptr().add(len), delta, t);
+        out.set_len(len + n);
+    }
+}
+
+/// Writes a packet (framing, `delta` on the sequence clock, `t`'s bytes)
+/// at `dst` and returns its length, at most [`PACKET_MAX`]. Stores through
+/// the pointer: no bounds check per byte.
+///
+/// # Safety
+/// `dst` is valid for writes of [`PACKET_MAX`] bytes.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn write_packet(dst: *mut u8, delta: u64, t: &Tmpl) -> usize {
     // A byte at a time: the deltas of busy threads are short (a byte or
     // two), and building a word costs more than it saves there.
     let mut n = 3;
     let mut v = delta;
-    while v >= 0x80 {
-        b[n] = MaybeUninit::new(v as u8 | 0x80);
-        v >>= 7;
+    // SAFETY (all stores below): a varint of a u64 takes at most 10 bytes,
+    // so every byte written lies in `dst[..3 + 10 + TMPL_MAX]`, which the
+    // caller guarantees is writable.
+    unsafe {
+        while v >= 0x80 {
+            *dst.add(n) = v as u8 | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        *dst.add(n) = v as u8;
         n += 1;
+        std::ptr::copy_nonoverlapping(t.bytes.as_ptr(), dst.add(n), TMPL_MAX);
+        let total = n + t.len as usize;
+        *dst = 0x0a; // Trace.packet
+        *dst.add(1) = (total - 2) as u8; // at most 43: one byte
+        *dst.add(2) = (P_TIMESTAMP << 3) as u8;
+        total
     }
-    b[n] = MaybeUninit::new(v as u8);
-    n += 1;
-    b[n..n + TMPL_MAX].write_copy_of_slice(&t.bytes);
-    let total = n + t.len as usize;
-    b[0] = MaybeUninit::new(0x0a); // Trace.packet
-    b[1] = MaybeUninit::new((total - 2) as u8); // at most 43: one byte
-    b[2] = MaybeUninit::new((P_TIMESTAMP << 3) as u8);
-    // SAFETY: `total <= n + TMPL_MAX <= PACKET_MAX` bytes of the spare
-    // capacity were initialised above: 0..3 (framing and timestamp tag),
-    // 3..n (the varint) and n..n + TMPL_MAX (the template, of which the
-    // first `t.len` count); `len + total <= capacity` since the spare
-    // capacity is at least PACKET_MAX.
-    unsafe { out.set_len(len + total) };
+}
+
+/// A leaf scope's two packets: the begin's at `begin_ticks` (`t`) and the
+/// end's at `end_ticks` (`end_t`), the sequence clock at `last`; the
+/// clock after them. One capacity check for both.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn leaf(
+    cal: &Calibration,
+    begin_ticks: u64,
+    end_ticks: u64,
+    last: u64,
+    t: &Tmpl,
+    end_t: &Tmpl,
+    out: &mut Vec<u8>,
+) -> u64 {
+    let begin = cal.to_ns(begin_ticks).max(last);
+    let end = cal.to_ns(end_ticks).max(begin);
+    if out.capacity() - out.len() < 2 * PACKET_MAX {
+        out.reserve(GROW);
+    }
+    let len = out.len();
+    // SAFETY: the spare capacity holds at least 2 * PACKET_MAX bytes
+    // (checked or reserved above); each `write_packet` writes at most
+    // PACKET_MAX of them, the second after the first's `n0`, and
+    // initialises what it returns, so `len + n0 + n1` bytes are.
+    unsafe {
+        let dst = out.as_mut_ptr().add(len);
+        let n0 = write_packet(dst, begin - last, t);
+        let n1 = write_packet(dst.add(n0), end - begin, end_t);
+        out.set_len(len + n0 + n1);
+    }
+    end
+}
+
+/// [`leaf`] for each pair of records at the start of `words` whose headers
+/// are `pair` (the same leaf again: a scope in a loop); the words taken
+/// and the clock after them. Out of line: the loop keeps its values in
+/// registers.
+#[inline(never)]
+fn leaf_run(
+    cal: &Calibration,
+    words: &[u64],
+    pair: [u64; 2],
+    mut last: u64,
+    t: &Tmpl,
+    end_t: &Tmpl,
+    out: &mut Vec<u8>,
+) -> (usize, u64) {
+    let mut n = 0;
+    while let Some(&[h, begin_ticks, e, end_ticks]) = words.get(n..n + 4) {
+        if [h, e] != pair {
+            break;
+        }
+        last = leaf(cal, begin_ticks, end_ticks, last, t, end_t, out);
+        n += 4;
+    }
+    (n, last)
 }
 
 /// Most bytes of one annotation besides its value's words: tag, length
@@ -384,6 +460,15 @@ impl PerfettoEncoder {
             }
             if seq.valid {
                 let ts = words[pos + 1];
+                // Scopes without args whose end comes next (leaves): both
+                // packets at once, the scope never on the stack.
+                if header_kind(hdr) == KIND_BEGIN && len == 2 {
+                    let n = self.fast_leaves(ctx, seq, &words[pos..], out);
+                    if n > 0 {
+                        pos += n;
+                        continue;
+                    }
+                }
                 let done = match header_kind(hdr) {
                     KIND_BEGIN => {
                         self.fast_begin(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
@@ -448,6 +533,59 @@ impl PerfettoEncoder {
             Some(cs) => self.begin_with_args(seq, cs, args, delta, &t, out),
         }
         true
+    }
+
+    /// `words` starts with a plain BEGIN (no args): if the END of the same
+    /// scope comes right after it and its call site has a template, writes
+    /// what [`Self::fast_begin`] then [`Self::fast_end`] would, and goes on
+    /// while the next two records are the same pair again (a scope in a
+    /// loop); the words taken, or 0 (nothing done) where either of them
+    /// would have declined. The scope stack ends as it was, so it is not
+    /// touched, and a repeat needs no check but its two headers.
+    #[inline(always)]
+    fn fast_leaves(
+        &mut self,
+        ctx: &Context<'_>,
+        seq: &mut Seq,
+        words: &[u64],
+        out: &mut Vec<u8>,
+    ) -> usize {
+        let Some(&[hdr, _, end_hdr, _]) = words.get(..4) else {
+            return 0;
+        };
+        let payload = header_payload(hdr);
+        let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as usize;
+        let depth = (payload >> 24) as u32;
+        if header_kind(end_hdr) != KIND_END
+            || header_len(end_hdr) != 2
+            || header_payload(end_hdr) as u32 != depth
+        {
+            return 0;
+        }
+        let Some(t) = seq.begin_tmpl.get(site) else {
+            return 0;
+        };
+        if t.len == 0 || !t.plain || !seq.ext.no_flows_waiting() || !seq.flows.is_empty() {
+            return 0;
+        }
+        // As `try_begin_plain` would accept it (nothing orphaned).
+        if seq.stack.top_depth().is_some_and(|top| top >= depth) {
+            return 0;
+        }
+        if seq.end_tmpl.len == 0 {
+            self.make_end_template(seq);
+        }
+        let (t, end_t) = (&seq.begin_tmpl[site], &seq.end_tmpl);
+        let mut last = leaf(ctx.cal, words[1], words[3], seq.last_ns, t, end_t, out);
+        let mut n = 4;
+        if words.get(4) == Some(&hdr) {
+            let (more, at) = leaf_run(ctx.cal, &words[4..], [hdr, end_hdr], last, t, end_t, out);
+            n += more;
+            last = at;
+        }
+        seq.last_ns = last;
+        self.stats.events += n as u64 / 2;
+        n
     }
 
     /// An INSTANT on the thread's track of a call site with a template.

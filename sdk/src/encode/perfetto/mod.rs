@@ -35,6 +35,7 @@ use fields::{
     TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
 };
 use intern::{intern_category, intern_location, intern_name};
+pub(crate) use samples::SAMPLES_SEQ;
 use std::collections::HashMap;
 
 mod annotations;
@@ -215,6 +216,7 @@ impl PerfettoEncoder {
         for seq in self.seqs.values_mut() {
             seq.valid = false;
         }
+        self.samples.restart();
     }
 
     pub(crate) fn new(opts: PerfettoOptions) -> Self {
@@ -376,19 +378,8 @@ impl PerfettoEncoder {
                 self.note_begin(seq, cs);
             }
             Record::End { depth, .. } => {
-                let m = seq.stack.end(depth);
-                if m.matched.is_none() && m.orphaned.is_empty() {
-                    self.stats.unmatched_ends += 1;
-                    return;
-                }
-                self.ensure_valid(ctx, seq, ts, out);
-                for orphan in m.orphaned {
-                    self.end_orphan(seq, ts, orphan, out);
-                }
-                if m.matched.is_some() {
+                if self.pop_scope(ctx, seq, depth, ts, out) {
                     self.end_event(ctx, seq, ts, None, None, out);
-                } else {
-                    self.stats.unmatched_ends += 1;
                 }
             }
             Record::Instant { site, args, .. } => {
@@ -503,6 +494,33 @@ impl PerfettoEncoder {
             });
             self.emit(seq, delta, out);
         }
+    }
+
+    /// Pops the scope an end at `depth` closes, before its end is
+    /// written: the scopes it orphaned get theirs (the sequence made valid
+    /// first); false (counted) if its begin was not kept, so no end is due.
+    fn pop_scope(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        depth: u32,
+        ts: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let m = seq.stack.end(depth);
+        if m.matched.is_none() && m.orphaned.is_empty() {
+            self.stats.unmatched_ends += 1;
+            return false;
+        }
+        self.ensure_valid(ctx, seq, ts, out);
+        for orphan in m.orphaned {
+            self.end_orphan(seq, ts, orphan, out);
+        }
+        if m.matched.is_none() {
+            self.stats.unmatched_ends += 1;
+            return false;
+        }
+        true
     }
 
     /// Moves the sequence clock to `ts`; returns the delta to write.

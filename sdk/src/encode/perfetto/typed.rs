@@ -223,17 +223,7 @@ impl PerfettoEncoder {
         end: Option<&EventView<'_>>,
         out: &mut Vec<u8>,
     ) {
-        let m = seq.stack.end(depth);
-        if m.matched.is_none() && m.orphaned.is_empty() {
-            self.stats.unmatched_ends += 1;
-            return;
-        }
-        self.ensure_valid(ctx, seq, ts, out);
-        for orphan in m.orphaned {
-            self.end_orphan(seq, ts, orphan, out);
-        }
-        if m.matched.is_none() {
-            self.stats.unmatched_ends += 1;
+        if !self.pop_scope(ctx, seq, depth, ts, out) {
             return;
         }
         let tt = match tts {
@@ -376,6 +366,34 @@ impl PerfettoEncoder {
 
     /// Fills `te` with a typed-API event: type, track, category, name, args,
     /// stack.
+    /// A slice's begin or end, or an instant (`ty`), of the typed API on
+    /// the track `uuid` (an async id's or a custom one), at `ts`.
+    #[allow(clippy::too_many_arguments)]
+    fn on_track(
+        &mut self,
+        seq: &mut Seq,
+        ts: u64,
+        ty: u64,
+        uuid: u64,
+        cs: Option<&'static Callsite>,
+        v: &EventView<'_>,
+        out: &mut Vec<u8>,
+    ) {
+        self.stats.events += 1;
+        let delta = self.advance(seq, ts);
+        if ty == TYPE_SLICE_END {
+            // No name or category on an end: readers would match on them.
+            self.te.clear();
+            self.interned.clear();
+            uint(&mut self.te, TE_TYPE, TYPE_SLICE_END);
+            uint(&mut self.te, TE_TRACK_UUID, uuid);
+            dict_annotations(&mut self.te, v.args);
+        } else {
+            self.fill_dynamic(seq, ty, Some(uuid), cs, v);
+        }
+        self.emit(seq, delta, out);
+    }
+
     fn fill_dynamic(
         &mut self,
         seq: &mut Seq,
@@ -483,24 +501,12 @@ impl PerfettoEncoder {
                 self.ensure_valid(ctx, seq, ts, out);
                 let name = v.name.as_deref().unwrap_or("");
                 let uuid = self.async_id_track(ctx, seq, cs.category, name, id, out);
-                self.stats.events += 1;
-                let delta = self.advance(seq, ts);
-                if op == op::ASYNC_END {
-                    // No name or category on an end: readers would match on them.
-                    self.te.clear();
-                    self.interned.clear();
-                    uint(&mut self.te, TE_TYPE, TYPE_SLICE_END);
-                    uint(&mut self.te, TE_TRACK_UUID, uuid);
-                    dict_annotations(&mut self.te, v.args);
-                } else {
-                    let ty = if op == op::ASYNC_BEGIN {
-                        TYPE_SLICE_BEGIN
-                    } else {
-                        TYPE_INSTANT
-                    };
-                    self.fill_dynamic(seq, ty, Some(uuid), Some(cs), v);
-                }
-                self.emit(seq, delta, out);
+                let ty = match op {
+                    op::ASYNC_BEGIN => TYPE_SLICE_BEGIN,
+                    op::ASYNC_END => TYPE_SLICE_END,
+                    _ => TYPE_INSTANT,
+                };
+                self.on_track(seq, ts, ty, uuid, Some(cs), v, out);
             }
             op::TRACK_BEGIN | op::TRACK_END | op::TRACK_INSTANT => {
                 let Some(path) = &v.track else { return };
@@ -509,23 +515,12 @@ impl PerfettoEncoder {
                 }
                 self.ensure_valid(ctx, seq, ts, out);
                 let uuid = self.custom_track(ctx, seq, path, out);
-                self.stats.events += 1;
-                let delta = self.advance(seq, ts);
-                if op == op::TRACK_END {
-                    self.te.clear();
-                    self.interned.clear();
-                    uint(&mut self.te, TE_TYPE, TYPE_SLICE_END);
-                    uint(&mut self.te, TE_TRACK_UUID, uuid);
-                    dict_annotations(&mut self.te, v.args);
-                } else {
-                    let ty = if op == op::TRACK_BEGIN {
-                        TYPE_SLICE_BEGIN
-                    } else {
-                        TYPE_INSTANT
-                    };
-                    self.fill_dynamic(seq, ty, Some(uuid), cs, v);
-                }
-                self.emit(seq, delta, out);
+                let ty = match op {
+                    op::TRACK_BEGIN => TYPE_SLICE_BEGIN,
+                    op::TRACK_END => TYPE_SLICE_END,
+                    _ => TYPE_INSTANT,
+                };
+                self.on_track(seq, ts, ty, uuid, cs, v, out);
             }
             op::FLOW_START | op::FLOW_STEP | op::FLOW_END => {
                 let (Some(id), Some(cs)) = (&v.id, cs) else {

@@ -62,7 +62,9 @@ impl Ring {
             let whole = !overwrite && head.saturating_sub(tail) <= max_words as u64;
             let mut pos = tail;
             let mut copied = tail;
-            while pos < head && (pos - tail) < max_words as u64 {
+            // Records start before this (the chunk is "about" `max_words`).
+            let cut = tail.saturating_add(max_words as u64).min(head);
+            'walk: while pos < cut {
                 if pos >= next_start {
                     seg.copy(copied, pos, out, !overwrite);
                     copied = pos;
@@ -75,14 +77,29 @@ impl Ring {
                     pos = next_start.min(head);
                     continue;
                 }
-                let len = header_len(seg.word(pos));
-                if len == 0 || pos + len > head {
-                    break; // torn by an overwrite; the CAS below will fail
+                // The headers of this segment's records up to the cut, in a
+                // loop of their own: no record crosses a segment's start.
+                let end = cut.min(next_start);
+                if !overwrite {
+                    match seg.walk(pos, end, head) {
+                        Ok(p) => pos = p,
+                        Err(p) => {
+                            pos = p;
+                            break 'walk;
+                        }
+                    }
+                    continue;
                 }
-                if overwrite {
-                    starts.push(pos);
+                while pos < end {
+                    let len = header_len(seg.word(pos));
+                    if len == 0 || pos + len > head {
+                        break 'walk; // torn by an overwrite; the CAS below will fail
+                    }
+                    if overwrite {
+                        starts.push(pos);
+                    }
+                    pos += len;
                 }
-                pos += len;
             }
             seg.copy(copied, pos, out, !overwrite);
             let mut from = tail;
@@ -239,6 +256,39 @@ impl SegmentView {
             out.extend(run.iter().map(|w| w.load(Ordering::Relaxed)));
             pos += n as u64;
         }
+    }
+
+    /// Drop mode: the position of the first record at or past `end`,
+    /// following headers from `pos` (where one starts), or `Err` with
+    /// where a header that cannot be (length 0, or past `head`) is. Four
+    /// records of two words (plain scope begins and ends, the commonest)
+    /// are passed with one test where they come in a row. Out of line: the
+    /// loop keeps its few values in registers.
+    #[inline(never)]
+    fn walk(&self, mut pos: u64, end: u64, head: u64) -> Result<u64, u64> {
+        // The length field of a header (`header_len`) and a length of 2.
+        const LEN: u64 = 0xf_ffff << 4;
+        const TWO: u64 = 2 << 4;
+        // Records start at `pos`, `pos + 2`, ... while each is two words
+        // long; four of them end at `pos + 8 <= end <= head`.
+        while pos + 8 <= end {
+            let four = (self.word(pos) & LEN) ^ TWO
+                | (self.word(pos + 2) & LEN) ^ TWO
+                | (self.word(pos + 4) & LEN) ^ TWO
+                | (self.word(pos + 6) & LEN) ^ TWO;
+            if four != 0 {
+                break;
+            }
+            pos += 8;
+        }
+        while pos < end {
+            let len = header_len(self.word(pos));
+            if len == 0 || pos + len > head {
+                return Err(pos);
+            }
+            pos += len;
+        }
+        Ok(pos)
     }
 
     #[inline(always)]

@@ -813,3 +813,51 @@ fn a_flood_grows_the_ring_to_its_cap_with_nothing_drained() {
         "the outgrown segments freed"
     );
 }
+
+/// Drop mode, drained in chunks smaller than what is published: runs of
+/// two-word records (passed four at a time) broken by longer ones, cut at
+/// every chunk size; each chunk ends where a record does, takes every
+/// record that starts before its bound and no other, and nothing is torn
+/// or lost.
+#[test]
+fn drop_mode_chunks_end_at_records_for_every_bound() {
+    // Lengths: a run of 2s, a 3, 2s, a 5, 2s of every count mod 4, a 4.
+    let lens: Vec<usize> = [
+        vec![2; 9],
+        vec![3],
+        vec![2; 6],
+        vec![5],
+        vec![2; 7],
+        vec![4],
+    ]
+    .concat()
+    .repeat(3);
+    for max_words in 1..=20 {
+        let ring = Ring::with_words(1024, false);
+        for (id, &len) in lens.iter().enumerate() {
+            assert!(write(&ring, id as u64, len));
+        }
+        let (mut ids, mut out, mut seen) = (Vec::new(), Vec::new(), 0);
+        let mut next = 0;
+        loop {
+            let d = ring.drain(&mut out, max_words, &mut seen);
+            if d.words == 0 {
+                break;
+            }
+            // Records whose start is before the bound, and only those.
+            let mut start = 0;
+            let mut expect = 0;
+            while next + expect < lens.len() && start < max_words {
+                start += lens[next + expect];
+                expect += 1;
+            }
+            assert_eq!(d.words, start, "bound {max_words} at record {next}");
+            let before = ids.len();
+            take_ids(&mut out, &mut ids);
+            assert_eq!(ids.len() - before, expect);
+            next += expect;
+        }
+        let all: Vec<u64> = (0..lens.len() as u64).collect();
+        assert_eq!(ids, all, "bound {max_words}");
+    }
+}

@@ -249,6 +249,26 @@ fn fast_path_writes_what_the_general_path_writes() {
         .lost(3)
         .end(0);
     w.begin(&A, 0).begin(&B, 1).end(1).end(0);
+    // Leaves (a begin and an end back to back) that are not a pair: an
+    // end of another depth, a begin not deeper than the open scope (an
+    // orphan), a flow waiting between them, a leaf of a site with args.
+    w.begin(&A, 0).begin(&B, 1).end(2).end(1).end(0);
+    w.begin(&A, 1).begin(&B, 1).end(1).end(0);
+    w.begin(&A, 0).flow(7).begin(&B, 1).end(1).end(0);
+    w.begin(&C, 0).end(0).begin(&B, 0).end(0);
+    // Runs of the same leaf, then another site, then a repeat whose end
+    // is of another depth.
+    w.begin(&A, 0);
+    for _ in 0..4 {
+        w.begin(&B, 1).end(1);
+    }
+    w.begin(&A, 1)
+        .end(1)
+        .begin(&A, 1)
+        .end(1)
+        .begin(&A, 1)
+        .end(2);
+    w.end(1).end(0);
     steps.push(Step::Words(w.take()));
     // Begins with args of every kind, first and later uses; a string
     // long enough for two-byte lengths.

@@ -1,0 +1,61 @@
+//! Timing functions shared by the benchmarks in this folder: the clock floor
+//! (two reads of the clock the hot path uses) and medians. A folder with a
+//! `mod.rs`, so that Cargo does not take it for a benchmark of its own.
+
+// Each benchmark compiles this module in and uses a part of it.
+#![allow(dead_code)]
+
+use std::hint::black_box;
+
+/// Two reads of the clock the hot path uses, `n` times: the floor a
+/// scope's cost is compared with.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+pub fn two_rdtsc(n: u64) {
+    for _ in 0..n {
+        // SAFETY: RDTSC exists on every x86-64 CPU and has no memory effects.
+        let (a, b) = unsafe { (core::arch::x86_64::_rdtsc(), core::arch::x86_64::_rdtsc()) };
+        black_box(a);
+        black_box(b);
+    }
+}
+
+/// Elsewhere the hot path reads `CLOCK_BOOTTIME`: the floor is two of those.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(never)]
+pub fn two_rdtsc(n: u64) {
+    two_boottime(n)
+}
+
+/// `CLOCK_BOOTTIME` in ns (through the vDSO).
+fn boottime() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec; CLOCK_BOOTTIME exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Two reads of `CLOCK_BOOTTIME`, `n` times.
+#[inline(never)]
+pub fn two_boottime(n: u64) {
+    for _ in 0..n {
+        let a = boottime();
+        let b = boottime();
+        black_box(a);
+        black_box(b);
+    }
+}
+
+/// The median (of the two middle values for an even count); sorts `v`.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
