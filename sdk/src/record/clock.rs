@@ -157,21 +157,47 @@ impl Calibration {
     /// BOOTTIME nanoseconds of a tick reading.
     #[inline]
     pub(crate) fn to_ns(&self, ticks: u64) -> u64 {
-        // The usual rate, converted per event by the flusher: under a
-        // nanosecond per tick (a TSC above 1 GHz). The same arithmetic as
-        // below, with one branch on the side of the anchor. Ticks that are
-        // BOOTTIME ns already have `int` 1: the one test sends them out of
-        // line too.
-        if self.int == 0 {
-            let (anchor, anchor_ns) = self.last;
-            let part = |d: u64| ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64;
-            return if ticks >= anchor {
-                anchor_ns.saturating_add(part(ticks - anchor))
-            } else {
-                anchor_ns.saturating_sub(part(anchor - ticks))
-            };
+        // The usual case, converted per event by the flusher: a rate under
+        // a nanosecond per tick (a TSC above 1 GHz) and ticks at or after
+        // the anchor. `near` (both halves of the anchor below 2^63, the
+        // rate's `int` 0) and a distance below 2^63 make the sum below
+        // 2^64: the same result as `to_ns_any`'s saturating sum, with one
+        // branch. The rest goes out of line, ticks that are BOOTTIME ns
+        // already (`int` 1) too.
+        let d = ticks.wrapping_sub(self.last.0);
+        if (self.far() | d >> 63) == 0 {
+            return self.last.1 + self.part(d);
         }
         self.to_ns_any(ticks)
+    }
+
+    /// [`Self::to_ns`] of two readings (a scope's begin and end) with one
+    /// test for both.
+    #[inline(always)]
+    pub(crate) fn to_ns_pair(&self, a: u64, b: u64) -> (u64, u64) {
+        let (da, db) = (a.wrapping_sub(self.last.0), b.wrapping_sub(self.last.0));
+        if (self.far() | (da | db) >> 63) == 0 {
+            return (self.last.1 + self.part(da), self.last.1 + self.part(db));
+        }
+        (self.to_ns_any(a), self.to_ns_any(b))
+    }
+
+    /// Not 0 unless `to_ns`'s one-branch case applies to every distance
+    /// below 2^63: ticks at or after the anchor then wrap to at most
+    /// `u64::MAX - anchor`, ticks before it to more than 2^63 (the anchor
+    /// being below 2^63), and the anchor's ns plus a product at most the
+    /// distance stays below 2^64. The same for every event of a batch:
+    /// the loops keep it in a register.
+    #[inline(always)]
+    fn far(&self) -> u64 {
+        self.int | self.last.0 >> 63 | self.last.1 >> 63
+    }
+
+    /// `d * frac / 2^64` rounded half up: the high half of the product
+    /// after adding 2^63 (below 2^64 * 2^64: no overflow), at most `d`.
+    #[inline(always)]
+    fn part(&self, d: u64) -> u64 {
+        ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64
     }
 
     /// [`Self::to_ns`] at any rate.
@@ -187,9 +213,7 @@ impl Calibration {
             Some(d) => (d, false),
             None => (anchor - ticks, true),
         };
-        // The fraction's product rounded half up: its high half after
-        // adding 2^63 (below 2^64 * 2^64: no overflow).
-        let part = ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64;
+        let part = self.part(d);
         let scaled = if self.int == 0 {
             part
         } else {
@@ -298,5 +322,69 @@ mod tests {
         assert_eq!(at(10).to_ns((1 << 40) + 5), 15);
         assert_eq!(at(u64::MAX - 5).to_ns((1 << 40) + 9), u64::MAX);
         assert_eq!(at(u64::MAX - 5).to_ns(1 << 39), u64::MAX - 5 - (1 << 39));
+    }
+
+    /// The one-branch path against the conversion it stands for (the
+    /// rounded product added to or taken from the anchor, clamped; in
+    /// i128, no shortcut): the same ns for every reading, on both sides of
+    /// the anchor, near 2^63 and at the ends of the range, the pair as the
+    /// two singles, at rates below and above a nanosecond per tick.
+    #[test]
+    fn one_branch_path_is_exact() {
+        let reference = |cal: &Calibration, t: u64| -> u64 {
+            let (a, a_ns) = cal.last;
+            let d = (t as i128 - a as i128).unsigned_abs();
+            let scaled = d * cal.int as u128 + ((d * cal.frac as u128 + (1 << 63)) >> 64);
+            let ns = if t >= a {
+                a_ns as i128 + scaled as i128
+            } else {
+                a_ns as i128 - scaled as i128
+            };
+            ns.clamp(0, u64::MAX as i128) as u64
+        };
+        let half = 1u64 << 63;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for rate in [0.25, 0.3333333333, 0.4166, 0.999_999_9, 1.0, 1.7] {
+            let (int, frac) = fixed_point(rate);
+            for anchor in [
+                (1u64 << 40, 5_000_000_000_000u64),
+                (0, 0),
+                (half - 1, half - 1),
+                (half, 7),
+                (7, half),
+                (u64::MAX, u64::MAX),
+            ] {
+                let cal = Calibration {
+                    tsc: true,
+                    first: anchor,
+                    last: anchor,
+                    int,
+                    frac,
+                };
+                let a = anchor.0;
+                let mut readings = vec![0, 1, half - 1, half, half + 1, u64::MAX];
+                for d in [0u64, 1, 2, 1000, 1 << 32, half - 1, half, half + 1] {
+                    readings.push(a.wrapping_add(d));
+                    readings.push(a.wrapping_sub(d));
+                }
+                for _ in 0..2000 {
+                    let r = next();
+                    readings.push(a.wrapping_add(r >> (r % 64)));
+                    readings.push(a.wrapping_sub(r >> (r % 64)));
+                }
+                for (i, &t) in readings.iter().enumerate() {
+                    let want = reference(&cal, t);
+                    assert_eq!(cal.to_ns(t), want, "rate {rate} anchor {anchor:?} t {t}");
+                    let u = readings[(i * 7 + 3) % readings.len()];
+                    assert_eq!(cal.to_ns_pair(t, u), (want, reference(&cal, u)));
+                }
+            }
+        }
     }
 }
