@@ -157,40 +157,47 @@ impl Calibration {
     /// BOOTTIME nanoseconds of a tick reading.
     #[inline]
     pub(crate) fn to_ns(&self, ticks: u64) -> u64 {
-        // The usual case, converted per event by the flusher: a rate under
-        // a nanosecond per tick (a TSC above 1 GHz) and ticks at or after
-        // the anchor. `near` (both halves of the anchor below 2^63, the
-        // rate's `int` 0) and a distance below 2^63 make the sum below
-        // 2^64: the same result as `to_ns_any`'s saturating sum, with one
-        // branch. The rest goes out of line, ticks that are BOOTTIME ns
-        // already (`int` 1) too.
-        let d = ticks.wrapping_sub(self.last.0);
-        if (self.far() | d >> 63) == 0 {
-            return self.last.1 + self.part(d);
+        // The usual rate, converted per event by the flusher: under a
+        // nanosecond per tick (a TSC above 1 GHz). The same arithmetic as
+        // below, with one branch on the side of the anchor. Ticks that are
+        // BOOTTIME ns already have `int` 1: the one test sends them out of
+        // line too.
+        if self.int == 0 {
+            let (anchor, anchor_ns) = self.last;
+            return if ticks >= anchor {
+                anchor_ns.saturating_add(self.part(ticks - anchor))
+            } else {
+                anchor_ns.saturating_sub(self.part(anchor - ticks))
+            };
         }
         self.to_ns_any(ticks)
     }
 
-    /// [`Self::to_ns`] of two readings (a scope's begin and end) with one
-    /// test for both.
+    /// [`Self::to_ns`] of two readings (a scope's begin and end), with one
+    /// test for both that also rules out the clamps. Before the anchor
+    /// first: the flusher refreshes the anchor, then drains what was
+    /// recorded before.
     #[inline(always)]
     pub(crate) fn to_ns_pair(&self, a: u64, b: u64) -> (u64, u64) {
-        let (da, db) = (a.wrapping_sub(self.last.0), b.wrapping_sub(self.last.0));
-        if (self.far() | (da | db) >> 63) == 0 {
-            return (self.last.1 + self.part(da), self.last.1 + self.part(db));
+        let (anchor, anchor_ns) = self.last;
+        // `near` 0: the rate under a nanosecond per tick, the anchor's
+        // ticks and ns below 2^63 (the same for a whole batch: kept in a
+        // register). With `a` and `b` below 2^63 too, each distance is
+        // below 2^63 and wraps to 2^63 or more when taken the wrong way
+        // round, and a product is at most its distance.
+        let near = self.int | (anchor | anchor_ns | a | b) >> 63;
+        let (ua, ub) = (anchor.wrapping_sub(a), anchor.wrapping_sub(b));
+        if near == 0 && ua | ub <= anchor_ns {
+            // Both at or before the anchor, at most `anchor_ns` away (so
+            // below 2^63): no clamp at 0.
+            return (anchor_ns - self.part(ua), anchor_ns - self.part(ub));
         }
-        (self.to_ns_any(a), self.to_ns_any(b))
-    }
-
-    /// Not 0 unless `to_ns`'s one-branch case applies to every distance
-    /// below 2^63: ticks at or after the anchor then wrap to at most
-    /// `u64::MAX - anchor`, ticks before it to more than 2^63 (the anchor
-    /// being below 2^63), and the anchor's ns plus a product at most the
-    /// distance stays below 2^64. The same for every event of a batch:
-    /// the loops keep it in a register.
-    #[inline(always)]
-    fn far(&self) -> u64 {
-        self.int | self.last.0 >> 63 | self.last.1 >> 63
+        let (da, db) = (a.wrapping_sub(anchor), b.wrapping_sub(anchor));
+        if (near | (da | db) >> 63) == 0 {
+            // Both at or after it: below 2^63 + 2^63, no clamp at the top.
+            return (anchor_ns + self.part(da), anchor_ns + self.part(db));
+        }
+        (self.to_ns(a), self.to_ns(b))
     }
 
     /// `d * frac / 2^64` rounded half up: the high half of the product
