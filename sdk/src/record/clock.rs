@@ -164,47 +164,14 @@ impl Calibration {
         // line too.
         if self.int == 0 {
             let (anchor, anchor_ns) = self.last;
+            let part = |d: u64| ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64;
             return if ticks >= anchor {
-                anchor_ns.saturating_add(self.part(ticks - anchor))
+                anchor_ns.saturating_add(part(ticks - anchor))
             } else {
-                anchor_ns.saturating_sub(self.part(anchor - ticks))
+                anchor_ns.saturating_sub(part(anchor - ticks))
             };
         }
         self.to_ns_any(ticks)
-    }
-
-    /// [`Self::to_ns`] of two readings (a scope's begin and end), with one
-    /// test for both that also rules out the clamps. Before the anchor
-    /// first: the flusher refreshes the anchor, then drains what was
-    /// recorded before.
-    #[inline(always)]
-    pub(crate) fn to_ns_pair(&self, a: u64, b: u64) -> (u64, u64) {
-        let (anchor, anchor_ns) = self.last;
-        // `near` 0: the rate under a nanosecond per tick, the anchor's
-        // ticks and ns below 2^63 (the same for a whole batch: kept in a
-        // register). With `a` and `b` below 2^63 too, each distance is
-        // below 2^63 and wraps to 2^63 or more when taken the wrong way
-        // round, and a product is at most its distance.
-        let near = self.int | (anchor | anchor_ns | a | b) >> 63;
-        let (ua, ub) = (anchor.wrapping_sub(a), anchor.wrapping_sub(b));
-        if near == 0 && ua | ub <= anchor_ns {
-            // Both at or before the anchor, at most `anchor_ns` away (so
-            // below 2^63): no clamp at 0.
-            return (anchor_ns - self.part(ua), anchor_ns - self.part(ub));
-        }
-        let (da, db) = (a.wrapping_sub(anchor), b.wrapping_sub(anchor));
-        if (near | (da | db) >> 63) == 0 {
-            // Both at or after it: below 2^63 + 2^63, no clamp at the top.
-            return (anchor_ns + self.part(da), anchor_ns + self.part(db));
-        }
-        (self.to_ns(a), self.to_ns(b))
-    }
-
-    /// `d * frac / 2^64` rounded half up: the high half of the product
-    /// after adding 2^63 (below 2^64 * 2^64: no overflow), at most `d`.
-    #[inline(always)]
-    fn part(&self, d: u64) -> u64 {
-        ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64
     }
 
     /// [`Self::to_ns`] at any rate.
@@ -220,7 +187,9 @@ impl Calibration {
             Some(d) => (d, false),
             None => (anchor - ticks, true),
         };
-        let part = self.part(d);
+        // The fraction's product rounded half up: its high half after
+        // adding 2^63 (below 2^64 * 2^64: no overflow).
+        let part = ((d as u128 * self.frac as u128 + (1 << 63)) >> 64) as u64;
         let scaled = if self.int == 0 {
             part
         } else {
@@ -331,13 +300,13 @@ mod tests {
         assert_eq!(at(u64::MAX - 5).to_ns(1 << 39), u64::MAX - 5 - (1 << 39));
     }
 
-    /// The one-branch path against the conversion it stands for (the
-    /// rounded product added to or taken from the anchor, clamped; in
-    /// i128, no shortcut): the same ns for every reading, on both sides of
-    /// the anchor, near 2^63 and at the ends of the range, the pair as the
-    /// two singles, at rates below and above a nanosecond per tick.
+    /// `to_ns` against the conversion it stands for (the rounded product
+    /// added to or taken from the anchor, clamped; in i128, no shortcut):
+    /// the same ns for every reading, on both sides of the anchor, near
+    /// 2^63 and at the ends of the range, at rates below and above a
+    /// nanosecond per tick.
     #[test]
-    fn one_branch_path_is_exact() {
+    fn conversion_matches_the_clamped_reference() {
         let reference = |cal: &Calibration, t: u64| -> u64 {
             let (a, a_ns) = cal.last;
             let d = (t as i128 - a as i128).unsigned_abs();
@@ -385,11 +354,9 @@ mod tests {
                     readings.push(a.wrapping_add(r >> (r % 64)));
                     readings.push(a.wrapping_sub(r >> (r % 64)));
                 }
-                for (i, &t) in readings.iter().enumerate() {
+                for &t in &readings {
                     let want = reference(&cal, t);
                     assert_eq!(cal.to_ns(t), want, "rate {rate} anchor {anchor:?} t {t}");
-                    let u = readings[(i * 7 + 3) % readings.len()];
-                    assert_eq!(cal.to_ns_pair(t, u), (want, reference(&cal, u)));
                 }
             }
         }

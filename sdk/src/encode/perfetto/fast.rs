@@ -174,9 +174,8 @@ fn leaf(
     end_t: &Tmpl,
     out: &mut Vec<u8>,
 ) -> u64 {
-    let (begin, end) = cal.to_ns_pair(begin_ticks, end_ticks);
-    let begin = begin.max(last);
-    let end = end.max(begin);
+    let begin = cal.to_ns(begin_ticks).max(last);
+    let end = cal.to_ns(end_ticks).max(begin);
     if out.capacity() - out.len() < 2 * PACKET_MAX {
         out.reserve(GROW);
     }
