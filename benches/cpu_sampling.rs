@@ -10,6 +10,12 @@
 //! sample, how long `start` took and the sampler's CPU time in it (it reads
 //! the program's symbols before it opens the first events).
 //! CPU time, not wall time: the machine may be shared.
+//!
+//! Then the kernel's share alone (`kernel_share`): the same loop with a
+//! perf event on its own thread that nobody reads (the loop frees the ring
+//! itself, so no sampler thread runs), without a stack, with a call chain
+//! and with stack copies of 16, 8 and 4 KiB, at 1 and 4 kHz: what each
+//! sample's interrupt costs the sampled thread whatever the stack mode.
 
 use ringtrace::CpuStacks;
 use std::hint::black_box;
@@ -63,6 +69,7 @@ struct Run {
     sampler_start_ns: u64,
     per_cpu_ms: f64,
     samples: u64,
+    truncated: u64,
     sampler_ns: u64,
     flusher_ns: u64,
     bytes: u64,
@@ -106,6 +113,7 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
     Run {
         per_cpu_ms: iters as f64 / used.as_secs_f64() / 1000.0,
         samples: stats.cpu_samples,
+        truncated: stats.cpu_stacks_truncated,
         sampler_ns,
         sampler_start_ns: sampler_at_start,
         flusher_ns,
@@ -115,12 +123,146 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
     }
 }
 
+/// A perf CPU-clock event on the calling thread at `hz`: `stack` None
+/// (no stack), Some(0) (call chain) or Some(bytes) (stack copy). Returns
+/// the fd and the mapped ring (one metadata page and 256 data pages).
+fn raw_event(hz: u64, stack: Option<u32>) -> (i32, *mut u8, usize) {
+    // struct perf_event_attr (PERF_ATTR_SIZE_VER8): the words used here.
+    let mut attr = [0u64; 16];
+    let size = 128u64;
+    attr[0] = 1 | (size << 32); // PERF_TYPE_SOFTWARE, size
+    attr[1] = 0; // PERF_COUNT_SW_CPU_CLOCK
+    attr[2] = hz; // sample_freq
+    let mut sample_type = (1 << 1) | (1 << 2) | (1 << 7) | (1 << 8); // TID TIME CPU PERIOD
+                                                                     // disabled, exclude_kernel, exclude_hv, freq, watermark, use_clockid
+    let mut flags: u64 = 1 | (1 << 5) | (1 << 6) | (1 << 10) | (1 << 14) | (1 << 25);
+    match stack {
+        None => {}
+        Some(0) => {
+            sample_type |= 1 << 5; // CALLCHAIN
+            flags |= 1 << 21; // exclude_callchain_kernel
+        }
+        Some(n) => {
+            sample_type |= (1 << 12) | (1 << 13); // REGS_USER, STACK_USER
+            attr[10] = (1 << 6) | (1 << 7) | (1 << 8); // sample_regs_user: BP SP IP
+            attr[11] = n as u64 | ((libc::CLOCK_BOOTTIME as u64) << 32); // stack, clockid
+        }
+    }
+    if stack.is_none_or(|n| n == 0) {
+        attr[11] = (libc::CLOCK_BOOTTIME as u64) << 32;
+    }
+    attr[3] = sample_type;
+    attr[5] = flags;
+    let pages = 256usize;
+    attr[6] = (pages as u64 * 4096 / 2) & 0xffff_ffff; // wakeup_watermark
+                                                       // SAFETY: a valid perf_event_attr of the size it states, alive for
+                                                       // the call; pid 0 = this thread, cpu -1, no group, no flags.
+    let fd =
+        unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 0) } as i32;
+    assert!(
+        fd >= 0,
+        "perf_event_open: {}",
+        std::io::Error::last_os_error()
+    );
+    let len = (pages + 1) * 4096;
+    // SAFETY: a fresh shared mapping of the event's ring.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    assert!(base != libc::MAP_FAILED, "mmap of the perf ring");
+    // SAFETY: PERF_EVENT_IOC_ENABLE on our fd.
+    unsafe { libc::ioctl(fd, 0x2400, 0) };
+    (fd, base as *mut u8, len)
+}
+
+/// A raw event: its rate and its stack (as `raw_event` takes them).
+type RawMode = Option<(u64, Option<u32>)>;
+
+/// Loop iterations per CPU-ms of this thread for 300 ms with `event`
+/// (`None`: no event), freeing the event's ring as it goes.
+fn kernel_run(event: RawMode) -> f64 {
+    let ev = event.map(|(hz, stack)| raw_event(hz, stack));
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let cpu0 = thread_cpu();
+    let mut iters = 0u64;
+    let mut sum = 0u64;
+    while thread_cpu() - cpu0 < Duration::from_millis(300) {
+        for _ in 0..16 {
+            sum = sum.wrapping_add(checksum(black_box(&data)));
+            iters += 1;
+        }
+        if let Some((_, base, _)) = ev {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            // SAFETY: data_head (byte 1024) and data_tail (1032) of the
+            // mapped metadata page, 8-byte aligned, shared with the kernel.
+            let (head, tail) = unsafe {
+                (
+                    &*(base.add(1024) as *const AtomicU64),
+                    &*(base.add(1032) as *const AtomicU64),
+                )
+            };
+            tail.store(head.load(Ordering::Acquire), Ordering::Release);
+        }
+    }
+    black_box(sum);
+    let used = thread_cpu() - cpu0;
+    if let Some((fd, base, len)) = ev {
+        // SAFETY: the mapping and fd made in `raw_event`, released once.
+        unsafe {
+            libc::munmap(base as *mut libc::c_void, len);
+            libc::close(fd);
+        }
+    }
+    iters as f64 / used.as_secs_f64() / 1000.0
+}
+
+/// The kernel's share: each mode against no event in the same round.
+fn kernel_share(rounds: usize) {
+    let modes: [(&str, RawMode); 8] = [
+        ("no event", None),
+        ("1 kHz, no stack", Some((1000, None))),
+        ("1 kHz, call chain", Some((1000, Some(0)))),
+        ("1 kHz, 8 KiB copy", Some((1000, Some(8 << 10)))),
+        ("4 kHz, no stack", Some((4000, None))),
+        ("4 kHz, 16 KiB copy", Some((4000, Some(16 << 10)))),
+        ("4 kHz, 8 KiB copy", Some((4000, Some(8 << 10)))),
+        ("4 kHz, 4 KiB copy", Some((4000, Some(4 << 10)))),
+    ];
+    let mut rate: Vec<Vec<f64>> = modes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..rounds {
+        for (i, (_, m)) in modes.iter().enumerate() {
+            rate[i].push(kernel_run(*m));
+        }
+    }
+    println!("\nthe kernel's share (no sampler thread; median of each round's ratio to no event)");
+    for (i, (name, m)) in modes.iter().enumerate() {
+        let loss = median((0..rounds).map(|k| 1.0 - rate[i][k] / rate[0][k]).collect());
+        let per_sample_us = m.map_or(0.0, |(hz, _)| loss * 1e6 / hz as f64);
+        println!(
+            "{name:<20} {:>7.2}% of the thread  {per_sample_us:>6.1} us per sample",
+            -loss * 100.0
+        );
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
 
 fn main() {
+    // `cargo bench --bench cpu_sampling -- --kernel`: the kernel's share only.
+    if std::env::args().any(|a| a == "--kernel") {
+        kernel_share(15);
+        return;
+    }
     let dir = std::env::temp_dir().join(format!("ringtrace-bench-cpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.pftrace");
@@ -138,11 +280,12 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{:<15} {:>12} {:>10} {:>8} {:>13} {:>13} {:>12} {:>9} {:>10}",
+        "{:<15} {:>12} {:>10} {:>8} {:>9} {:>13} {:>13} {:>12} {:>9} {:>10}",
         "stacks",
         "iters/CPU-ms",
         "vs off",
         "samples",
+        "whole %",
         "sampler ns/smp",
         "flusher ns/smp",
         "bytes/sample",
@@ -174,11 +317,16 @@ fn main() {
             )
         };
         println!(
-            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>13.0} {:>13.0} {:>12.1} {:>9.1} {:>10.1}",
+            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>9.1} {:>13.0} {:>13.0} {:>12.1} {:>9.1} {:>10.1}",
             name,
             rate,
             (rate / off_rate - 1.0) * 100.0,
             median(r.iter().map(|x| x.samples as f64).collect()),
+            // Stacks unwound to their root, of all samples.
+            100.0
+                * (1.0
+                    - r.iter().map(|x| x.truncated).sum::<u64>() as f64
+                        / r.iter().map(|x| x.samples).sum::<u64>().max(1) as f64),
             per(&|_, x| x.sampler_ns as f64),
             per(&|k, x| x.flusher_ns as f64 - off_flusher[k] as f64),
             per(&|_, x| x.bytes as f64 - x.scopes as f64 * per_scope),
@@ -186,4 +334,5 @@ fn main() {
             median(r.iter().map(|x| x.sampler_start_ns as f64 / 1e6).collect()),
         );
     }
+    kernel_share(7);
 }

@@ -47,9 +47,22 @@ fn run_env(
     extra: &str,
     envs: &[(&str, &str)],
 ) -> (std::path::PathBuf, Value, String) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"));
+    run_bin(bin, dir, file, scenario, extra, envs)
+}
+
+/// As `run_env`, with the scenarios program at `bin`.
+fn run_bin(
+    bin: &Path,
+    dir: &str,
+    file: &str,
+    scenario: &str,
+    extra: &str,
+    envs: &[(&str, &str)],
+) -> (std::path::PathBuf, Value, String) {
     let trace = scratch(dir).join(file);
     let expect = trace.with_extension("expect.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+    let out = Command::new(bin)
         .args([
             scenario,
             trace.to_str().unwrap(),
@@ -221,6 +234,40 @@ fn frame_pointer_chains_resolve_and_their_leaf_is_the_hot_code() {
         "{leaf_in_program} of {}",
         mine.len()
     );
+    assert_eq!(expect["stats"]["cpu_stacks_truncated"], 0);
+}
+
+/// The scenarios program built with `-C force-frame-pointers=yes` (in a
+/// target directory of its own, offline: the workspace's dependencies are
+/// already fetched): its kernel call chains alone name the hot function and
+/// its callers down to the thread's start.
+#[test]
+fn a_frame_pointer_build_gets_whole_stacks_from_the_kernels_call_chains() {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory")
+        .join("frame-pointers");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let out = Command::new(env!("CARGO"))
+        .args(["build", "--offline", "--quiet", "--bin"])
+        .arg("ringtrace-test-scenarios")
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUSTFLAGS", "-C force-frame-pointers=yes")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "building the scenarios with frame pointers failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = target.join("debug/ringtrace-test-scenarios");
+    let (trace, expect, _) = run_bin(&bin, "cpu-fp-build", "t.pftrace", "cpu_hot", "fp", &[]);
+    // The same bar as copied stacks: >= 95% of the in-scope samples go from
+    // `thread_start` through the scope's function into the hot function.
+    check_hot_trace(&trace, &expect, 50);
     assert_eq!(expect["stats"]["cpu_stacks_truncated"], 0);
 }
 

@@ -574,3 +574,115 @@ fn a_trigger_reaches_the_service_and_a_stop_tracing_session_stops() {
     assert_eq!(triggers_in(&trace), ["slow-request"]);
     assert_eq!(p.command("quit"), "stopped 0");
 }
+
+/// The CPU samples of a trace as the official schema resolves them
+/// (`tests/support/perfetto_samples.py`); fails on any unresolved interned
+/// id or a sample using interned data before its sequence was cleared.
+fn samples_model(trace: &std::path::Path) -> Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/support/perfetto_samples.py");
+    let out = std::process::Command::new(perfetto_test_host::python())
+        .arg(&script)
+        .arg(trace)
+        .output()
+        .expect("run the samples decoder (set RINGTRACE_PYTHON)");
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "decoder output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success() && m["errors"].as_array().unwrap().is_empty(),
+        "samples do not resolve: {:#}",
+        m["errors"]
+    );
+    m
+}
+
+#[test]
+fn cpu_samples_reach_the_service_with_their_stacks_beside_the_slices() {
+    let dir = scratch("cpu-samples");
+    let mut host = Host::start(&dir, None);
+    let mut p = producer(
+        PRODUCER,
+        host.producer_socket.to_str().unwrap(),
+        &[("RINGTRACE_CPU_SAMPLING", "1000")],
+    );
+    host.start_session("samples", &TraceConfig::categories(&["alpha"]));
+    assert_eq!(p.command("wait alpha on"), "ok");
+    let tid: i64 = p
+        .command("spin 300")
+        .strip_prefix("done ")
+        .and_then(|t| t.parse().ok())
+        .expect("spin's tid");
+    // Samples reach the flusher every pass; let one more pass run.
+    std::thread::sleep(Duration::from_millis(200));
+    let trace = dir.join("samples.pftrace");
+    host.stop_session("samples", &trace);
+    let m = model(&trace);
+    assert_service_stats_clean(&m);
+    let s = samples_model(&trace);
+    let mine: Vec<&Value> = s["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["tid"].as_i64() == Some(tid))
+        .collect();
+    // 300 ms of CPU at 1 kHz: ~300 samples (fewer on a loaded machine).
+    assert!(
+        mine.len() >= 100,
+        "{} samples of the spinning thread",
+        mine.len()
+    );
+    // One perf session: every sample of the process on one sequence.
+    let seqs: HashSet<String> = s["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["seq"].to_string())
+        .collect();
+    assert_eq!(seqs.len(), 1, "samples on one sequence: {seqs:?}");
+    // The spin slices of that thread, and the samples naming spin_hot
+    // inside them (same tid, same clock).
+    let uuid = m["tracks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|t| t["kind"] == "thread" && t["tid"].as_i64() == Some(tid))
+        .expect("the spinning thread's track")["uuid"]
+        .clone();
+    let spans: Vec<(u64, u64)> = slices(&m, "spin")
+        .iter()
+        .filter(|x| x["track_uuid"] == uuid)
+        .map(|x| {
+            let ts = x["ts"].as_u64().unwrap();
+            (ts, ts + x["dur"].as_u64().unwrap())
+        })
+        .collect();
+    assert!(!spans.is_empty(), "spin slices");
+    let hot: Vec<&&Value> = mine
+        .iter()
+        .filter(|x| {
+            x["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["name"].as_str().unwrap_or("").contains("spin_hot"))
+        })
+        .collect();
+    assert!(
+        hot.len() * 100 >= mine.len() * 90,
+        "{} of {} samples name spin_hot",
+        hot.len(),
+        mine.len()
+    );
+    for x in &hot {
+        let ts = x["ts"].as_u64().unwrap();
+        assert!(
+            spans.iter().any(|&(a, b)| a <= ts && ts <= b),
+            "a sample in spin_hot at {ts} outside every spin slice of its thread"
+        );
+    }
+    assert_eq!(p.command("quit"), "stopped 0");
+}

@@ -14,10 +14,13 @@
 //!   before (its first use registers it, after the program connected); `done`
 //! - `trigger NAME`: `ringtrace::trigger(NAME)` (sent to the service as
 //!   `ActivateTriggers` by the flusher); `done` or `refused`
+//! - `spin MS`: MS ms of this thread's CPU time in `spin_hot` (not
+//!   instrumented), inside alpha slices `spin`; `done TID`
 //! - `quit`: stops the session; `stopped LOST`
 //!
 //! Prints `ready` once the session runs. With `RINGTRACE_OUTPUT` set it
-//! starts through `init_from_env` instead of the builder.
+//! starts through `init_from_env` instead of the builder (the builder also
+//! reads `RINGTRACE_CPU_SAMPLING`: CPU samples at that rate).
 
 use ringtrace::events::Category;
 use std::io::BufRead;
@@ -81,6 +84,40 @@ fn flood(ms: u64) -> u64 {
     threads.into_iter().map(|t| t.join().unwrap()).sum()
 }
 
+/// Uninstrumented CPU work: what the CPU samples must name.
+#[inline(never)]
+fn spin_hot(data: &[u64]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &w| {
+        (h ^ w).wrapping_mul(0x100_0000_01b3).rotate_left(13)
+    })
+}
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `spin MS`; returns this thread's tid.
+fn spin(ms: u64) -> i64 {
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let start = thread_cpu();
+    let mut sum = 0u64;
+    while thread_cpu() - start < Duration::from_millis(ms) {
+        ringtrace::trace_scope!("alpha", "spin");
+        for _ in 0..8 {
+            sum = sum.wrapping_add(spin_hot(std::hint::black_box(&data)));
+        }
+    }
+    std::hint::black_box(sum);
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) }
+}
+
 fn main() {
     // Known categories are listed when the data source is registered
     // (delta is first used later: it is re-announced).
@@ -95,6 +132,12 @@ fn main() {
                 .system_tracing(true)
                 .process_name("system-producer")
                 .flush_interval(Duration::from_millis(50))
+                .cpu_sampling(
+                    std::env::var("RINGTRACE_CPU_SAMPLING")
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                )
                 .start()
                 .expect("start"),
         )
@@ -146,6 +189,7 @@ fn main() {
                 "refused"
             }
             .into(),
+            ["spin", ms] => format!("done {}", spin(ms.parse().unwrap())),
             ["quit"] => break,
             _ => "error".into(),
         };

@@ -31,6 +31,13 @@
 
 pub(crate) mod tables;
 
+#[cfg(all(
+    test,
+    feature = "cpu-sampling",
+    target_os = "linux",
+    target_arch = "x86_64"
+))]
+mod cost;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod engine;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
@@ -56,7 +63,7 @@ pub enum CpuStacks {
     /// them (the default of Rust release builds) gets stacks of one frame.
     /// `RUSTFLAGS="-C force-frame-pointers=yes"` keeps them.
     FramePointers,
-    /// The kernel copies the top 16 KiB of the user stack and the
+    /// The kernel copies the top 8 KiB of the user stack and the
     /// registers; the sampler thread unwinds them from `.eh_frame`. Whole
     /// stacks without frame pointers, at a few microseconds per sample.
     CopiedStacks,
@@ -143,11 +150,12 @@ impl crate::Builder {
     /// packets, a "callstacks" track per thread and flame graphs in the UI.
     /// JSON output: the object form's `stackFrames` and `samples` (a JSON
     /// trace with sampling on is written in the object form). The kernel's
-    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. Not in
-    /// flight-recorder mode ([`overwrite`](crate::Builder::overwrite)), nor
-    /// to Perfetto's `traced`
-    /// ([`system_tracing`](crate::Builder::system_tracing)): samples go to
-    /// the file as they come.
+    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. With
+    /// [`system_tracing`](crate::Builder::system_tracing) the samples also
+    /// go to each of Perfetto's tracing sessions (on a sequence of their
+    /// own, interned per session). Not in flight-recorder mode
+    /// ([`overwrite`](crate::Builder::overwrite)): samples are written as
+    /// they come.
     ///
     /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
     /// [`init_from_env`](crate::init_from_env).

@@ -52,10 +52,12 @@ pub(crate) struct ElfFile {
     pub(crate) frame_pointer_share: f32,
 }
 
+/// Shared with the unwinder's module list, which is rebuilt when the
+/// mappings change: the sections are read once, never copied again.
 #[derive(Default)]
 pub(crate) struct UnwindSections {
-    pub(crate) eh_frame: Option<(std::ops::Range<u64>, Vec<u8>)>,
-    pub(crate) eh_frame_hdr: Option<(std::ops::Range<u64>, Vec<u8>)>,
+    pub(crate) eh_frame: Option<(std::ops::Range<u64>, Arc<[u8]>)>,
+    pub(crate) eh_frame_hdr: Option<(std::ops::Range<u64>, Arc<[u8]>)>,
     pub(crate) text: Option<std::ops::Range<u64>>,
     pub(crate) got: Option<std::ops::Range<u64>>,
 }
@@ -87,7 +89,7 @@ impl ElfFile {
         let section = |name: &str| {
             obj.section_by_name(name).and_then(|s| {
                 let d = s.data().ok()?;
-                Some((s.address()..s.address() + s.size(), d.to_vec()))
+                Some((s.address()..s.address() + s.size(), Arc::from(d)))
             })
         };
         let range = |name: &str| {
@@ -216,9 +218,13 @@ impl Modules {
     /// Reads `/proc/self/maps` and every new file's ELF.
     pub(crate) fn scan(&mut self) {
         self.last_scan = Some(std::time::Instant::now());
-        let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
-            return;
-        };
+        if let Ok(text) = std::fs::read_to_string("/proc/self/maps") {
+            self.scan_text(&text);
+        }
+    }
+
+    /// The executable mappings of `text`, in `/proc/<pid>/maps`'s form.
+    pub(crate) fn scan_text(&mut self, text: &str) {
         let mut maps = Vec::new();
         for line in text.lines() {
             let mut parts = line.split_ascii_whitespace();
@@ -254,8 +260,17 @@ impl Modules {
             });
         }
         maps.sort_by_key(|m| m.start);
+        // A rescan for an address outside every mapping (the vDSO, JIT
+        // code) mostly finds the same mappings: the unwinder keeps its
+        // module list and its rule cache then.
+        let same = maps.len() == self.maps.len()
+            && maps.iter().zip(&self.maps).all(|(a, b)| {
+                (a.start, a.end, a.pgoff, &a.path) == (b.start, b.end, b.pgoff, &b.path)
+            });
         self.maps = maps;
-        self.generation += 1;
+        if !same {
+            self.generation += 1;
+        }
     }
 
     /// The mapping holding `pc` (rescanning once a second if none does).
@@ -323,5 +338,24 @@ mod tests {
         assert!(name.ends_with("a_function_to_find"), "{name}");
         assert!(!m.maps[i].file.as_ref().unwrap().build_id.is_empty());
         assert_eq!(a_function_to_find(), 7);
+    }
+
+    #[test]
+    fn a_rescan_finding_the_same_mappings_keeps_the_unwinders_generation() {
+        let text = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let mut m = Modules::default();
+        m.scan_text(&text);
+        let first = m.generation;
+        assert!(!m.maps.is_empty());
+        m.scan_text(&text);
+        assert_eq!(m.generation, first, "same mappings: nothing to rebuild");
+        // One mapping fewer is a change.
+        let fewer: String = text
+            .lines()
+            .filter(|l| !l.contains(&m.maps[0].path))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        m.scan_text(&fewer);
+        assert_eq!(m.generation, first + 1);
     }
 }

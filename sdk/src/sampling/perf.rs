@@ -97,12 +97,27 @@ pub(crate) struct RawSample<'a> {
     pub(crate) tid: i32,
     pub(crate) time_ns: u64,
     pub(crate) cpu: u32,
-    /// User-space return addresses, innermost first (callchain mode).
-    pub(crate) chain: Vec<u64>,
+    /// The call chain (callchain mode).
+    pub(crate) chain: Chain<'a>,
     /// Registers at the sample (copy mode): ip, sp, bp.
     pub(crate) regs: Option<[u64; 3]>,
     /// The copied stack, from `sp` up (copy mode).
     pub(crate) stack: &'a [u8],
+}
+
+/// A call chain's words as the kernel wrote them, innermost first, context
+/// markers included: read in place, no allocation per sample.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Chain<'a>(&'a [u8]);
+
+impl Chain<'_> {
+    /// The user-space return addresses, innermost first.
+    pub(crate) fn pcs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap()))
+            .filter(|&ip| ip < CONTEXT_MAX)
+    }
 }
 
 /// An open event and its mapped ring.
@@ -334,7 +349,7 @@ impl<'a> Words<'a> {
 }
 
 /// Parses a `PERF_RECORD_SAMPLE` body of the layout `open` asked for.
-fn parse_sample(body: &[u8], source: StackSource) -> Option<RawSample<'_>> {
+pub(crate) fn parse_sample(body: &[u8], source: StackSource) -> Option<RawSample<'_>> {
     let mut w = Words(body);
     let pid_tid = w.u64()?;
     let tid = (pid_tid >> 32) as i32;
@@ -345,7 +360,7 @@ fn parse_sample(body: &[u8], source: StackSource) -> Option<RawSample<'_>> {
         tid,
         time_ns,
         cpu,
-        chain: Vec::new(),
+        chain: Chain::default(),
         regs: None,
         stack: &[],
     };
@@ -355,13 +370,7 @@ fn parse_sample(body: &[u8], source: StackSource) -> Option<RawSample<'_>> {
             if nr > 4096 {
                 return None;
             }
-            s.chain.reserve(nr);
-            for _ in 0..nr {
-                let ip = w.u64()?;
-                if ip < CONTEXT_MAX {
-                    s.chain.push(ip);
-                }
-            }
+            s.chain = Chain(w.bytes(nr * 8)?);
         }
         StackSource::Copy(_) => {
             let abi = w.u64()?;
@@ -414,7 +423,7 @@ mod tests {
         }
         let s = parse_sample(&b, StackSource::Callchain).unwrap();
         assert_eq!((s.tid, s.time_ns, s.cpu), (7, 1_000, 1));
-        assert_eq!(s.chain, vec![0x4000, 0x5000]);
+        assert_eq!(s.chain.pcs().collect::<Vec<_>>(), vec![0x4000, 0x5000]);
         // Cut short: no sample, no panic.
         assert!(parse_sample(&b[..50], StackSource::Callchain).is_none());
     }

@@ -18,8 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Threads sampled at once by timers, at most.
 const MAX_THREADS: usize = 4096;
-/// Stack bytes copied per sample.
-pub(crate) const COPY: usize = 16 << 10;
+/// Stack bytes copied per sample: as much as perf copies
+/// (`engine::STACK_COPY`, whose comment says why 8 KiB).
+pub(crate) const COPY: usize = 8 << 10;
 /// Buffers per thread: samples between two reads of the sampler (~20 ms;
 /// 5 at 250 Hz).
 const BUFS: usize = 8;

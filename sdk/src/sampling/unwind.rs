@@ -6,12 +6,13 @@
 use super::modules::Modules;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use std::sync::Arc;
 
 /// Most frames kept per stack.
 pub(crate) const MAX_FRAMES: usize = 256;
 
 pub(crate) struct StackUnwinder {
-    unwinder: UnwinderX86_64<Vec<u8>>,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
     cache: CacheX86_64,
     /// `Modules::generation` the unwinder was built for.
     generation: u64,

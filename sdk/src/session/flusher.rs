@@ -468,7 +468,7 @@ impl Flusher {
         stats.buffer_bytes_peak = REGISTRY.budget.peak();
         let cpu = crate::sampling::end();
         stats.cpu_samples = cpu.samples;
-        stats.cpu_samples_lost = cpu.lost;
+        stats.cpu_samples_lost += cpu.lost;
         stats.cpu_stacks_truncated = cpu.truncated;
         stats.cpu_threads_sampled = cpu.threads;
         stats.cpu_threads_unsampled = cpu.threads_unsampled;

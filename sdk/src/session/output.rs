@@ -308,6 +308,10 @@ impl Output for SystemFeed {
         SystemFeed::note_lost_no_ring(self, ctx, now_ns, count);
     }
 
+    fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        SystemFeed::samples(self, ctx, view);
+    }
+
     fn tick(&mut self, ctx: &mut Context<'_>) {
         SystemFeed::tick(self, ctx);
     }
@@ -327,6 +331,7 @@ impl Output for SystemFeed {
 
     fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
         stats.events_lost += self.stats().events_dropped;
+        stats.cpu_samples_lost += self.stats().samples_dropped;
         None
     }
 }

@@ -48,9 +48,10 @@ pub struct Stats {
     pub spans_not_stored: u64,
     /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
     pub cpu_samples: u64,
-    /// CPU samples lost: records the kernel dropped (its ring was full) and
-    /// samples beyond what waits for the flusher. Also written to the trace
-    /// (Perfetto: `kernel_records_lost`).
+    /// CPU samples lost: records the kernel dropped (its ring was full),
+    /// samples beyond what waits for the flusher (both also written to the
+    /// trace, Perfetto: `kernel_records_lost`), and samples Perfetto's
+    /// tracing service had no room for (system tracing).
     pub cpu_samples_lost: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).

@@ -11,10 +11,11 @@ use super::chunks::{ChunkPool, Full, Writer};
 use super::data_source::{Announcer, RecordFilter, Selection};
 use super::producer::{Control, Link};
 use super::wire::{self, ChunkToMove, MAX_FRAME};
-use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
+use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions, SAMPLES_SEQ};
 use crate::encode::LOST_EVENT_NAME;
 use crate::encode::{Batch, Context, Encoder};
 use crate::record::registry::ThreadInfo;
+use crate::sampling::SampleView;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -38,6 +39,8 @@ struct Instance {
 pub(crate) struct FeedStats {
     /// Events dropped because the shared memory buffer was full.
     pub(crate) events_dropped: u64,
+    /// CPU samples dropped because the shared memory buffer was full.
+    pub(crate) samples_dropped: u64,
 }
 
 pub(crate) struct SystemFeed {
@@ -205,6 +208,17 @@ impl SystemFeed {
             self.out.clear();
             inst.encoder.batch(ctx, &sub, &mut self.out);
             self.place(i, Some(batch.thread), ctx);
+        }
+    }
+
+    /// CPU stack samples (`sampling`): each instance's encoder writes them
+    /// on its samples sequence, interning what that instance has not seen
+    /// (an instance started late gets every mapping, frame and stack again).
+    pub(crate) fn samples(&mut self, ctx: &mut Context<'_>, view: &SampleView<'_>) {
+        for i in 0..self.instances.len() {
+            self.out.clear();
+            self.instances[i].encoder.samples(ctx, view, &mut self.out);
+            self.place(i, None, ctx);
         }
     }
 
@@ -380,11 +394,12 @@ impl SystemFeed {
         let inst = &mut self.instances[i];
         let mut dropped_seq: Option<u32> = None;
         // Events dropped, and losses to mark again (theirs and carried ones).
-        let (mut dropped_events, mut to_mark) = (0u64, 0u64);
+        let (mut dropped_events, mut to_mark, mut dropped_samples) = (0u64, 0u64, 0u64);
         let mut drop_packet = |packet: &[u8]| {
             let (events, carried) = dropped(packet);
             dropped_events += events;
             to_mark += events + carried;
+            dropped_samples += is_sample(packet) as u64;
         };
         let pool = self
             .pool
@@ -432,6 +447,13 @@ impl SystemFeed {
         }
         self.out.clear();
         self.stats.events_dropped += dropped_events;
+        self.stats.samples_dropped += dropped_samples;
+        if dropped_seq == Some(SAMPLES_SEQ) {
+            // Its interned mappings, frames and stacks may be what was
+            // lost: the samples sequence starts over (CLEARED, every entry
+            // again), and with it the instance's other sequences.
+            self.instances[i].encoder.clear_incremental_state();
+        }
         if to_mark > 0 {
             if let Some(t) = thread {
                 self.instances[i]
@@ -441,6 +463,11 @@ impl SystemFeed {
             }
         }
     }
+}
+
+/// Whether `packet` is a CPU sample (`TracePacket.perf_sample`).
+fn is_sample(packet: &[u8]) -> bool {
+    wire::fields(packet).any(|f| matches!(f, Ok((66, _))))
 }
 
 /// The next writer id not in use (1..=32767, round robin).

@@ -35,6 +35,7 @@ use fields::{
     TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END,
 };
 use intern::{intern_category, intern_location, intern_name};
+pub(crate) use samples::SAMPLES_SEQ;
 use std::collections::HashMap;
 
 mod annotations;
@@ -215,6 +216,7 @@ impl PerfettoEncoder {
         for seq in self.seqs.values_mut() {
             seq.valid = false;
         }
+        self.samples.restart();
     }
 
     pub(crate) fn new(opts: PerfettoOptions) -> Self {

@@ -80,6 +80,13 @@ pub(crate) struct SampleSeq {
 }
 
 impl SampleSeq {
+    /// Starts the sequence over: its next packet clears the incremental
+    /// state and interns every table entry again (the tracing service
+    /// asked, or a packet with interned entries was lost).
+    pub(crate) fn restart(&mut self) {
+        *self = SampleSeq::default();
+    }
+
     /// Writes `view`'s samples (and a loss packet for its lost ones).
     pub(crate) fn write(&mut self, ctx: &Context<'_>, view: &SampleView<'_>, out: &mut Vec<u8>) {
         let pid = ctx.process.pid as u64;
@@ -225,4 +232,98 @@ fn intern<K: std::hash::Hash + Eq + AsRef<[u8]>>(
     });
     map.insert(key, iid);
     iid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::{ProcessInfo, Sites};
+    use crate::record::clock::Calibration;
+    use crate::sampling::tables::{FrameDef, MappingDef, Sample};
+    use prost::Message;
+
+    fn tables() -> Tables {
+        let mut t = Tables::default();
+        t.mappings.push(MappingDef {
+            build_id: vec![0xab; 20],
+            path: "/usr/bin/prog".into(),
+            start: 0x1000,
+            end: 0x9000,
+            pgoff: 0,
+            load_bias: 0,
+        });
+        t.names.push("prog::hot".into());
+        t.frames.push(FrameDef {
+            name: 1,
+            mapping: 1,
+            rel_pc: 0x42,
+        });
+        t.callstacks.push(vec![1]);
+        t
+    }
+
+    /// Each packet's sequence flags and whether it carries interned data.
+    fn packets(out: &[u8]) -> Vec<(u32, bool)> {
+        ringtrace_protos::Trace::decode(out)
+            .unwrap()
+            .packet
+            .iter()
+            .map(|p| (p.sequence_flags.unwrap_or(0), p.interned_data.is_some()))
+            .collect()
+    }
+
+    #[test]
+    fn a_restart_clears_the_sequence_and_interns_every_entry_again() {
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(Some("samples".into()));
+        let mut sites = Sites::default();
+        let ctx = Context {
+            cal: &cal,
+            process: &process,
+            sites: &mut sites,
+        };
+        let t = tables();
+        let samples = [Sample {
+            ts_ns: 1_000,
+            tid: 7,
+            cpu: 0,
+            callstack: 1,
+            truncated: false,
+        }];
+        let view = SampleView {
+            tables: &t,
+            samples: &samples,
+            lost: 0,
+        };
+        let mut seq = SampleSeq::default();
+        let cleared = (SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE) as u32;
+        let needs = SEQ_NEEDS_INCREMENTAL_STATE as u32;
+        let mut out = Vec::new();
+        seq.write(&ctx, &view, &mut out);
+        assert_eq!(packets(&out), [(cleared, true)]);
+        // Nothing new: no interned data, no clear.
+        out.clear();
+        seq.write(&ctx, &view, &mut out);
+        assert_eq!(packets(&out), [(needs, false)]);
+        // After a restart the entries written before are written again.
+        seq.restart();
+        out.clear();
+        seq.write(&ctx, &view, &mut out);
+        assert_eq!(packets(&out), [(cleared, true)]);
+        let interned = ringtrace_protos::Trace::decode(out.as_slice())
+            .unwrap()
+            .packet[0]
+            .interned_data
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (
+                interned.mappings.len(),
+                interned.frames.len(),
+                interned.callstacks.len(),
+                interned.function_names.len()
+            ),
+            (1, 1, 1, 1)
+        );
+    }
 }
