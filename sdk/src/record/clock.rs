@@ -299,4 +299,66 @@ mod tests {
         assert_eq!(at(u64::MAX - 5).to_ns((1 << 40) + 9), u64::MAX);
         assert_eq!(at(u64::MAX - 5).to_ns(1 << 39), u64::MAX - 5 - (1 << 39));
     }
+
+    /// `to_ns` against the conversion it stands for (the rounded product
+    /// added to or taken from the anchor, clamped; in i128, no shortcut):
+    /// the same ns for every reading, on both sides of the anchor, near
+    /// 2^63 and at the ends of the range, at rates below and above a
+    /// nanosecond per tick.
+    #[test]
+    fn conversion_matches_the_clamped_reference() {
+        let reference = |cal: &Calibration, t: u64| -> u64 {
+            let (a, a_ns) = cal.last;
+            let d = (t as i128 - a as i128).unsigned_abs();
+            let scaled = d * cal.int as u128 + ((d * cal.frac as u128 + (1 << 63)) >> 64);
+            let ns = if t >= a {
+                a_ns as i128 + scaled as i128
+            } else {
+                a_ns as i128 - scaled as i128
+            };
+            ns.clamp(0, u64::MAX as i128) as u64
+        };
+        let half = 1u64 << 63;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for rate in [0.25, 0.3333333333, 0.4166, 0.999_999_9, 1.0, 1.7] {
+            let (int, frac) = fixed_point(rate);
+            for anchor in [
+                (1u64 << 40, 5_000_000_000_000u64),
+                (0, 0),
+                (half - 1, half - 1),
+                (half, 7),
+                (7, half),
+                (u64::MAX, u64::MAX),
+            ] {
+                let cal = Calibration {
+                    tsc: true,
+                    first: anchor,
+                    last: anchor,
+                    int,
+                    frac,
+                };
+                let a = anchor.0;
+                let mut readings = vec![0, 1, half - 1, half, half + 1, u64::MAX];
+                for d in [0u64, 1, 2, 1000, 1 << 32, half - 1, half, half + 1] {
+                    readings.push(a.wrapping_add(d));
+                    readings.push(a.wrapping_sub(d));
+                }
+                for _ in 0..2000 {
+                    let r = next();
+                    readings.push(a.wrapping_add(r >> (r % 64)));
+                    readings.push(a.wrapping_sub(r >> (r % 64)));
+                }
+                for &t in &readings {
+                    let want = reference(&cal, t);
+                    assert_eq!(cal.to_ns(t), want, "rate {rate} anchor {anchor:?} t {t}");
+                }
+            }
+        }
+    }
 }

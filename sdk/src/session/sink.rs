@@ -5,7 +5,8 @@
 //! # Whole events in a file, whenever the process dies
 //!
 //! The flusher hands over whole events (JSON) or whole packets (Perfetto),
-//! and a file sink writes each hand-over with one `write` call. Linux
+//! and a file sink writes each hand-over with one `write` call (`writev`
+//! when padded: the hand-over's pieces and the padding between them). Linux
 //! copies a write into the page cache page by page (folio by folio) and
 //! stops between two pages when the process is killed, so a SIGKILL can cut
 //! a write only at a multiple of the page size. The sink therefore lays its
@@ -25,7 +26,7 @@
 #![forbid(unsafe_code)]
 
 use parking_lot::Mutex;
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::sync::Arc;
 
 /// A growable in-memory trace, readable while or after the session writes it.
@@ -91,7 +92,7 @@ pub(crate) struct Sink {
     out: Box<dyn Write + Send>,
     /// A file written from offset 0: lay units out (module docs).
     units: Option<Units>,
-    laid_out: Vec<u8>,
+    layout: Layout,
     /// Perfetto: wrap the packets of each write in `compressed_packets`.
     compress: bool,
     scratch: Vec<u8>,
@@ -110,7 +111,7 @@ impl Sink {
         Sink {
             out,
             units: None,
-            laid_out: Vec::new(),
+            layout: Layout::default(),
             compress: false,
             scratch: Vec::new(),
             what,
@@ -152,16 +153,31 @@ impl Sink {
             compress_packets(buf, &mut self.scratch);
             std::mem::swap(buf, &mut self.scratch);
         }
+        self.layout.clear();
         if let Some(units) = self.units {
-            self.laid_out.clear();
-            if lay_out(buf, self.written, units, &mut self.laid_out) {
-                std::mem::swap(buf, &mut self.laid_out);
-            }
+            lay_out(buf, self.written, units, &mut self.layout);
         }
-        match self.out.write_all(buf) {
-            Ok(()) => self.written += buf.len() as u64,
+        let len = (buf.len() + self.layout.pads.len()) as u64;
+        let done = if self.layout.cuts.is_empty() {
+            self.out.write_all(buf)
+        } else {
+            // The padding goes between the pieces of `buf` in the same
+            // call: no copy of `buf`.
+            let (pads, cuts) = (&self.layout.pads, &self.layout.cuts);
+            let mut slices = Vec::with_capacity(2 * cuts.len() + 1);
+            let (mut at, mut p) = (0, 0);
+            for &(i, q) in cuts {
+                slices.push(IoSlice::new(&buf[at..i]));
+                slices.push(IoSlice::new(&pads[p..q]));
+                (at, p) = (i, q);
+            }
+            slices.push(IoSlice::new(&buf[at..]));
+            write_all_vectored(&mut *self.out, &mut slices)
+        };
+        match done {
+            Ok(()) => self.written += len,
             Err(e) => {
-                self.bytes_dropped += buf.len() as u64;
+                self.bytes_dropped += len;
                 if let Some(f) = &self.file {
                     // Whatever part of `buf` got in is cut away (best effort:
                     // where even that fails, the part stays).
@@ -195,9 +211,46 @@ impl Sink {
     }
 }
 
-/// Appends the units of `buf` to `out`, which continues a file at `offset`,
-/// with padding so that no unit of at most [`PAGE`] bytes straddles a
-/// multiple of [`PAGE`].
+/// The padding of one hand-over: `pads[cuts[k-1].1..cuts[k].1]` goes
+/// before byte `cuts[k].0` of the hand-over (positions rising).
+#[derive(Default)]
+struct Layout {
+    pads: Vec<u8>,
+    cuts: Vec<(usize, usize)>,
+}
+
+impl Layout {
+    fn clear(&mut self) {
+        self.pads.clear();
+        self.cuts.clear();
+    }
+
+    /// Padding of `gap` bytes before `buf[at]`; the bytes padded.
+    fn pad(&mut self, at: usize, gap: u64, units: Units) -> u64 {
+        let n = pad(&mut self.pads, gap, units);
+        self.cuts.push((at, self.pads.len()));
+        n
+    }
+}
+
+/// Writes all of `slices` (`write_all` for `write_vectored`), a few hundred
+/// at a time at most (the kernel takes up to 1024).
+fn write_all_vectored(out: &mut dyn Write, mut slices: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !slices.is_empty() {
+        let n = slices.len().min(512);
+        match out.write_vectored(&slices[..n]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(written) => IoSlice::advance_slices(&mut slices, written),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Lays out the units of `buf`, which continues a file at `offset`: the
+/// padding to put between them so that no unit of at most [`PAGE`] bytes
+/// straddles a multiple of [`PAGE`].
 ///
 /// Padding is at least [`min_pad`] bytes (5 for Perfetto, 1 for JSON), so
 /// a page must never end with fewer free bytes than that: the space left in
@@ -206,33 +259,26 @@ impl Sink {
 /// PAGE`) are laid out as large ones: they may straddle, and get `min_pad`
 /// bytes of padding first when they would end too close before a boundary.
 ///
-/// The bytes between two paddings are copied in one piece. This runs on the
+/// The bytes between two paddings are written as they are. This runs on the
 /// flusher for every byte of the trace, so it looks at as little as it can:
 /// Perfetto packets are stepped over by their length prefix, and not at all
 /// once the rest of `buf` ends well before the next boundary; JSON, where
 /// padding of one byte always fits, is looked at only around each boundary.
 ///
-/// Returns false, with nothing appended, when `buf` needs no padding: it is
-/// written as it is (most of the flusher's writes, a few KiB each, cross no
-/// boundary), not copied.
-fn lay_out(buf: &[u8], offset: u64, units: Units, out: &mut Vec<u8>) -> bool {
+/// `out` is empty on return when `buf` needs no padding.
+fn lay_out(buf: &[u8], offset: u64, units: Units, out: &mut Layout) {
     match units {
-        Units::Json => {
-            out.reserve(buf.len() + buf.len() / PAGE as usize * 8 + 16);
-            lay_out_json(buf, offset, out);
-            true
-        }
+        Units::Json => lay_out_json(buf, offset, out),
         Units::Perfetto => lay_out_packets(buf, offset, out),
     }
 }
 
 /// [`lay_out`] for framed packets: each packet's place is decided in turn.
-fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) -> bool {
+fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Layout) {
     let m = min_pad(Units::Perfetto);
     let bad_rest = |rest: u64| rest != 0 && rest < m;
     let mut pos = offset;
-    let (mut i, mut run) = (0, 0);
-    let mut padded = false;
+    let mut i = 0;
     while i < buf.len() {
         // The rest ends at least `m` bytes before the next boundary: so does
         // each of its packets (none is large), none needs padding.
@@ -245,6 +291,25 @@ fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) -> bool {
         let left = PAGE - pos % PAGE;
         if left > m {
             let (start, limit) = (i, (i + (left - m) as usize).min(buf.len()));
+            // Four packets a step while they fit: their length bytes are
+            // read from a window whose size covers four lengths of up to
+            // 255 (no bounds check each), one test for all four, and the
+            // last one's end against the limit.
+            while let Some(w) = buf.get(i..i + WINDOW) {
+                let w: &[u8; WINDOW] = w.try_into().expect("WINDOW bytes");
+                let b0 = w[1];
+                let o1 = 2 + b0 as usize;
+                let b1 = w[o1 + 1];
+                let o2 = o1 + 2 + b1 as usize;
+                let b2 = w[o2 + 1];
+                let o3 = o2 + 2 + b2 as usize;
+                let b3 = w[o3 + 1];
+                let o4 = o3 + 2 + b3 as usize;
+                if (b0 | b1 | b2 | b3) >= 0x80 || i + o4 > limit {
+                    break;
+                }
+                i += o4;
+            }
             // One bound for both: the page's limit and the buffer's end.
             let within = &buf[..limit];
             while let Some(&body) = within.get(i + 1) {
@@ -274,31 +339,25 @@ fn lay_out_packets(buf: &[u8], offset: u64, out: &mut Vec<u8>) -> bool {
             0
         };
         if gap > 0 {
-            if !padded {
-                padded = true;
-                out.reserve(buf.len() + buf.len() / PAGE as usize * 8 + 16);
-            }
-            out.extend_from_slice(&buf[run..i]);
-            run = i;
-            pos += pad(out, gap, Units::Perfetto);
+            pos += out.pad(i, gap, Units::Perfetto);
         }
         pos += len;
         i = end;
     }
-    if padded {
-        out.extend_from_slice(&buf[run..]);
-    }
-    padded
 }
+
+/// The bytes [`lay_out_packets`] reads to step over four packets with
+/// one-byte lengths: the fourth length byte is at most 3 * 257 + 1.
+const WINDOW: usize = 3 * 257 + 2;
 
 /// [`lay_out`] for JSON events (each after the first starts with `,\n`).
 /// With padding of one byte possible, the rule reduces to: the event that
 /// crosses a boundary is moved to it when it is at most [`PAGE`] long. So
 /// only the event around each boundary is looked for.
-fn lay_out_json(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
+fn lay_out_json(buf: &[u8], offset: u64, out: &mut Layout) {
     let starts_unit = |j: usize| buf[j] == b',' && j + 1 < buf.len() && buf[j + 1] == b'\n';
     let mut pos = offset; // file position of buf[i]; buf[i] starts a unit
-    let (mut i, mut run) = (0, 0);
+    let mut i = 0;
     loop {
         let left = (PAGE - pos % PAGE) as usize;
         let k = i + left; // where the next boundary falls in `buf`
@@ -317,9 +376,7 @@ fn lay_out_json(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
             .find(|&j| starts_unit(j))
             .unwrap_or(buf.len());
         if e - s <= PAGE as usize {
-            out.extend_from_slice(&buf[run..s]);
-            run = s;
-            pad(out, (left - (s - i)) as u64, Units::Json);
+            out.pad(s, (left - (s - i)) as u64, Units::Json);
             pos += left as u64;
             i = s;
         } else {
@@ -327,7 +384,6 @@ fn lay_out_json(buf: &[u8], offset: u64, out: &mut Vec<u8>) {
             i = e;
         }
     }
-    out.extend_from_slice(&buf[run..]);
 }
 
 /// The smallest padding of `units`.
@@ -616,9 +672,15 @@ mod tests {
 
     /// What `Sink::write` writes: `buf` laid out, or `buf` itself.
     fn lay_out_or_copy(buf: &[u8], offset: u64, units: Units, out: &mut Vec<u8>) {
-        if !lay_out(buf, offset, units, out) {
-            out.extend_from_slice(buf);
+        let mut l = Layout::default();
+        lay_out(buf, offset, units, &mut l);
+        let (mut at, mut p) = (0, 0);
+        for &(i, q) in &l.cuts {
+            out.extend_from_slice(&buf[at..i]);
+            out.extend_from_slice(&l.pads[p..q]);
+            (at, p) = (i, q);
         }
+        out.extend_from_slice(&buf[at..]);
     }
 
     /// Random streams of units of every size class (tiny, typical, near a
