@@ -429,3 +429,75 @@ fn the_locked_memory_limit_makes_rings_smaller_said_once() {
     assert_eq!(n, stats["cpu_samples"].as_u64().unwrap());
     assert_eq!(samples["lost"], stats["cpu_samples_lost"]);
 }
+
+/// A flight recorder's file (written at stop, or a `dump_to` window) holds
+/// the samples of the window its records cover: every id resolves, no
+/// sample lies before the file's oldest event, the late hot thread's
+/// samples are there and name the hot path, and the early thread's (whose
+/// records the recorder forgot) were aged out, not written.
+fn check_flight_file(trace: &Path, expect: &Value) {
+    let samples = samples_model(trace);
+    let model = perfetto_model(trace);
+    let first = model["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["ts"].as_u64())
+        .min()
+        .expect("the file holds events");
+    let all = samples["samples"].as_array().unwrap();
+    for s in all {
+        let ts = s["ts"].as_u64().unwrap();
+        assert!(
+            ts >= first,
+            "a sample at {ts} lies before the file's oldest event at {first}"
+        );
+    }
+    let early = expect["early"].as_i64().unwrap();
+    assert!(
+        checksum_slices(&model, early).is_empty(),
+        "the recorder forgot the early thread's slices"
+    );
+    assert!(!all.iter().any(|s| s["tid"].as_i64() == Some(early)));
+    let late = expect["late"].as_i64().unwrap();
+    let slices = checksum_slices(&model, late);
+    assert!(!slices.is_empty(), "the late thread's slices");
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(late))
+        .collect();
+    let good = mine
+        .iter()
+        .filter(|s| names_the_hot_path(&names(s)))
+        .count();
+    assert!(
+        mine.len() >= 30 && good * 100 >= mine.len() * 90,
+        "{good} of {} samples of the late thread name the hot path",
+        mine.len()
+    );
+    for s in &mine {
+        if names(s).iter().any(|n| n.contains("cpu::hot_checksum")) {
+            assert!(inside(&slices, s["ts"].as_u64().unwrap()));
+        }
+    }
+}
+
+#[test]
+fn a_flight_recorder_writes_the_samples_of_the_window_it_keeps() {
+    let (trace, expect, stderr) = run("cpu-flight", "t.pftrace", "cpu_flight", "stop");
+    assert!(!stderr.contains("CPU sampling off"), "{stderr}");
+    check_flight_file(&trace, &expect);
+    let stats = &expect["stats"];
+    assert!(
+        stats["cpu_samples_aged_out"].as_u64().unwrap() > 0,
+        "the early thread's samples aged out: {stats}"
+    );
+    assert!(stats["events_lost"].as_u64().unwrap() > 0, "records forgotten");
+}
+
+#[test]
+fn a_flight_recorders_dump_window_holds_its_samples() {
+    let (_, expect, _) = run("cpu-flight-dump", "t.pftrace", "cpu_flight", "dump");
+    let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
+    check_flight_file(dump, &expect);
+}

@@ -53,6 +53,11 @@ pub struct Stats {
     /// trace, Perfetto: `kernel_records_lost`), and samples Perfetto's
     /// tracing service had no room for (system tracing).
     pub cpu_samples_lost: u64,
+    /// CPU samples a flight recorder
+    /// ([`overwrite`](crate::Builder::overwrite)) let go before a write-out:
+    /// older than the oldest record it held, or beyond its samples' memory.
+    /// Not losses, as the records it forgets.
+    pub cpu_samples_aged_out: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
     pub cpu_stacks_truncated: u64,
