@@ -80,6 +80,9 @@ pub fn flight(trace: &str, mode: &str) -> Value {
     let guard = ringtrace::builder()
         .output(trace)
         .overwrite(true)
+        // A recorder of 3 MiB (half the budget): quick to overflow, and a
+        // file the decoders read in seconds.
+        .buffer_bytes(6 << 20)
         .cpu_sampling(1000)
         .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
         .start()
@@ -91,8 +94,8 @@ pub fn flight(trace: &str, mode: &str) -> Value {
             .unwrap()
     };
     let (early, _) = hot("early").join().unwrap();
-    // The default budget's recorder holds 16 MiB: 4 M instants overflow it.
-    for chunk in 0..80 {
+    // 600 k instants (over 14 MiB) overflow the recorder.
+    for chunk in 0..12 {
         for i in 0..50_000u64 {
             ringtrace::trace_instant!("flood", i = chunk * 50_000 + i);
         }
