@@ -46,7 +46,9 @@ pub struct Stats {
     /// `tracing` spans; nothing of them is recorded. 0 without the `tracing`
     /// feature, and in the `Stats` of a finished capture window.
     pub spans_not_stored: u64,
-    /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
+    /// CPU stack samples taken ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)):
+    /// all written, but in flight-recorder mode, where
+    /// [`cpu_samples_aged_out`](Self::cpu_samples_aged_out) of them were let go.
     pub cpu_samples: u64,
     /// CPU samples lost: records the kernel dropped (its ring was full),
     /// samples beyond what waits for the flusher (both also written to the
