@@ -511,7 +511,10 @@ fn a_flight_recorder_writes_the_samples_of_the_window_it_keeps() {
         stats["cpu_samples_aged_out"].as_u64().unwrap() > 0,
         "the early thread's samples aged out: {stats}"
     );
-    assert!(stats["events_lost"].as_u64().unwrap() > 0, "records forgotten");
+    assert!(
+        stats["events_lost"].as_u64().unwrap() > 0,
+        "records forgotten"
+    );
 }
 
 #[test]

@@ -14,12 +14,12 @@ use crate::encode::{Batch, Context, IdMap};
 use crate::record::callsite;
 use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
+use crate::sampling::held::HeldSamples;
 use crate::session::capture::Windows;
 use crate::session::control::Control;
 use crate::session::disk::HardLimit;
 use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
 use crate::session::recorder::Recorder;
-use crate::sampling::held::HeldSamples;
 use crate::session::slow::SlowScopes;
 use crate::session::stats::Stats;
 use crate::session::trigger::Captures;
@@ -362,7 +362,11 @@ impl Output for FileOutput {
     /// With the recorder, samples are held until a write-out (this pass's
     /// too: `after_pass` writes them with its window known).
     fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
-        if let Some(rec) = self.recorder.as_ref().filter(|_| !self.straight || self.dump) {
+        if let Some(rec) = self
+            .recorder
+            .as_ref()
+            .filter(|_| !self.straight || self.dump)
+        {
             self.held.push(view.samples, view.lost);
             if !self.dump {
                 if let Some(t) = rec.oldest_ticks() {
