@@ -7,6 +7,7 @@ use crate::record::header::{header_kind, header_len, header_payload, make_header
 use crate::record::registry::{Registry, RingConfig};
 use crate::record::ring::Ring;
 use crate::record::segment::segment_bytes;
+use crate::record::sync::Ordering;
 use loom::sync::Arc;
 use loom::thread;
 
@@ -191,7 +192,9 @@ fn loom_tests_exiting_thread_hands_over_everything() {
         let mut seen = 0;
         let mut rings = Vec::new();
         loop {
-            registry.snapshot(&mut rings);
+            let mut added = Vec::new();
+            registry.take_added(&mut added);
+            rings.extend(added);
             let mut done = false;
             for tr in &rings {
                 let retired = tr.is_retired();
@@ -482,3 +485,90 @@ fn loom_tests_ring_grows_into_pooled_segments_while_the_consumer_takes_one_too()
 
 /// Executions of the ring + pool model in which the pooled segment was taken.
 static RING_POOLED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A ring made quiet while its producer writes: the consumer drains and
+/// makes the ring quiet when it finds it empty (`Ring::quiet`), twice,
+/// while the producer writes records 1 and 2 (3 words each, in 8: a record
+/// takes the slow path only if the ring was made quiet before it) and then
+/// exits (its retirement flag, then `announce`, as `ThreadRing::retire`). Whatever the
+/// interleaving: a ring with records left is announced, or its fast path is
+/// closed so that the next record announces it; and the exit always leaves
+/// it announced, so the consumer visits it once more. Nothing is lost.
+#[test]
+fn loom_tests_a_quiet_ring_is_announced_by_its_next_record_or_its_exit() {
+    // Four preemptions cover each race here (a quiet against a record, and
+    // against the exit) and keep the model to seconds (unbounded, it ran
+    // for over ten minutes).
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(4);
+    builder.check(|| {
+        let ring = Arc::new(Ring::with_words(8, false));
+        let retired = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let p = {
+            let (ring, retired) = (ring.clone(), retired.clone());
+            thread::spawn(move || {
+                assert!(write(&ring, 1, 3));
+                assert!(write(&ring, 2, 3));
+                retired.store(true, Ordering::Release);
+                ring.announce();
+            })
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        let mut quiet = false;
+        for _ in 0..2 {
+            ring.drain(&mut out, usize::MAX, &mut seen);
+            quiet = ring.quiet(|| retired.load(Ordering::Relaxed));
+            if !quiet {
+                assert!(ring.is_announced(), "a ring not made quiet stays announced");
+            }
+        }
+        p.join().unwrap();
+        assert!(
+            !quiet || !retired.load(Ordering::Relaxed) || ring.is_announced(),
+            "the exit of a quiet ring's thread announces it"
+        );
+        assert!(
+            ring.is_announced(),
+            "after the exit, the ring is visited again"
+        );
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        assert_eq!(decode(&out).0, vec![1, 2]);
+    });
+}
+
+/// As above without the exit: the producer writes two records while the
+/// consumer drains and makes the ring quiet twice. A record the consumer
+/// did not see may be left in a quiet ring (written while it was made
+/// quiet), but then the producer's next record announces the ring.
+#[test]
+fn loom_tests_a_record_left_in_a_quiet_ring_is_announced_by_the_next() {
+    loom::model(|| {
+        let ring = Arc::new(Ring::with_words(8, false));
+        let p = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                assert!(write(&ring, 1, 3));
+                assert!(write(&ring, 2, 3));
+            })
+        };
+        let mut out = Vec::new();
+        let mut seen = 0;
+        for _ in 0..2 {
+            ring.drain(&mut out, usize::MAX, &mut seen);
+            ring.quiet(|| false);
+        }
+        p.join().unwrap();
+        if ring.used_words() > 0 && !ring.is_announced() {
+            // The thread records again (this thread, after the join, is
+            // ordered after every store of the producer's).
+            assert!(write(&ring, 3, 2));
+            assert!(ring.is_announced(), "a record in a quiet ring announces it");
+        }
+        if ring.is_announced() {
+            ring.drain(&mut out, usize::MAX, &mut seen);
+        }
+        let ids = decode(&out).0;
+        assert!(ids.starts_with(&[1, 2]), "records lost: {ids:?}");
+    });
+}

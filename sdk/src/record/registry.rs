@@ -2,7 +2,8 @@
 //! hand-over of a ring when its thread exits.
 //!
 //! A thread gets its ring on its first event of a session (the only time it
-//! takes a lock or allocates), if the process-wide budget has room for it
+//! takes a lock or allocates: the registry's lock once, around two pushes;
+//! the allocations are made before it), if the process-wide budget has room for it
 //! (`THREAD_BYTES` and a 1 KiB first segment); else that event is dropped and
 //! counted, and the next one tries again. The ring is shared, by `Arc`,
 //! between:
@@ -10,7 +11,8 @@
 //!   destructor marks the ring retired at thread exit, after every
 //!   `thread_local!` destructor has run, so events recorded from those still
 //!   reach the ring), with a raw pointer cached in `CURRENT` for the hot path;
-//! * the registry list, which the flusher snapshots. A retired ring stays
+//! * the registry list (and the list of rings added since the flusher last
+//!   took them, which it appends to its own copy). A retired ring stays
 //!   listed until the flusher has drained it, so nothing a thread recorded is
 //!   lost when it exits; dropping it gives its memory back to the budget.
 //!
@@ -86,8 +88,9 @@ impl std::ops::Deref for ThreadRing {
 /// budget when its ring is made and given back when the flusher drops it:
 /// this struct, and an allowance for the flusher's and the encoder's state
 /// of the thread (sequence, interning tables, open scopes: about 420 bytes
-/// measured with JSON) and its entries in the registry's list and the
-/// flusher's snapshot of it (16 bytes, up to twice that in spare capacity).
+/// measured with JSON) and its entries in the registry's lists and the
+/// flusher's (its list, its map by id and set of active rings, the list of
+/// announced ids: about 150 bytes with their spare capacity).
 /// Nothing else of a thread that records through the macros is on the heap
 /// (the `tracing` bridge's site cache is taken from the budget on its own,
 /// see `take_thread_state`; the typed API's pool of field buffers and the
@@ -133,6 +136,7 @@ impl ThreadRing {
         name: String,
         budget: &'static Budget,
     ) -> Self {
+        ring.set_id(seq_id);
         ThreadRing {
             budget,
             ring,
@@ -150,14 +154,27 @@ impl ThreadRing {
         }
     }
 
+    /// Hands the ring over at its thread's exit, and announces it if the
+    /// flusher had found it drained (so that it visits it once more and
+    /// forgets it).
     pub(crate) fn retire(&self) {
         // Release: pairs with the flusher's Acquire in `is_retired`; every
         // record this thread published happens-before the flag is seen.
+        // `announce` fences it against `Ring::quiet`'s read of it (see
+        // `record::ring::announce`).
         self.retired.store(true, Ordering::Release);
+        self.ring.announce();
     }
 
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
+    }
+
+    /// Flusher: makes the ring quiet (not visited until it announces
+    /// itself) if it holds nothing and its thread has not exited. Returns
+    /// whether it is quiet.
+    pub(crate) fn quiet(&self) -> bool {
+        !self.is_retired() && self.ring.quiet(|| self.retired.load(Ordering::Relaxed))
     }
 }
 
@@ -176,6 +193,14 @@ pub(crate) struct RingConfig {
 pub(crate) struct Registry {
     /// Id of the recording session; 0 when none.
     session: AtomicU64,
+    /// The session's ring settings (`RingConfig`), stored before the
+    /// session's id (Release) and read after it (Acquire): a thread's first
+    /// event reads them without the lock.
+    ring_bytes: AtomicU64,
+    overwrite: AtomicBool,
+    thread_time: AtomicBool,
+    /// The next thread's sequence id (reset when a session opens).
+    next_seq: AtomicU32,
     state: Mutex<RegistryState>,
     /// Events dropped because they came from a thread being torn down after
     /// its ring was handed over.
@@ -189,17 +214,11 @@ pub(crate) struct Registry {
 
 struct RegistryState {
     rings: Vec<Arc<ThreadRing>>,
+    /// Rings listed since the flusher last took them (`take_added`).
+    added: Vec<Arc<ThreadRing>>,
     /// Rings of earlier sessions a thread replaced: dropped (their memory
     /// freed) by the flusher, not by the recording thread.
     graveyard: Vec<Arc<ThreadRing>>,
-    config: RingConfig,
-    next_seq: u32,
-    /// Bumped whenever rings leave `rings` (a session opens or closes,
-    /// drained rings are unlisted); between bumps the list only grows at
-    /// its end.
-    reshaped: u64,
-    /// `reshaped` at the last `snapshot`.
-    copied: u64,
 }
 
 /// The body of `Registry::new`, which is a `const fn` (so the process-wide
@@ -210,18 +229,14 @@ macro_rules! new_registry {
     ($budget:expr) => {
         Registry {
             session: AtomicU64::new(0),
+            ring_bytes: AtomicU64::new(DEFAULT_RING_BYTES as u64),
+            overwrite: AtomicBool::new(false),
+            thread_time: AtomicBool::new(false),
+            next_seq: AtomicU32::new(FIRST_THREAD_SEQ),
             state: Mutex::new(RegistryState {
                 rings: Vec::new(),
+                added: Vec::new(),
                 graveyard: Vec::new(),
-                config: RingConfig {
-                    bytes: DEFAULT_RING_BYTES,
-                    budget_bytes: DEFAULT_BUDGET_BYTES,
-                    overwrite: false,
-                    thread_time: false,
-                },
-                next_seq: FIRST_THREAD_SEQ,
-                reshaped: 0,
-                copied: 0,
             }),
             teardown_dropped: AtomicU64::new(0),
             no_memory_dropped: AtomicU64::new(0),
@@ -243,6 +258,12 @@ impl Registry {
         new_registry!(Budget::leaked(DEFAULT_BUDGET_BYTES))
     }
 
+    /// A registry of its own with a budget of its own, for unit tests.
+    #[cfg(all(test, not(ringtrace_loom)))]
+    fn for_test() -> Self {
+        new_registry!(Budget::leaked(DEFAULT_BUDGET_BYTES))
+    }
+
     #[inline(always)]
     pub(crate) fn session(&self) -> u64 {
         self.session.load(Ordering::Relaxed)
@@ -253,13 +274,19 @@ impl Registry {
     pub(crate) fn open(&self, id: u64, config: RingConfig) {
         let mut st = self.state.lock();
         st.rings.clear();
-        st.reshaped += 1;
-        st.config = config;
-        st.next_seq = FIRST_THREAD_SEQ;
+        st.added.clear();
+        self.ring_bytes
+            .store(config.bytes as u64, Ordering::Relaxed);
+        self.overwrite.store(config.overwrite, Ordering::Relaxed);
+        self.thread_time
+            .store(config.thread_time, Ordering::Relaxed);
+        self.next_seq.store(FIRST_THREAD_SEQ, Ordering::Relaxed);
         self.budget.set_limit(config.budget_bytes);
         self.budget.reset_peak();
         self.budget.pool().open(words_for(config.bytes));
-        self.session.store(id, Ordering::Relaxed);
+        // Release: pairs with `create`'s Acquire; the settings above are
+        // the session's.
+        self.session.store(id, Ordering::Release);
     }
 
     /// Ends the session: no new rings are handed out, the pool of segments
@@ -270,7 +297,7 @@ impl Registry {
         // The pooled segments go back to the system and the budget; rings
         // freed from now on are not kept.
         self.budget.pool().close();
-        st.reshaped += 1;
+        st.added.clear();
         std::mem::take(&mut st.rings)
     }
 
@@ -284,73 +311,57 @@ impl Registry {
         tid: i64,
         name: String,
     ) -> Option<Arc<ThreadRing>> {
-        let config = {
-            let st = self.state.lock();
-            if self.session.load(Ordering::Relaxed) != session || session == 0 {
-                return None;
-            }
-            st.config
-        };
-        // Built outside the lock: the flusher takes it every few milliseconds
-        // (and a flight recorder's ring is big, see `Ring::new`).
+        // Acquire: pairs with `open`'s Release; the settings read below are
+        // this session's (or a later one's, and then the check under the
+        // lock below drops the ring).
+        if session == 0 || self.session.load(Ordering::Acquire) != session {
+            return None;
+        }
+        let bytes = self.ring_bytes.load(Ordering::Relaxed) as usize;
+        let overwrite = self.overwrite.load(Ordering::Relaxed);
+        // Everything is built, allocated and counted before the lock, which
+        // every thread's first event takes (thousands at once when a crowd
+        // of threads starts) and the flusher every few milliseconds: held
+        // for two pushes, it is never held across an allocation of the
+        // ring (a flight recorder's ring is big, see `Ring::new`).
         // Cold: the pool gives its segments back rather than starve a thread.
         if !self.budget.try_take_cold(THREAD_BYTES) {
             return None;
         }
-        let Some(ring) = Ring::new(
-            INITIAL_RING_BYTES,
-            config.bytes,
-            config.overwrite,
-            self.budget,
-        ) else {
+        let Some(ring) = Ring::new(INITIAL_RING_BYTES, bytes, overwrite, self.budget) else {
             self.budget.give_back(THREAD_BYTES);
             return None;
         };
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        // From here, dropping `tr` gives back what was taken for it.
+        let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name, self.budget);
+        tr.thread_time = self.thread_time.load(Ordering::Relaxed);
+        tr.info.overwrite = overwrite;
+        let tr = Arc::new(tr);
+        let (listed, added) = (tr.clone(), tr.clone());
         let mut st = self.state.lock();
         if self.session.load(Ordering::Relaxed) != session {
             drop(st);
-            drop(ring);
-            self.budget.give_back(THREAD_BYTES);
             return None; // the session ended meanwhile
         }
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let mut tr = ThreadRing::new(ring, session, seq, pid, tid, name, self.budget);
-        tr.thread_time = st.config.thread_time;
-        tr.info.overwrite = st.config.overwrite;
-        let ring = Arc::new(tr);
-        st.rings.push(ring.clone());
-        Some(ring)
+        st.rings.push(listed);
+        st.added.push(added);
+        Some(tr)
     }
 
-    /// The flusher's view: every listed ring. It also frees, on the
-    /// flusher's thread, the rings `bury` was given.
-    ///
-    /// `out` is what the previous call filled (the flusher's list, which it
-    /// keeps from pass to pass): if no ring left the list since, only the
-    /// rings added meanwhile are copied, so that a pass over threads that
-    /// recorded once and wait clones no `Arc` under the lock that their
-    /// first events take. Anything else is copied whole.
-    pub(crate) fn snapshot(&self, out: &mut Vec<Arc<ThreadRing>>) {
-        let (stale, buried) = {
+    /// The flusher's view: the rings listed since its last call, moved to
+    /// `added` (emptied first; its allocation is handed to the registry for
+    /// the next ones, so the lock is held for two swaps, however many
+    /// threads started). The flusher keeps its own list of the session's
+    /// rings from these, and takes out the ones it `remove`s. It also frees,
+    /// on the flusher's thread, the rings `bury` was given.
+    pub(crate) fn take_added(&self, added: &mut Vec<Arc<ThreadRing>>) {
+        added.clear();
+        let buried = {
             let mut st = self.state.lock();
-            let appended = st.copied == st.reshaped
-                && out.len() <= st.rings.len()
-                && out
-                    .last()
-                    .is_none_or(|r| Arc::ptr_eq(r, &st.rings[out.len() - 1]));
-            // Dropped after the lock, as the graveyard.
-            let stale = if appended {
-                Vec::new()
-            } else {
-                std::mem::take(out)
-            };
-            let from = out.len();
-            out.extend(st.rings[from..].iter().cloned());
-            st.copied = st.reshaped;
-            (stale, std::mem::take(&mut st.graveyard))
+            std::mem::swap(&mut st.added, added);
+            std::mem::take(&mut st.graveyard)
         };
-        drop(stale);
         drop(buried);
     }
 
@@ -372,7 +383,6 @@ impl Registry {
         let mut st = self.state.lock();
         st.rings
             .retain(|r| seq_ids.binary_search(&r.seq_id).is_err());
-        st.reshaped += 1;
     }
 }
 
@@ -570,37 +580,44 @@ mod thread_local_access {
 mod tests {
     use super::*;
 
-    /// The flusher's list follows the registry's: rings appended are added
-    /// to it (the ones it holds are not copied again), and after rings left
-    /// the list, or for another list, it is copied whole.
+    /// The flusher takes the rings listed since its last call, once each;
+    /// rings it removes leave the registry's list.
     #[test]
-    fn snapshots_follow_the_list_appended_and_reshaped() {
-        let reg = Registry::new();
-        let add = |seq| {
-            let tr = Arc::new(ThreadRing::for_test(seq, false));
-            reg.state.lock().rings.push(tr);
-        };
+    fn the_flusher_takes_each_ring_added_once() {
+        let reg = Registry::for_test();
+        reg.open(
+            7,
+            RingConfig {
+                bytes: 4096,
+                budget_bytes: DEFAULT_BUDGET_BYTES,
+                overwrite: false,
+                thread_time: false,
+            },
+        );
         let seqs = |v: &[Arc<ThreadRing>]| v.iter().map(|r| r.seq_id).collect::<Vec<_>>();
-        let mut out = Vec::new();
-        add(2);
-        add(3);
-        reg.snapshot(&mut out);
-        assert_eq!(seqs(&out), [2, 3]);
-        add(4);
-        reg.snapshot(&mut out);
-        assert_eq!(seqs(&out), [2, 3, 4]);
-        assert_eq!(Arc::strong_count(&out[0]), 2, "the registry's and ours");
-        reg.remove(&[3]);
-        reg.snapshot(&mut out);
-        assert_eq!(seqs(&out), [2, 4]);
-        add(5);
-        let mut other = vec![Arc::new(ThreadRing::for_test(9, false))];
-        reg.snapshot(&mut other);
-        assert_eq!(seqs(&other), [2, 4, 5], "a list of its own: copied whole");
-        reg.snapshot(&mut out);
-        assert_eq!(seqs(&out), [2, 4, 5]);
-        reg.remove(&[2, 4, 5]);
-        reg.snapshot(&mut out);
-        assert!(out.is_empty());
+        let a = reg.create(7, 1, 2, "a".into()).unwrap();
+        let b = reg.create(7, 1, 3, "b".into()).unwrap();
+        assert_eq!(
+            (a.seq_id, b.seq_id),
+            (FIRST_THREAD_SEQ, FIRST_THREAD_SEQ + 1)
+        );
+        let mut added = Vec::new();
+        reg.take_added(&mut added);
+        assert_eq!(seqs(&added), [a.seq_id, b.seq_id]);
+        assert_eq!(Arc::strong_count(&a), 3, "ours, the list's, the flusher's");
+        reg.take_added(&mut added);
+        assert!(added.is_empty(), "each ring taken once");
+        assert!(
+            reg.create(6, 1, 4, "old".into()).is_none(),
+            "not this session's"
+        );
+        let c = reg.create(7, 1, 4, "c".into()).unwrap();
+        reg.take_added(&mut added);
+        assert_eq!(seqs(&added), [c.seq_id]);
+        reg.remove(&[a.seq_id, c.seq_id]);
+        assert_eq!(seqs(&reg.state.lock().rings), [b.seq_id]);
+        drop(added);
+        assert_eq!(seqs(&reg.close()), [b.seq_id]);
+        assert!(reg.create(7, 1, 5, "late".into()).is_none(), "closed");
     }
 }

@@ -5,7 +5,10 @@
 //! full) is drained at once; every ring is drained each flush interval, on
 //! `flush()`, and when the session stops (including rings of threads that
 //! are still running at that moment). A ring whose thread exited is drained
-//! to the end and then forgotten. In flight-recorder (overwrite) mode the
+//! to the end and then forgotten. A pass looks only at the rings that have
+//! records (`RingSet`): a ring found drained is made quiet and announces
+//! itself when its thread records again or exits (`record::ring::announce`),
+//! so threads that recorded once and wait cost a pass nothing. In flight-recorder (overwrite) mode the
 //! rings are drained as often, into the process-wide `Recorder` instead of
 //! the file's encoder; it is written out on `flush()` and at stop.
 //!
@@ -17,7 +20,7 @@
 use crate::encode::{Batch, Context, IdMap, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
-use crate::record::ring::GROWTH;
+use crate::record::ring::{ANNOUNCED, GROWTH};
 use crate::record::sync::Arc;
 use crate::session::control::Control;
 use crate::session::output::{Outputs, Pass, Tally};
@@ -33,6 +36,10 @@ const CLOCK_SNAPSHOT_PERIOD: Duration = Duration::from_secs(1);
 /// Words drained at a time (128 KiB, ~0.1 ms of encoding): between two
 /// chunks the flusher makes ready the spare of a ring that grew meanwhile.
 const DRAIN_CHUNK_WORDS: usize = 1 << 14;
+/// Quiet rings a pass looks at besides the announced ones, in turn: a
+/// record whose writer was held up while its ring was made quiet (see
+/// `record::ring::announce`) waits a bounded number of passes.
+const QUIET_LOOKS_PER_PASS: usize = 32;
 
 /// What encoders read besides the records: the clock's calibration
 /// (refreshed at each full pass, so a `Context` cannot be kept across
@@ -75,7 +82,9 @@ pub(crate) struct Flusher {
     last_in_use: (Option<u32>, u64),
     /// Events of threads without a ring counted and not yet marked.
     no_ring_pending: u64,
-    rings: Vec<Arc<ThreadRing>>,
+    rings: RingSet,
+    /// The rings of this pass (kept for its allocation).
+    visit: Vec<Arc<ThreadRing>>,
     state: IdMap<u32, RingState>,
     /// The drain's buffer (one chunk).
     words: Vec<u64>,
@@ -88,8 +97,12 @@ struct PassPlan {
     /// The pass's one clock read (interval, snapshot, pool's idle).
     at: Instant,
     flush_req: u64,
-    /// Every ring is drained (else only those half full or retired).
+    /// Every ring with records is drained (else only those half full or
+    /// retired).
     full: bool,
+    /// Every ring is read, quiet ones too (stop, flush, a capture, an
+    /// output's need).
+    sweep: bool,
     outputs: Pass,
 }
 
@@ -118,6 +131,9 @@ struct Spares {
     /// start: what `start` stocked, if anything).
     stocked: u64,
     rings: IdMap<u32, SpareState>,
+    /// Rings whose spare is out and unused, looked at to give it back after
+    /// [`SPARE_IDLE`] even once they are quiet.
+    waiting: IdMap<u32, Arc<ThreadRing>>,
 }
 
 impl Spares {
@@ -129,12 +145,15 @@ impl Spares {
     /// that much (measured: the thread then mapped its segment itself).
     /// Not while stopping: the spares and the stock would be given back at
     /// once.
-    fn tend_if_grown(&mut self, rings: &[Arc<ThreadRing>], all: bool, restock: bool) {
+    fn tend_if_grown(&mut self, rings: &mut RingSet, all: bool, restock: bool) {
         let grown = GROWTH.count();
         let quiet = grown == self.seen;
         if !quiet || all {
             self.seen = grown;
-            tend_spares(rings, &mut self.rings);
+            // A ring that grew announced itself (growing is the producer's
+            // slow path), so it is active.
+            rings.take_announced();
+            tend_spares(rings.active.values(), &mut self.rings, &mut self.waiting);
         }
         if restock && quiet && grown != self.stocked {
             self.stocked = grown;
@@ -149,6 +168,104 @@ impl Spares {
                 .pool()
                 .stock_until(&|| GROWTH.count() != grown);
         }
+    }
+}
+
+/// The rings the flusher knows (its copy of the registry's list) and those
+/// a pass looks at: the announced ones, which have or may have records. A
+/// ring leaves `active` when a drain leaves it empty and it goes quiet
+/// (`ThreadRing::quiet`), and comes back when its id is announced.
+#[derive(Default)]
+struct RingSet {
+    /// The registry's list, as taken (in order of listing).
+    all: Vec<Arc<ThreadRing>>,
+    by_seq: IdMap<u32, Arc<ThreadRing>>,
+    active: IdMap<u32, Arc<ThreadRing>>,
+    /// Where the next look at quiet rings starts in `all`.
+    cursor: usize,
+    /// The rings the registry listed since the last look (kept for its
+    /// allocation, which goes back and forth with the registry's).
+    added: Vec<Arc<ThreadRing>>,
+    /// The ids taken from `ANNOUNCED` (kept for its allocation).
+    ids: Vec<u32>,
+}
+
+impl RingSet {
+    /// Follows the registry's list: rings new to it are active (announced
+    /// from their creation).
+    fn follow_registry(&mut self) {
+        REGISTRY.take_added(&mut self.added);
+        for tr in self.added.drain(..) {
+            self.by_seq.insert(tr.seq_id, tr.clone());
+            self.active.insert(tr.seq_id, tr.clone());
+            self.all.push(tr);
+        }
+        self.take_announced();
+    }
+
+    /// Rings announced since the last look become active. An id of no ring
+    /// known (a ring of an earlier session, or not yet listed: it is active
+    /// once listed) is passed over.
+    fn take_announced(&mut self) {
+        ANNOUNCED.take(&mut self.ids, self.all.len());
+        for seq in &self.ids {
+            if let Some(tr) = self.by_seq.get(seq) {
+                self.active.entry(*seq).or_insert_with(|| tr.clone());
+            }
+        }
+    }
+
+    /// The rings a pass looks at, into `out`: every one if `sweep`, else the
+    /// active ones and [`QUIET_LOOKS_PER_PASS`] others in turn.
+    fn visits(&mut self, sweep: bool, out: &mut Vec<Arc<ThreadRing>>) {
+        out.clear();
+        if sweep {
+            out.extend(self.all.iter().cloned());
+            return;
+        }
+        out.extend(self.active.values().cloned());
+        let n = self.all.len();
+        for _ in 0..QUIET_LOOKS_PER_PASS.min(n) {
+            self.cursor = if self.cursor + 1 >= n {
+                0
+            } else {
+                self.cursor + 1
+            };
+            let tr = &self.all[self.cursor];
+            if !self.active.contains_key(&tr.seq_id) {
+                out.push(tr.clone());
+            }
+        }
+    }
+
+    /// After a drain of `tr`: quiet if it holds nothing (then it is not
+    /// looked at until it announces itself), else active.
+    fn settle(&mut self, tr: &Arc<ThreadRing>) {
+        if tr.quiet() {
+            self.active.remove(&tr.seq_id);
+        } else {
+            self.activate(tr);
+        }
+    }
+
+    /// `tr` is looked at each pass (a quiet ring found holding records).
+    fn activate(&mut self, tr: &Arc<ThreadRing>) {
+        self.active.entry(tr.seq_id).or_insert_with(|| tr.clone());
+    }
+
+    /// Forgets the rings drained after their threads exited (`gone`,
+    /// sorted), as the registry does.
+    fn forget(&mut self, gone: &[u32]) {
+        if gone.is_empty() {
+            return;
+        }
+        for seq in gone {
+            self.active.remove(seq);
+            self.by_seq.remove(seq);
+        }
+        self.all
+            .retain(|tr| gone.binary_search(&tr.seq_id).is_err());
+        REGISTRY.remove(gone);
     }
 }
 
@@ -182,10 +299,12 @@ impl Flusher {
                 seen: u64::MAX,
                 stocked: growth_at_start,
                 rings: IdMap::default(),
+                waiting: IdMap::default(),
             },
             last_in_use: (None, u64::MAX),
             no_ring_pending: 0,
-            rings: Vec::new(),
+            rings: RingSet::default(),
+            visit: Vec::new(),
             state: IdMap::default(),
             words: Vec::with_capacity(DRAIN_CHUNK_WORDS * 2),
             tally: Tally::default(),
@@ -272,10 +391,12 @@ impl Flusher {
             self.env.cal.refresh();
             self.next_full = at.checked_add(self.interval);
         }
+        self.stats.flusher_passes += 1;
         PassPlan {
             at,
             flush_req,
             full,
+            sweep: capture || asked || pass.stopping || pass.flush,
             outputs: pass,
         }
     }
@@ -292,14 +413,14 @@ impl Flusher {
     /// Before draining: the next segment of each ring that grew, which its
     /// thread may need within microseconds; the pool's idle clock and trim.
     fn tend_memory(&mut self, pass: &PassPlan) {
-        REGISTRY.snapshot(&mut self.rings);
+        self.rings.follow_registry();
         if !pass.outputs.stopping {
-            self.spares.tend_if_grown(&self.rings, pass.full, true);
+            self.spares.tend_if_grown(&mut self.rings, pass.full, true);
         }
-        // The stock's idle clock: a ring made (a new newest sequence)
-        // or grown since the last pass. Kept here, off the threads'
-        // first events (whose stack depth `tests/memory.rs` measures).
-        let in_use = (self.rings.iter().map(|tr| tr.seq_id).max(), GROWTH.count());
+        // The stock's idle clock: a ring made (a new last one listed) or
+        // grown since the last pass. Kept here, off the threads' first
+        // events (whose stack depth `tests/memory.rs` measures).
+        let in_use = (self.rings.all.last().map(|tr| tr.seq_id), GROWTH.count());
         if in_use != self.last_in_use {
             self.last_in_use = in_use;
             REGISTRY.budget.pool().touch();
@@ -310,32 +431,43 @@ impl Flusher {
             .trim_at(crate::record::budget::ms_at(pass.at));
     }
 
-    /// Drains every ring a full pass wants, or those half full or retired;
-    /// forgets the rings of exited threads once drained to the end.
+    /// Looks at the rings with records (every ring on a sweep): drains
+    /// those a full pass wants, or those half full or retired; forgets the
+    /// rings of exited threads once drained to the end; makes quiet those
+    /// left empty.
     fn drain_rings(&mut self, pass: &PassPlan) {
-        let rings = std::mem::take(&mut self.rings);
+        let mut visit = std::mem::take(&mut self.visit);
+        self.rings.visits(pass.sweep, &mut visit);
+        self.stats.rings_visited += visit.len() as u64;
         let mut gone = Vec::new();
-        for tr in &rings {
+        for tr in &visit {
             let retired = tr.is_retired();
             let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
-            if !(pass.full || retired || hot) {
-                continue;
-            }
-            self.drain_ring(tr, &rings, pass.outputs.stopping);
-            if retired && tr.ring.used_words() == 0 {
-                self.retire(tr);
-                gone.push(tr.seq_id);
+            if pass.full || retired || hot {
+                self.drain_ring(tr, pass.outputs.stopping);
+                if retired && tr.ring.used_words() == 0 {
+                    self.retire(tr);
+                    gone.push(tr.seq_id);
+                    continue;
+                }
+                // Only a ring just drained may go quiet: a ring made a
+                // moment ago, whose thread is about to write its first
+                // record, is not sent to the slow path for it.
+                self.rings.settle(tr);
+            } else if tr.ring.used_words() > 0 {
+                self.rings.activate(tr);
             }
         }
-        self.rings = rings;
+        visit.clear();
+        self.visit = visit;
         gone.sort_unstable();
-        REGISTRY.remove(&gone);
+        self.rings.forget(&gone);
     }
 
     /// Drains one ring in chunks into every output (making ready the spare
     /// of a ring that grew meanwhile between two chunks), then marks the
     /// events too large for it.
-    fn drain_ring(&mut self, tr: &Arc<ThreadRing>, rings: &[Arc<ThreadRing>], stopping: bool) {
+    fn drain_ring(&mut self, tr: &Arc<ThreadRing>, stopping: bool) {
         let st = self.state.entry(tr.seq_id).or_default();
         let mut ctx = self.env.ctx();
         // Bounded: a producer still writing cannot keep us here.
@@ -356,7 +488,7 @@ impl Flusher {
             };
             self.outputs.batch(&mut ctx, tr, &batch, &mut self.tally);
             if !stopping {
-                self.spares.tend_if_grown(rings, false, false);
+                self.spares.tend_if_grown(&mut self.rings, false, false);
             }
             budget = budget.saturating_sub(self.words.len().max(1));
             if budget == 0 {
@@ -382,6 +514,7 @@ impl Flusher {
         }
         self.state.remove(&tr.seq_id);
         self.spares.rings.remove(&tr.seq_id);
+        self.spares.waiting.remove(&tr.seq_id);
     }
 
     /// CPU stack samples taken since the last pass (`sampling`), to the
@@ -433,7 +566,7 @@ impl Flusher {
     /// The last pass: threads still running get their drops so far marked,
     /// their spares go back to the budget; then the outputs close.
     fn finish_outputs(&mut self) {
-        let rings = std::mem::take(&mut self.rings);
+        let rings = std::mem::take(&mut self.rings.all);
         for tr in &rings {
             tr.ring.reclaim_spare();
             if !tr.is_retired() || tr.ring.used_words() > 0 {
@@ -492,20 +625,28 @@ impl Drop for Finally {
     }
 }
 
-/// Makes ready the next segment of each ring that grew since the last look
-/// (`Ring::prepare_spare`), so its thread grows into memory mapped in here
-/// rather than on its own slow path; gives back spares left unused for
-/// [`SPARE_IDLE`]. Rings that never grew get none: a thread that records a
-/// few events holds no more than its first 1 KiB.
-fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut IdMap<u32, SpareState>) {
+/// Makes ready the next segment of each active ring that grew since the
+/// last look (`Ring::prepare_spare`), so its thread grows into memory mapped
+/// in here rather than on its own slow path; gives back spares left unused
+/// for [`SPARE_IDLE`] (`waiting`: the rings with one out, active or not).
+/// Rings that never grew get none: a thread that records a few events holds
+/// no more than its first 1 KiB.
+fn tend_spares<'a>(
+    active: impl Iterator<Item = &'a Arc<ThreadRing>>,
+    state: &mut IdMap<u32, SpareState>,
+    waiting: &mut IdMap<u32, Arc<ThreadRing>>,
+) {
     let now = Instant::now();
-    for tr in rings {
+    let mut rings: Vec<Arc<ThreadRing>> = active.cloned().collect();
+    rings.extend(waiting.values().cloned());
+    for tr in &rings {
         let made = tr.ring.segments_made();
         if made < 2 {
             continue;
         }
         if tr.is_retired() {
             tr.ring.reclaim_spare();
+            waiting.remove(&tr.seq_id);
             continue;
         }
         let st = state.entry(tr.seq_id).or_default();
@@ -515,6 +656,11 @@ fn tend_spares(rings: &[Arc<ThreadRing>], state: &mut IdMap<u32, SpareState>) {
         } else if st.since.is_some_and(|t| now - t >= SPARE_IDLE) {
             tr.ring.reclaim_spare();
             st.since = None;
+        }
+        if st.since.is_some() {
+            waiting.insert(tr.seq_id, tr.clone());
+        } else {
+            waiting.remove(&tr.seq_id);
         }
     }
 }

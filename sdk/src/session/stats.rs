@@ -93,6 +93,13 @@ pub struct Stats {
     /// [`capture_interval`](crate::Builder::capture_interval) of the last
     /// one, or too many queued at once.
     pub captures_suppressed: u64,
+    /// Passes the flusher made (it wakes every few milliseconds).
+    pub flusher_passes: u64,
+    /// Threads' rings the flusher looked at, summed over its passes. A ring
+    /// with nothing recorded since its last drain is not looked at (but for
+    /// a few each pass, in turn), so threads that recorded and wait cost a
+    /// pass nothing; every ring is read on `flush()`, captures and stop.
+    pub rings_visited: u64,
 }
 
 /// Readers of what the `tracing` bridge counts process-wide, which a session

@@ -61,21 +61,25 @@
 //! This module holds the ring's state and what both sides read; the
 //! producer's path is in `producer` (reserving, the slow path, overwrite
 //! mode's freeing), growing and the consumer's spares in `growth` (with the
-//! `GROWTH` doorbell), the consumer's copy in `drain`. The segments' memory
-//! is `record::segment`'s, and their bytes are the budget's.
+//! `GROWTH` doorbell), the consumer's copy in `drain`, a ring telling the
+//! consumer it has records again after it was found drained in `announce`.
+//! The segments' memory is `record::segment`'s, and their bytes are the
+//! budget's.
 
+mod announce;
 mod drain;
 mod growth;
 mod producer;
 #[cfg(all(test, not(ringtrace_loom)))]
 mod tests;
 
+pub(crate) use announce::ANNOUNCED;
 pub(crate) use growth::GROWTH;
 pub(crate) use producer::Reservation;
 
 use crate::record::budget::Budget;
 use crate::record::segment::{alloc_storage, is_mapped, segment_bytes, words_for};
-use crate::record::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::record::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// Largest record a ring accepts, in words. Bigger events are dropped and
@@ -145,6 +149,11 @@ pub(crate) struct Ring {
     max_words: usize,
     /// Where every segment's bytes are taken from and given back to.
     budget: &'static Budget,
+    /// False while the ring is quiet: found drained by the consumer and
+    /// nothing announced since (see `announce`).
+    announced: AtomicBool,
+    /// The id the ring is announced with (its thread's sequence id).
+    id: AtomicU32,
 }
 
 /// Fields only the producer writes; atomics only so the struct is `Sync`.
@@ -158,7 +167,9 @@ struct ProducerState {
     /// segments, so the producer's free room counts from here at the least.
     seg_start: AtomicU64,
     /// The consumer's tail as last read, lowered (never raised) so that the
-    /// fast path stops at `prefaulted`.
+    /// fast path stops at `prefaulted`. The one field here the consumer
+    /// stores too: far lower, to make a quiet ring's next record take the
+    /// slow path and announce the ring (`announce`).
     cached_tail: AtomicU64,
     /// Positions of the segment's first lap below this are mapped in
     /// (`u64::MAX`: the whole segment). Past it, `reserve_slow` maps in more.
@@ -244,6 +255,8 @@ impl Ring {
             spare: AtomicU64::new(0),
             max_words,
             budget,
+            announced: AtomicBool::new(true),
+            id: AtomicU32::new(0),
         }
     }
 

@@ -144,8 +144,12 @@ impl Ring {
                     return None;
                 }
             }
+            // Then the ring is announced if it was quiet: the consumer may
+            // have lowered the cached tail to send us here (see `announce`).
+            // Once per lap of the segment at most.
             p.cached_tail
                 .store(self.fast_path_tail(tail), Ordering::Relaxed);
+            self.announce();
         }
         if pending > 0 {
             let (base, mask) = (
