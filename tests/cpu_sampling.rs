@@ -429,3 +429,98 @@ fn the_locked_memory_limit_makes_rings_smaller_said_once() {
     assert_eq!(n, stats["cpu_samples"].as_u64().unwrap());
     assert_eq!(samples["lost"], stats["cpu_samples_lost"]);
 }
+
+/// A flight recorder's file (written at stop, or a `dump_to` window) holds
+/// the samples of the window its records cover: every id resolves, no
+/// sample lies before the file's oldest event, the late hot thread's
+/// samples are there and name the hot path, and the early thread's (whose
+/// records the recorder forgot) were aged out, not written.
+fn check_flight_file(trace: &Path, expect: &Value, min_samples: usize) {
+    let samples = samples_model(trace);
+    let model = perfetto_model(trace);
+    let first = model["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["ts"].as_u64())
+        .min()
+        .expect("the file holds events");
+    let all = samples["samples"].as_array().unwrap();
+    for s in all {
+        let ts = s["ts"].as_u64().unwrap();
+        assert!(
+            ts >= first,
+            "a sample at {ts} lies before the file's oldest event at {first}"
+        );
+    }
+    let early = expect["early"].as_i64().unwrap();
+    let early_track = model["tracks"]
+        .as_object()
+        .unwrap()
+        .values()
+        .any(|t| t["kind"] == "thread" && t["tid"].as_i64() == Some(early));
+    assert!(
+        !early_track || checksum_slices(&model, early).is_empty(),
+        "the recorder forgot the early thread's slices"
+    );
+    assert!(!all.iter().any(|s| s["tid"].as_i64() == Some(early)));
+    let late = expect["late"].as_i64().unwrap();
+    // A slice open at a dump window's end has no duration: open till then.
+    let mut slices: Vec<(u64, u64)> = common::thread_slices(&model, late)
+        .into_iter()
+        .filter(|s| s["name"] == "checksum")
+        .map(|s| {
+            let ts = s["ts"].as_u64().unwrap();
+            (ts, s["dur"].as_u64().map_or(u64::MAX, |d| ts + d))
+        })
+        .collect();
+    slices.sort_unstable();
+    assert!(!slices.is_empty(), "the late thread's slices");
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(late))
+        .collect();
+    let in_scope: Vec<&&Value> = mine
+        .iter()
+        .filter(|s| inside(&slices, s["ts"].as_u64().unwrap()))
+        .collect();
+    let good = in_scope
+        .iter()
+        .filter(|s| names_the_hot_path(&names(s)))
+        .count();
+    assert!(
+        mine.len() >= min_samples && good * 100 >= in_scope.len() * 90,
+        "{good} of {} samples of the late thread inside its scope name the hot path ({} in all)",
+        in_scope.len(),
+        mine.len()
+    );
+    for s in &mine {
+        if names(s).iter().any(|n| n.contains("cpu::hot_checksum")) {
+            assert!(inside(&slices, s["ts"].as_u64().unwrap()));
+        }
+    }
+}
+
+#[test]
+fn a_flight_recorder_writes_the_samples_of_the_window_it_keeps() {
+    let (trace, expect, stderr) = run("cpu-flight", "t.pftrace", "cpu_flight", "stop");
+    assert!(!stderr.contains("CPU sampling off"), "{stderr}");
+    check_flight_file(&trace, &expect, 30);
+    let stats = &expect["stats"];
+    assert!(
+        stats["cpu_samples_aged_out"].as_u64().unwrap() > 0,
+        "the early thread's samples aged out: {stats}"
+    );
+    assert!(
+        stats["events_lost"].as_u64().unwrap() > 0,
+        "records forgotten"
+    );
+}
+
+#[test]
+fn a_flight_recorders_dump_window_holds_its_samples() {
+    let (_, expect, _) = run("cpu-flight-dump", "t.pftrace", "cpu_flight", "dump");
+    let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
+    // A window of 300 ms of wall time: fewer samples on a busy machine.
+    check_flight_file(dump, &expect, 10);
+}

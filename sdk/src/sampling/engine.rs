@@ -214,6 +214,13 @@ pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
     });
 }
 
+/// Hands the tables to `f` (a flight recorder's write-out).
+pub(crate) fn with_tables(f: impl FnOnce(&Tables)) {
+    if let Some(shared) = LAST.lock().clone() {
+        f(&shared.tables.lock());
+    }
+}
+
 /// The session's sampling totals; forgets its state (after the flusher's
 /// last pass).
 pub(crate) fn end() -> Totals {

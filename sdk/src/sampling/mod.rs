@@ -29,6 +29,7 @@
 // memory: each `unsafe` block carries its proof.
 #![allow(unsafe_code)]
 
+pub(crate) mod held;
 pub(crate) mod tables;
 
 #[cfg(all(
@@ -87,15 +88,11 @@ pub(crate) struct Totals {
     pub(crate) threads_unsampled: u64,
 }
 
-/// Starts sampling (the session's start, once its flusher runs). Not in
-/// flight-recorder mode (`overwrite`): samples are written as they come,
-/// and a recorder's file must hold only the recent past.
-pub(crate) fn start(opts: Options, overwrite: bool) {
+/// Starts sampling (the session's start, once its flusher runs). In
+/// flight-recorder mode the file's output holds the samples beside the
+/// recorder (`held`) until a write-out.
+pub(crate) fn start(opts: Options) {
     if opts.hz == 0 {
-        return;
-    }
-    if overwrite {
-        eprintln!("ringtrace: CPU sampling off: not available in flight-recorder (overwrite) mode");
         return;
     }
     #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
@@ -116,6 +113,14 @@ pub(crate) fn start(opts: Options, overwrite: bool) {
 pub(crate) fn stop() {
     #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
     engine::stop();
+}
+
+/// Hands the tables samples refer to to `f` (a flight recorder's
+/// write-out of the samples it held). Nothing when sampling is off.
+#[allow(unused_variables)]
+pub(crate) fn with_tables(f: impl FnOnce(&tables::Tables)) {
+    #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+    engine::with_tables(f);
 }
 
 /// Hands the samples waiting, with the tables they refer to, to `f` (the
@@ -153,9 +158,12 @@ impl crate::Builder {
     /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. With
     /// [`system_tracing`](crate::Builder::system_tracing) the samples also
     /// go to each of Perfetto's tracing sessions (on a sequence of their
-    /// own, interned per session). Not in flight-recorder mode
-    /// ([`overwrite`](crate::Builder::overwrite)): samples are written as
-    /// they come.
+    /// own, interned per session). In flight-recorder mode
+    /// ([`overwrite`](crate::Builder::overwrite)) the samples are held
+    /// beside the records (in the memory budget) and each write-out gets
+    /// those of the window it writes (from its oldest record on); samples
+    /// that go before are counted in
+    /// [`Stats::cpu_samples_aged_out`](crate::Stats::cpu_samples_aged_out).
     ///
     /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
     /// [`init_from_env`](crate::init_from_env).

@@ -14,6 +14,7 @@ use crate::encode::{Batch, Context, IdMap};
 use crate::record::callsite;
 use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
+use crate::sampling::held::HeldSamples;
 use crate::session::capture::Windows;
 use crate::session::control::Control;
 use crate::session::disk::HardLimit;
@@ -58,6 +59,11 @@ pub(crate) struct FileOutput {
     /// Slow scopes to capture (`capture_slow_scopes`), found in the
     /// records drained.
     slow: Option<SlowScopes>,
+    /// With the recorder: the CPU samples held beside it.
+    held: HeldSamples,
+    /// A write-out's window: the time (ns) of the oldest record it wrote.
+    written_from: Option<u64>,
+    held_scratch: Vec<crate::sampling::tables::Sample>,
 }
 
 impl FileOutput {
@@ -86,6 +92,9 @@ impl FileOutput {
             control,
             hard: None,
             slow: None,
+            held: HeldSamples::default(),
+            written_from: None,
+            held_scratch: Vec::new(),
         }
     }
 
@@ -118,6 +127,32 @@ impl FileOutput {
 
     fn capture_pending(&self) -> bool {
         self.captures.as_ref().is_some_and(Captures::pending)
+    }
+
+    /// A write-out's samples: those held from the oldest record written on
+    /// (every held one if no record was), encoded with the whole tables
+    /// (the file's encoder writes the entries it has not written yet).
+    fn write_held(&mut self, ctx: &mut Context<'_>) {
+        if self.held.is_empty() {
+            return;
+        }
+        let lost = self.held.take(self.written_from, &mut self.held_scratch);
+        if self.full() {
+            self.held.aged_out += self.held_scratch.len() as u64;
+            return;
+        }
+        let (Some(f), samples, out) = (self.file.as_mut(), &self.held_scratch, &mut self.out)
+        else {
+            return;
+        };
+        crate::sampling::with_tables(|tables| {
+            let view = crate::sampling::SampleView {
+                tables,
+                samples,
+                lost,
+            };
+            f.encoder.samples(ctx, &view, out);
+        });
     }
 
     /// Threads the recorder let go of: their unmarked losses kept here,
@@ -164,6 +199,7 @@ impl Output for FileOutput {
                 &mut self.out,
             );
         self.dump = pass.stopping || window || pass.flush;
+        self.written_from = None;
         // While a dump's window is open, records go straight to its file.
         self.straight = self.recorder.is_none() || self.dump || self.windows.dumping();
         self.dump
@@ -180,6 +216,7 @@ impl Output for FileOutput {
         else {
             return;
         };
+        self.written_from = rec.oldest_ticks().map(|t| ctx.cal.to_ns(t));
         // As `write_if_full`: the store can hold tens of MiB of records.
         let spill = |out: &mut Vec<u8>| {
             if out.len() >= WRITE_AT {
@@ -241,6 +278,9 @@ impl Output for FileOutput {
                     tally.lost += rec.push(thread, mine, batch.overwritten, &mut self.finished);
                 }
                 None => {
+                    if self.dump && self.recorder.is_some() {
+                        note_oldest(&mut self.written_from, ctx, mine);
+                    }
                     let mine = Batch {
                         words: mine,
                         ..*batch
@@ -319,7 +359,22 @@ impl Output for FileOutput {
         }
     }
 
+    /// With the recorder, samples are held until a write-out (this pass's
+    /// too: `after_pass` writes them with its window known).
     fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        if let Some(rec) = self
+            .recorder
+            .as_ref()
+            .filter(|_| !self.straight || self.dump)
+        {
+            self.held.push(view.samples, view.lost);
+            if !self.dump {
+                if let Some(t) = rec.oldest_ticks() {
+                    self.held.forget_before(ctx.cal.to_ns(t));
+                }
+            }
+            return;
+        }
         if self.full() {
             return;
         }
@@ -341,6 +396,9 @@ impl Output for FileOutput {
     /// recorder's store), then finishes a rotation, a dump whose window has
     /// closed, or a part at the disk bound.
     fn after_pass(&mut self, ctx: &mut Context<'_>, pass: &Pass, lost: u64, tally: &mut Tally) {
+        if self.dump && self.recorder.is_some() {
+            self.write_held(ctx);
+        }
         if let Some(c) = self.captures.as_mut().filter(|c| c.pending()) {
             c.write(self.recorder.as_ref(), ctx);
             tally.triggers.append(&mut c.to_service);
@@ -389,6 +447,7 @@ impl Output for FileOutput {
             stats.captures_suppressed += c.suppressed + c.refused();
             c.error.take()
         });
+        stats.cpu_samples_aged_out += self.held.aged_out;
         let later = disk_error.or(capture_error);
         let Some(f) = self.file.as_mut() else {
             return later;
@@ -398,5 +457,21 @@ impl Output for FileOutput {
         stats.unmatched_ends += enc.unmatched_ends;
         stats.bytes_written += f.sink.bytes_written();
         f.sink.take_error().or(later)
+    }
+}
+
+/// Lowers `from` to the time of `words`' first record (not a loss marker):
+/// a write-out's window starts at the oldest record it wrote.
+fn note_oldest(from: &mut Option<u64>, ctx: &Context<'_>, words: &[u64]) {
+    use crate::record::header::{header_kind, header_len, KIND_LOST};
+    let mut i = 0;
+    while i + 1 < words.len() {
+        let h = words[i];
+        if header_kind(h) != KIND_LOST {
+            let ns = ctx.cal.to_ns(words[i + 1]);
+            *from = Some(from.map_or(ns, |f| f.min(ns)));
+            return;
+        }
+        i += (header_len(h) as usize).max(1);
     }
 }

@@ -360,7 +360,7 @@ impl Builder {
         let spans_not_stored_at_start = stats::spans_not_stored();
         callsite::set_active(true);
         // CPU sampling (`sampling`), off unless asked for.
-        crate::sampling::start(self.cpu_sampling, self.overwrite);
+        crate::sampling::start(self.cpu_sampling);
         *slot = Some(Session {
             id,
             control,

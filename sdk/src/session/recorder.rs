@@ -226,6 +226,34 @@ impl Recorder {
 }
 
 impl Recorder {
+    /// The time (clock ticks) of the oldest record held (`None`: nothing
+    /// held): where
+    /// the window written out at the next write-out starts. Entries of
+    /// different threads are not in time order: every entry's first record
+    /// is looked at.
+    pub(crate) fn oldest_ticks(&self) -> Option<u64> {
+        let mut oldest = None::<u64>;
+        let mut at = 0;
+        while at + ENTRY_HEADER <= self.words.len() {
+            let len = self.words[at + 2] as usize;
+            let body = at + ENTRY_HEADER;
+            let mut i = body;
+            while i + 1 < body + len {
+                let h = self.words[i];
+                if header_kind(h) != KIND_LOST {
+                    let ts = self.words[i + 1];
+                    oldest = Some(oldest.map_or(ts, |o| o.min(ts)));
+                    break;
+                }
+                i += (header_len(h) as usize).max(1);
+            }
+            at = body + len;
+        }
+        oldest
+    }
+}
+
+impl Recorder {
     /// Copies the records of every thread whose time `in_window` accepts
     /// into `encoder`, oldest first, without forgetting them (a capture:
     /// the session's own output still gets them). Returns the events copied.

@@ -46,13 +46,20 @@ pub struct Stats {
     /// `tracing` spans; nothing of them is recorded. 0 without the `tracing`
     /// feature, and in the `Stats` of a finished capture window.
     pub spans_not_stored: u64,
-    /// CPU stack samples written ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)).
+    /// CPU stack samples taken ([`Builder::cpu_sampling`](crate::Builder::cpu_sampling)):
+    /// all written, but in flight-recorder mode, where
+    /// [`cpu_samples_aged_out`](Self::cpu_samples_aged_out) of them were let go.
     pub cpu_samples: u64,
     /// CPU samples lost: records the kernel dropped (its ring was full),
     /// samples beyond what waits for the flusher (both also written to the
     /// trace, Perfetto: `kernel_records_lost`), and samples Perfetto's
     /// tracing service had no room for (system tracing).
     pub cpu_samples_lost: u64,
+    /// CPU samples a flight recorder
+    /// ([`overwrite`](crate::Builder::overwrite)) let go before a write-out:
+    /// older than the oldest record it held, or beyond its samples' memory.
+    /// Not losses, as the records it forgets.
+    pub cpu_samples_aged_out: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
     pub cpu_stacks_truncated: u64,

@@ -71,6 +71,50 @@ pub fn hot(trace: &str, stacks: &str) -> Value {
     json!({"tid": tid, "sum": sum, "stats": stats_json(&stats)})
 }
 
+/// Flight-recorder mode with sampling: a hot thread ("early"), then a
+/// flood of instants that makes the recorder forget the early thread's
+/// records, then a second hot thread ("late"). `mode` "stop": the file
+/// written at stop; "dump": also `dump_to(trace + ".dump.pftrace")` while
+/// the late thread runs (its window is the late thread's first 300 ms).
+pub fn flight(trace: &str, mode: &str) -> Value {
+    let guard = ringtrace::builder()
+        .output(trace)
+        .overwrite(true)
+        // A recorder of 3 MiB (half the budget): quick to overflow, and a
+        // file the decoders read in seconds.
+        .buffer_bytes(6 << 20)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
+        .start()
+        .unwrap();
+    let hot = |name: &str| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(300))))
+            .unwrap()
+    };
+    let (early, _) = hot("early").join().unwrap();
+    // 600 k instants (over 14 MiB) overflow the recorder.
+    for chunk in 0..12 {
+        for i in 0..50_000u64 {
+            ringtrace::trace_instant!("flood", i = chunk * 50_000 + i);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let late = hot("late");
+    let dump = (mode == "dump").then(|| {
+        let path = format!("{trace}.dump.pftrace");
+        let stats = ringtrace::dump_to(&path, Duration::from_millis(300)).unwrap();
+        json!({"path": path, "events_written": stats.events_written})
+    });
+    let (late, _) = late.join().unwrap();
+    let stats = guard.stop().unwrap();
+    let mut s = stats_json(&stats);
+    s["cpu_samples_aged_out"] = json!(stats.cpu_samples_aged_out);
+    s["events_lost"] = json!(stats.events_lost);
+    json!({"early": early, "late": late, "dump": dump, "stats": s})
+}
+
 fn stats_json(s: &ringtrace::Stats) -> Value {
     json!({
         "cpu_samples": s.cpu_samples,
