@@ -95,14 +95,20 @@ fn bounded(ext: &str) {
     assert!(kept[0].0 >= stats.files_removed, "{kept:?} {stats:?}");
     // Each part decodes on its own; its ticks follow the previous part's.
     let mut last: Option<u64> = None;
-    for (_, p) in &kept {
+    for (i, (_, p)) in kept.iter().enumerate() {
         let (slices, _) = decode(p);
         let ticks: Vec<u64> = slices
             .iter()
             .filter(|s| s.name == "tick")
             .map(|s| s.args["i"].as_u64().unwrap())
             .collect();
-        assert!(!ticks.is_empty(), "{p:?}");
+        if ticks.is_empty() {
+            // A part begun by the last pass before the stop (a loaded
+            // machine makes passes large) may end with no event: only the
+            // last one, after a part that has them.
+            assert!(i > 0 && i + 1 == kept.len(), "{p:?} has no tick");
+            continue;
+        }
         for w in ticks.windows(2) {
             assert_eq!(w[0] + 1, w[1], "{p:?}: ticks in order, none missing");
         }
