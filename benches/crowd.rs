@@ -33,6 +33,9 @@
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::run_child;
+
 const BUDGET: u64 = 64 << 20;
 const STACK: usize = 256 << 10;
 /// How long the process holds still with every ring idle.
@@ -192,25 +195,13 @@ fn main() {
         .unwrap_or(if quick { 1 } else { 5 });
     let sizes: &[u64] = if quick { &[1_000] } else { &[1_000, 10_000] };
     let started = Instant::now();
-    let exe = std::env::current_exe().unwrap();
     let mut runs: Vec<Run> = Vec::new();
     for _ in 0..reps {
         for &n in sizes {
-            let out = std::process::Command::new(&exe)
-                .args(["--crowd-child", &n.to_string()])
-                .output()
-                .expect("run a child");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let run = text.lines().find_map(parse);
-            assert!(
-                out.status.success() && run.is_some(),
-                "child failed: {}\n{}",
-                text,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let (run, text) = run_child(&["--crowd-child", &n.to_string()], parse);
             let line = text.lines().find(|l| l.starts_with("RUN ")).unwrap();
             eprintln!("{line}");
-            runs.extend(run);
+            runs.push(run);
         }
     }
     println!(

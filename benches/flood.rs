@@ -35,7 +35,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 mod common;
-use common::{median, two_rdtsc};
+use common::{median, run_child, two_rdtsc};
 
 const WARMUP: u64 = 100_000;
 const BUDGET: u64 = 256 << 20;
@@ -173,27 +173,15 @@ fn main() {
         std::env::var_os("RINGTRACE_BENCH_QUICK").is_some() || !args.iter().any(|a| a == "--bench");
     let (reps, scopes_each) = if quick { (1, 100_000) } else { (7, 1_000_000) };
     let started = Instant::now();
-    let exe = std::env::current_exe().unwrap();
     let mut runs: Vec<Run> = Vec::new();
     for _ in 0..reps {
         for threads in [1u64, 2] {
-            let out = std::process::Command::new(&exe)
-                .args([
-                    "--flood-child",
-                    &threads.to_string(),
-                    &scopes_each.to_string(),
-                ])
-                .output()
-                .expect("run a child");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let run = text.lines().find_map(parse);
-            assert!(
-                out.status.success() && run.is_some(),
-                "child failed: {}\n{}",
-                text,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            runs.extend(run);
+            let args = [
+                "--flood-child",
+                &threads.to_string(),
+                &scopes_each.to_string(),
+            ];
+            runs.push(run_child(&args, parse).0);
         }
     }
     println!(

@@ -1,5 +1,6 @@
 //! Timing functions shared by the benchmarks in this folder: the clock floor
-//! (two reads of the clock the hot path uses) and medians. A folder with a
+//! (two reads of the clock the hot path uses), medians, and a repetition run
+//! as a fresh process. A folder with a
 //! `mod.rs`, so that Cargo does not take it for a benchmark of its own.
 
 // Each benchmark compiles this module in and uses a part of it.
@@ -57,5 +58,25 @@ pub fn median(v: &mut [f64]) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs this benchmark again as a child process with `args` (a repetition
+/// in a fresh process); its stdout, and the run `parse` finds in one of its
+/// lines. Panics with the child's output if it failed or printed no run.
+pub fn run_child<T>(args: &[&str], parse: impl Fn(&str) -> Option<T>) -> (T, String) {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .output()
+        .expect("run a child");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    match text.lines().find_map(parse) {
+        Some(run) if out.status.success() => (run, text),
+        _ => panic!(
+            "child failed: {}\n{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }
