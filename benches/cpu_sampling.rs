@@ -2,14 +2,17 @@
 //!
 //! Rounds of three sessions in one process (sampling off, frame-pointer
 //! call chains, copied stacks), each running the same uninstrumented hot
-//! loop for 300 ms of the thread's CPU time. Reported, as medians over the
-//! rounds: the loop's throughput per CPU-second against sampling off (what
-//! the sampled thread loses, the kernel's work at each sample included),
-//! the sampler thread's and the flusher's CPU time per sample once started
-//! (from `/proc/self/task/*/schedstat`, in ns), the trace's bytes per
-//! sample, how long `start` took and the sampler's CPU time in it (it reads
-//! the program's symbols before it opens the first events).
-//! CPU time, not wall time: the machine may be shared.
+//! loop for 2 s of CPU time: first on one thread, then on four threads of
+//! 500 ms each. Reported, as medians over the rounds: the loop's
+//! throughput per CPU-second against sampling off (what the sampled
+//! threads lose, the kernel's work at each sample included); the steady
+//! state after `start` returned, per sample, in ns: the sampler thread's
+//! CPU time, the flusher's beyond the session without sampling, their sum
+//! (from `/proc/self/task/*/schedstat`), and the sampler's wake-ups per
+//! second; the trace's bytes per sample; start-up apart: how long `start`
+//! took and the sampler's CPU time in it (it reads the program's symbols
+//! and opens the first events before `start` returns). CPU time, not wall
+//! time: the machine may be shared. `-- --quick`: one round only.
 //!
 //! Then the kernel's share alone (`kernel_share`): the same loop with a
 //! perf event on its own thread that nobody reads (the loop frees the ring
@@ -44,40 +47,80 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// CPU ns of the process's thread whose name starts with `prefix`.
-fn task_cpu_ns(prefix: &str) -> u64 {
+/// `/proc/self/task/*/schedstat` of the process's thread whose name starts
+/// with `prefix`: CPU ns and times it was scheduled in (its wake-ups).
+fn task_sched(prefix: &str) -> (u64, u64) {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
+        return (0, 0);
     };
     for e in dir.flatten() {
         let p = e.path();
         let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
         if comm.trim().starts_with(prefix) {
             let s = std::fs::read_to_string(p.join("schedstat")).unwrap_or_default();
-            return s
+            let f: Vec<u64> = s
                 .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            return (
+                f.first().copied().unwrap_or(0),
+                f.get(2).copied().unwrap_or(0),
+            );
         }
     }
-    0
+    (0, 0)
+}
+
+/// The hot loop for `cpu` of the calling thread's CPU time: (iterations,
+/// CPU time used).
+fn hot_loop(cpu: Duration) -> (u64, Duration) {
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let cpu0 = thread_cpu();
+    let mut iters = 0u64;
+    let mut sum = 0u64;
+    while thread_cpu() - cpu0 < cpu {
+        ringtrace::trace_scope!("round");
+        for _ in 0..16 {
+            sum = sum.wrapping_add(checksum(black_box(&data)));
+            iters += 1;
+        }
+    }
+    black_box(sum);
+    (iters, thread_cpu() - cpu0)
 }
 
 struct Run {
-    /// The sampler's CPU time during `start` (symbols read), ns.
+    /// The sampler's CPU time during `start` (symbols read, first events
+    /// opened), ns.
     sampler_start_ns: u64,
     per_cpu_ms: f64,
     samples: u64,
     truncated: u64,
+    /// After `start`: the sampler's and flusher's CPU ns, the sampler's
+    /// wake-ups, the wall time.
     sampler_ns: u64,
+    sampler_wakes: u64,
     flusher_ns: u64,
+    wall: Duration,
     bytes: u64,
     scopes: u64,
     start: Duration,
 }
 
-fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
+/// One session: `threads` threads (the first is this one) each run the hot
+/// loop for `cpu` of their CPU time; the other threads are started before
+/// the session (found by its first look at the thread list) and wait for it.
+fn run(mode: Option<CpuStacks>, path: &std::path::Path, threads: usize, cpu: Duration) -> Run {
+    let go = std::sync::Arc::new(std::sync::Barrier::new(threads));
+    let workers: Vec<_> = (1..threads)
+        .map(|_| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                hot_loop(cpu)
+            })
+        })
+        .collect();
     let mut b = ringtrace::builder().output(path);
     if let Some(stacks) = mode {
         b = b.cpu_sampling(1000).cpu_sampling_stacks(stacks);
@@ -85,40 +128,37 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path) -> Run {
     let t = Instant::now();
     let guard = b.start().unwrap();
     let start = t.elapsed();
-    // The sampler's CPU so far is its start (reading the symbols): what
-    // each sample costs is counted from here.
-    let sampler_at_start = task_cpu_ns("ringtrace-sampl");
-    let flusher_at_start = task_cpu_ns("ringtrace-flush");
-    let data: Vec<u64> = (0..1 << 14).collect();
-    let cpu0 = thread_cpu();
-    let mut iters = 0u64;
-    let mut scopes = 0u64;
-    let mut sum = 0u64;
-    while thread_cpu() - cpu0 < Duration::from_millis(300) {
-        ringtrace::trace_scope!("round");
-        scopes += 1;
-        for _ in 0..16 {
-            sum = sum.wrapping_add(checksum(black_box(&data)));
-            iters += 1;
-        }
+    // The sampler's CPU so far is its start (symbols, first events): the
+    // steady state is counted from here.
+    let (sampler_at_start, wakes_at_start) = task_sched("ringtrace-sampl");
+    let (flusher_at_start, _) = task_sched("ringtrace-flush");
+    let wall0 = Instant::now();
+    go.wait();
+    let (mut iters, mut used) = hot_loop(cpu);
+    for w in workers {
+        let (i, u) = w.join().unwrap();
+        iters += i;
+        used += u;
     }
-    black_box(sum);
-    let used = thread_cpu() - cpu0;
-    // Let the flusher and sampler take what is pending, then read their
-    // CPU time before the stop ends them.
+    // Let the sampler read the rings and the flusher encode what is
+    // pending (the sampler reads them at least every 100 ms), then read
+    // their CPU time before the stop ends them.
     std::thread::sleep(Duration::from_millis(150));
-    let sampler_ns = task_cpu_ns("ringtrace-sampl").saturating_sub(sampler_at_start);
-    let flusher_ns = task_cpu_ns("ringtrace-flush").saturating_sub(flusher_at_start);
+    let wall = wall0.elapsed();
+    let (sampler, wakes) = task_sched("ringtrace-sampl");
+    let (flusher, _) = task_sched("ringtrace-flush");
     let stats = guard.stop().unwrap();
     Run {
         per_cpu_ms: iters as f64 / used.as_secs_f64() / 1000.0,
         samples: stats.cpu_samples,
         truncated: stats.cpu_stacks_truncated,
-        sampler_ns,
+        sampler_ns: sampler.saturating_sub(sampler_at_start),
+        sampler_wakes: wakes.saturating_sub(wakes_at_start),
+        flusher_ns: flusher.saturating_sub(flusher_at_start),
+        wall,
         sampler_start_ns: sampler_at_start,
-        flusher_ns,
         bytes: stats.bytes_written,
-        scopes,
+        scopes: iters / 16,
         start,
     }
 }
@@ -257,16 +297,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    // `cargo bench --bench cpu_sampling -- --kernel`: the kernel's share only.
-    if std::env::args().any(|a| a == "--kernel") {
-        kernel_share(15);
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("ringtrace-bench-cpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.pftrace");
-    let rounds = 7;
+/// Rounds of the three sessions with `threads` busy threads of `cpu` each.
+fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
     let modes = [
         ("off", None),
         ("frame pointers", Some(CpuStacks::FramePointers)),
@@ -275,22 +307,28 @@ fn main() {
     let mut runs: Vec<Vec<Run>> = modes.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
         for (i, (_, m)) in modes.iter().enumerate() {
-            runs[i].push(run(*m, &path));
+            runs[i].push(run(*m, path, threads, cpu));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{:<15} {:>12} {:>10} {:>8} {:>9} {:>13} {:>13} {:>12} {:>9} {:>10}",
+        "\n{threads} busy thread(s), {} ms of CPU each, {rounds} rounds (medians); \
+         per sample after `start` (steady state), in ns",
+        cpu.as_millis()
+    );
+    println!(
+        "{:<15} {:>12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}",
         "stacks",
         "iters/CPU-ms",
         "vs off",
         "samples",
-        "whole %",
-        "sampler ns/smp",
-        "flusher ns/smp",
-        "bytes/sample",
+        "whole%",
+        "sampler",
+        "flusher",
+        "sum",
+        "wakes/s",
+        "bytes",
         "start ms",
-        "symbols ms"
+        "start-up"
     );
     let off_rate = median(runs[0].iter().map(|r| r.per_cpu_ms).collect());
     let off_flusher: Vec<u64> = runs[0].iter().map(|r| r.flusher_ns).collect();
@@ -305,19 +343,22 @@ fn main() {
         let r = &runs[i];
         let rate = median(r.iter().map(|x| x.per_cpu_ms).collect());
         let per = |f: &dyn Fn(usize, &Run) -> f64| {
+            if r.iter().all(|x| x.samples == 0) {
+                return 0.0;
+            }
             median(
                 r.iter()
                     .enumerate()
                     .filter(|(_, x)| x.samples > 0)
                     .map(|(k, x)| f(k, x) / x.samples as f64)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .chain(std::iter::once(0.0).filter(|_| r.iter().all(|x| x.samples == 0)))
                     .collect(),
             )
         };
+        // The flusher's share: its CPU beyond the same round's session
+        // without sampling.
+        let flusher = |k: usize, x: &Run| x.flusher_ns as f64 - off_flusher[k] as f64;
         println!(
-            "{:<15} {:>12.1} {:>9.2}% {:>8} {:>9.1} {:>13.0} {:>13.0} {:>12.1} {:>9.1} {:>10.1}",
+            "{:<15} {:>12.1} {:>7.2}% {:>8} {:>7.1} {:>8.0} {:>8.0} {:>8.0} {:>8.1} {:>7.1} {:>8.1} {:>7.1}ms",
             name,
             rate,
             (rate / off_rate - 1.0) * 100.0,
@@ -328,11 +369,37 @@ fn main() {
                     - r.iter().map(|x| x.truncated).sum::<u64>() as f64
                         / r.iter().map(|x| x.samples).sum::<u64>().max(1) as f64),
             per(&|_, x| x.sampler_ns as f64),
-            per(&|k, x| x.flusher_ns as f64 - off_flusher[k] as f64),
+            per(&flusher),
+            per(&|k, x| x.sampler_ns as f64 + flusher(k, x)),
+            median(
+                r.iter()
+                    .map(|x| x.sampler_wakes as f64 / x.wall.as_secs_f64())
+                    .collect()
+            ),
             per(&|_, x| x.bytes as f64 - x.scopes as f64 * per_scope),
             median(r.iter().map(|x| x.start.as_secs_f64() * 1000.0).collect()),
             median(r.iter().map(|x| x.sampler_start_ns as f64 / 1e6).collect()),
         );
     }
-    kernel_share(7);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench --bench cpu_sampling -- --kernel`: the kernel's share only.
+    if args.iter().any(|a| a == "--kernel") {
+        kernel_share(15);
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ringtrace-bench-cpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.pftrace");
+    // `-- --quick`: one round of each, to try a change.
+    let rounds = if args.iter().any(|a| a == "--quick") { 1 } else { 5 };
+    // 2 s of sampled CPU per session: one thread, then four sharing it.
+    table(rounds, 1, Duration::from_millis(2000), &path);
+    table(rounds, 4, Duration::from_millis(500), &path);
+    let _ = std::fs::remove_dir_all(&dir);
+    if !args.iter().any(|a| a == "--quick") {
+        kernel_share(7);
+    }
 }
