@@ -4,6 +4,7 @@
 use super::modules::Modules;
 use super::perf::{Chain, OpenError, PerfEvent, PerfRecord, StackSource};
 use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables};
+use super::wake::{Bell, Epoll, TaskList, BELL};
 use super::{perf, timer, unwind, CpuStacks, Totals};
 use crate::record::registry::REGISTRY;
 use parking_lot::Mutex;
@@ -20,8 +21,12 @@ use std::time::{Duration, Instant};
 /// is a cost the thread no longer pays; deeper stacks are cut there,
 /// counted in `Stats::cpu_stacks_truncated` and marked in the trace.
 pub(crate) const STACK_COPY: u32 = 8 << 10;
-/// How often the thread list is read.
+/// How often the thread list is read (also the longest a sample waits in
+/// a ring whose watermark is not reached).
 const SCAN_EVERY: Duration = Duration::from_millis(100);
+/// How often the timer fallback's buffers are read (they have no fd to
+/// wake on): 8 buffers per thread hold 32 ms at 250 Hz.
+const TIMER_EVERY: Duration = Duration::from_millis(20);
 /// How long `start` waits at most for the sampler's first events.
 const READY_WAIT: Duration = Duration::from_millis(500);
 /// Most samples waiting for the flusher (beyond: dropped and counted).
@@ -136,6 +141,8 @@ struct Counters {
 
 struct Shared {
     stop: AtomicBool,
+    /// Wakes the sampler at once (the stop).
+    bell: Bell,
     /// Set once the first threads' events are open (or sampling is off).
     ready: AtomicBool,
     pending: Mutex<Pending>,
@@ -159,8 +166,16 @@ pub(crate) fn start(hz: u32, stacks: CpuStacks) {
     if running.is_some() || hz == 0 {
         return;
     }
+    let bell = match Bell::new() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("ringtrace: CPU sampling off: cannot make its eventfd: {e}");
+            return;
+        }
+    };
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
+        bell,
         ready: AtomicBool::new(false),
         pending: Mutex::new(Pending::default()),
         tables: Mutex::new(Tables::default()),
@@ -192,6 +207,7 @@ pub(crate) fn stop() {
     let running = RUNNING.lock().take();
     if let Some(r) = running {
         r.shared.stop.store(true, Ordering::Release);
+        r.shared.bell.ring();
         let _ = r.thread.join();
     }
 }
@@ -237,6 +253,9 @@ pub(crate) fn end() -> Totals {
     }
 }
 
+/// A thread that exited before its event could be opened.
+struct Gone;
+
 /// One sampled thread.
 struct Watched {
     source: Source,
@@ -250,6 +269,16 @@ enum Source {
     Perf(PerfEvent),
     /// The fallback: a CPU-time timer and the buffers its handler fills.
     Timer(timer::ThreadTimer),
+}
+
+impl Source {
+    /// False if there is surely nothing to read (an empty kernel ring).
+    fn has_data(&self) -> bool {
+        match self {
+            Source::Perf(e) => e.has_data(),
+            Source::Timer(_) => true,
+        }
+    }
 }
 
 /// Stacks into interned call stacks: the unwinder, the process's modules
@@ -278,7 +307,9 @@ impl StackWork {
     }
 
     /// The call stack of a kernel call chain (`chain`), or of a copied
-    /// stack (`regs`) unwound here; false if the unwinding stopped early.
+    /// stack (`regs`) unwound here; false if the unwinding stopped early
+    /// (the cost replay).
+    #[cfg(test)]
     pub(crate) fn intern(
         &mut self,
         tables: &mut Tables,
@@ -286,8 +317,16 @@ impl StackWork {
         regs: Option<[u64; 3]>,
         stack: &[u8],
     ) -> (u32, bool) {
+        let ok = self.unwind(chain, regs, stack);
+        (self.interned(tables), ok)
+    }
+
+    /// The frames of a kernel call chain (`chain`) or of a copied stack
+    /// (`regs`, unwound here), kept for `interned`; false if the unwinding
+    /// stopped early.
+    pub(crate) fn unwind(&mut self, chain: Chain<'_>, regs: Option<[u64; 3]>, stack: &[u8]) -> bool {
         self.pcs.clear();
-        let ok = match regs {
+        match regs {
             Some(regs) => self
                 .unwinder
                 .unwind(&self.modules, regs, stack, &mut self.pcs),
@@ -295,9 +334,12 @@ impl StackWork {
                 self.pcs.extend(chain.pcs());
                 true
             }
-        };
-        let id = tables.callstack(&mut self.modules, &self.pcs, &mut self.scratch);
-        (id, ok)
+        }
+    }
+
+    /// The interned call stack of the frames `unwind` found.
+    pub(crate) fn interned(&mut self, tables: &mut Tables) -> u32 {
+        tables.callstack(&mut self.modules, &self.pcs, &mut self.scratch)
     }
 }
 
@@ -316,6 +358,11 @@ struct Sampler {
     said_mlock: bool,
     my_tid: i32,
     batch: Vec<Sample>,
+    /// The perf fds (and the bell) the sampler sleeps on.
+    epoll: Epoll,
+    tasks: TaskList,
+    /// Scratch: threads whose events said they exited.
+    exited: Vec<i32>,
 }
 
 impl Sampler {
@@ -332,6 +379,9 @@ impl Sampler {
             said_mlock: false,
             my_tid: crate::sys::tid() as i32,
             batch: Vec::new(),
+            epoll: Epoll::new(),
+            tasks: TaskList::open(),
+            exited: Vec::new(),
         }
     }
 
@@ -349,9 +399,9 @@ impl Sampler {
             _ => StackSource::Callchain,
         };
         // A ring of call chains (~200 bytes each) holds 160 samples, one
-        // of copied stacks 31 (8 KiB each: 31 ms at 1 kHz, the sampler
-        // woken at half full, or by its own 20 ms wait first); both taken
-        // from the memory budget.
+        // of copied stacks 31 (8 KiB each: 31 ms at 1 kHz); the sampler is
+        // woken at half full, or reads it at its next look at the thread
+        // list (100 ms) first; both taken from the memory budget.
         self.pages = match source {
             StackSource::Callchain => 8,
             StackSource::Copy(_) => 64,
@@ -381,13 +431,19 @@ impl Sampler {
                 }
             }
         }
+        let bell = self.shared.bell.fd();
+        if !self.epoll.add(bell, BELL) {
+            // No epoll: a tick, as for the timer fallback.
+            self.epoll = Epoll::none();
+        }
         let mut next_scan = Instant::now();
         loop {
             let stopping = self.shared.stop.load(Ordering::Acquire);
-            if stopping || Instant::now() >= next_scan {
+            let now = Instant::now();
+            if stopping || now >= next_scan {
                 self.scan_threads(source, !stopping);
                 self.shared.ready.store(true, Ordering::Release);
-                next_scan = Instant::now() + SCAN_EVERY;
+                next_scan = now + SCAN_EVERY;
             }
             self.drain_all();
             if stopping {
@@ -403,92 +459,121 @@ impl Sampler {
     /// Refused: waits for the stop doing nothing.
     fn idle(&self) {
         while !self.shared.stop.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(20));
+            self.shared.bell.wait(-1);
         }
     }
 
-    /// Sleeps until a ring is half full, the next scan is due, or 20 ms
-    /// passed (the stop flag is looked at that often).
-    fn wait(&self, until: Instant) {
-        let mut fds: Vec<libc::pollfd> = self
-            .threads
-            .values()
-            .filter_map(|w| match &w.source {
-                Source::Perf(e) => Some(e.fd()),
-                Source::Timer(_) => None,
-            })
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+    /// Sleeps until a ring reaches its watermark (or its thread exits), the
+    /// stop, or the next scan (the timer fallback, which has no fd: its
+    /// next read). Threads whose events say they exited are closed here,
+    /// their last samples read.
+    fn wait(&mut self, until: Instant) {
+        let mut until = until;
+        if self.timers || !self.epoll.ok() {
+            until = until.min(Instant::now() + TIMER_EVERY);
+        }
         // Rounded up: a wait of 0 ms before the next scan would spin.
         let ms = until
             .saturating_duration_since(Instant::now())
             .as_micros()
             .div_ceil(1000)
-            .clamp(1, 20) as libc::c_int;
-        // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfds.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            .max(1) as libc::c_int;
+        if !self.epoll.ok() {
+            self.shared.bell.wait(ms);
+            return;
+        }
+        let mut exited = std::mem::take(&mut self.exited);
+        exited.clear();
+        self.epoll.wait(ms, |key, hup| {
+            if key == BELL {
+                return;
+            }
+            // The kernel says the thread is gone (`POLLHUP` stays set until
+            // the fd is closed): closed now, not at the next scan.
+            if hup {
+                exited.push(key as i32);
+            }
+        });
+        self.shared.bell.clear();
+        for &tid in &exited {
+            self.close(tid);
+        }
+        self.exited = exited;
+    }
+
+    /// Reads a thread's last samples, closes its event or timer and gives
+    /// its memory back.
+    fn close(&mut self, tid: i32) {
+        if let Some(mut w) = self.threads.remove(&tid) {
+            let mut sink = std::mem::take(&mut self.batch);
+            self.drain_one(&mut w.source, &mut sink);
+            self.publish(sink);
+            REGISTRY.budget.give_back(w.bytes);
+        }
     }
 
     /// Drains and closes the events of threads that exited; opens events
     /// for new threads if `open`.
     fn scan_threads(&mut self, source: StackSource, open: bool) {
-        let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-            return;
-        };
-        let alive: std::collections::HashSet<i32> = dir
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        let gone: Vec<i32> = self
-            .threads
-            .keys()
-            .filter(|t| !alive.contains(t))
-            .copied()
-            .collect();
-        for tid in gone {
-            if let Some(mut w) = self.threads.remove(&tid) {
-                let mut sink = Vec::new();
-                self.drain_one(&mut w.source, &mut sink);
-                self.publish(sink);
-                REGISTRY.budget.give_back(w.bytes);
-            }
-        }
-        self.refused.retain(|t| alive.contains(t));
-        if !open {
+        let mut tasks = std::mem::replace(&mut self.tasks, TaskList::none());
+        if !tasks.read() {
+            self.tasks = tasks;
             return;
         }
-        for tid in alive {
-            if tid == self.my_tid || self.threads.contains_key(&tid) || self.refused.contains(&tid)
-            {
-                continue;
-            }
-            match self.open(tid, source) {
-                Some(w) => {
-                    self.shared.counters.threads.fetch_add(1, Ordering::Relaxed);
-                    self.threads.insert(tid, w);
+        let alive = tasks.tids();
+        let mut gone = std::mem::take(&mut self.exited);
+        gone.clear();
+        gone.extend(
+            self.threads
+                .keys()
+                .filter(|t| alive.binary_search(t).is_err())
+                .copied(),
+        );
+        for &tid in &gone {
+            self.close(tid);
+        }
+        self.exited = gone;
+        self.refused.retain(|t| alive.binary_search(t).is_ok());
+        if open {
+            for &tid in alive {
+                if tid == self.my_tid
+                    || self.threads.contains_key(&tid)
+                    || self.refused.contains(&tid)
+                {
+                    continue;
                 }
-                None => {
-                    self.shared
-                        .counters
-                        .threads_unsampled
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.refused.insert(tid);
+                match self.open(tid, source) {
+                    // Exited since the list was read: nothing to sample.
+                    Err(Gone) => {}
+                    Ok(Some(w)) => {
+                        if let Source::Perf(e) = &w.source {
+                            self.epoll.add(e.fd(), tid as u64);
+                        }
+                        self.shared.counters.threads.fetch_add(1, Ordering::Relaxed);
+                        self.threads.insert(tid, w);
+                    }
+                    Ok(None) => {
+                        self.shared
+                            .counters
+                            .threads_unsampled
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.refused.insert(tid);
+                    }
                 }
             }
         }
+        self.tasks = tasks;
     }
 
     /// An event on `tid`, its ring taken from the budget and within the
     /// locked-memory limit (smaller rings once it is reached).
-    fn open(&mut self, tid: i32, source: StackSource) -> Option<Watched> {
+    /// None: the thread could not be sampled; `Gone`: it has exited.
+    fn open(&mut self, tid: i32, source: StackSource) -> Result<Option<Watched>, Gone> {
         if self.timers {
             if !REGISTRY.budget.try_take(timer::SLOT_BYTES) {
-                return None;
+                return Ok(None);
             }
-            return match timer::ThreadTimer::start(tid, self.hz) {
+            return Ok(match timer::ThreadTimer::start(tid, self.hz) {
                 Ok(t) => Some(Watched {
                     source: Source::Timer(t),
                     bytes: timer::SLOT_BYTES,
@@ -497,13 +582,13 @@ impl Sampler {
                     REGISTRY.budget.give_back(timer::SLOT_BYTES);
                     None
                 }
-            };
+            });
         }
         let page = perf::page_size() as u64;
         loop {
             let bytes = (self.pages as u64 + 1) * page;
             if !REGISTRY.budget.try_take(bytes) {
-                return None;
+                return Ok(None);
             }
             // A stack copy takes at most a quarter of a ring (rings made
             // smaller by the locked-memory limit copy less of the stack).
@@ -515,10 +600,10 @@ impl Sampler {
             };
             match PerfEvent::open(tid, self.hz, source, self.pages) {
                 Ok(event) => {
-                    return Some(Watched {
+                    return Ok(Some(Watched {
                         source: Source::Perf(event),
                         bytes,
-                    })
+                    }))
                 }
                 Err(OpenError::Map(e)) if self.pages > 1 => {
                     REGISTRY.budget.give_back(bytes);
@@ -531,9 +616,12 @@ impl Sampler {
                     }
                     self.pages /= 2;
                 }
-                Err(_) => {
+                Err(e) => {
                     REGISTRY.budget.give_back(bytes);
-                    return None;
+                    return match e {
+                        OpenError::Open(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(Gone),
+                        _ => Ok(None),
+                    };
                 }
             }
         }
@@ -543,7 +631,9 @@ impl Sampler {
         let mut sink = std::mem::take(&mut self.batch);
         let mut threads = std::mem::take(&mut self.threads);
         for w in threads.values_mut() {
-            self.drain_one(&mut w.source, &mut sink);
+            if w.source.has_data() {
+                self.drain_one(&mut w.source, &mut sink);
+            }
         }
         self.threads = threads;
         self.publish(sink);
@@ -553,10 +643,13 @@ impl Sampler {
     fn drain_one(&mut self, source: &mut Source, sink: &mut Vec<Sample>) {
         let mut lost = 0;
         let mut truncated = 0;
-        let mut tables = self.shared.tables.lock();
+        let tables = &self.shared.tables;
         let work = &mut self.work;
         let mut add = |tid, ts_ns, cpu, chain: Chain<'_>, regs: Option<[u64; 3]>, stack: &[u8]| {
-            let (callstack, complete) = work.intern(&mut tables, chain, regs, stack);
+            // Unwound outside the tables' lock, which the flusher holds
+            // while it encodes.
+            let complete = work.unwind(chain, regs, stack);
+            let callstack = work.interned(&mut tables.lock());
             truncated += !complete as u64;
             sink.push(Sample {
                 ts_ns,
@@ -585,7 +678,6 @@ impl Sampler {
                 lost += timer::DROPPED.swap(0, Ordering::Relaxed);
             }
         }
-        drop(tables);
         let c = &self.shared.counters;
         c.truncated.fetch_add(truncated, Ordering::Relaxed);
         if lost > 0 {

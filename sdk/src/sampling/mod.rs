@@ -49,6 +49,8 @@ mod perf;
 mod timer;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod unwind;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod wake;
 
 pub(crate) use tables::SampleView;
 

@@ -251,7 +251,8 @@ impl PerfEvent {
     ) {
         // SAFETY: `perf_event_mmap_page` keeps `data_head` at byte 1024 and
         // `data_tail` at 1032 of the first page, which stays mapped while
-        // the caller (`drain`, on `&mut self`) uses them; both are 8-byte aligned u64s the kernel reads and
+        // the caller (`drain` or `has_data`, borrowing `self`) uses them;
+        // both are 8-byte aligned u64s the kernel reads and
         // writes atomically, so viewing them as `AtomicU64` is sound.
         unsafe {
             (
@@ -259,6 +260,13 @@ impl PerfEvent {
                 &*(base.add(1032) as *const std::sync::atomic::AtomicU64),
             )
         }
+    }
+
+    /// Whether the kernel wrote records not read yet.
+    pub(crate) fn has_data(&self) -> bool {
+        let (head, tail) = Self::head_tail(self.base);
+        head.load(std::sync::atomic::Ordering::Relaxed)
+            != tail.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Reads every record the kernel has written since the last call and
