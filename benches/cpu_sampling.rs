@@ -5,7 +5,8 @@
 //! loop for 2 s of CPU time: first on one thread, then on four threads of
 //! 500 ms each. Reported, as medians over the rounds: the loop's
 //! throughput per CPU-second against sampling off (what the sampled
-//! threads lose, the kernel's work at each sample included); the steady
+//! threads lose, the kernel's work at each sample included); samples
+//! (median) and samples lost (all rounds); the steady
 //! state after `start` returned, per sample, in ns: the sampler thread's
 //! CPU time, the flusher's beyond the session without sampling, their sum
 //! (from `/proc/self/task/*/schedstat`), and the sampler's wake-ups per
@@ -95,6 +96,7 @@ struct Run {
     sampler_start_ns: u64,
     per_cpu_ms: f64,
     samples: u64,
+    lost: u64,
     truncated: u64,
     /// After `start`: the sampler's and flusher's CPU ns, the sampler's
     /// wake-ups, the wall time.
@@ -151,6 +153,7 @@ fn run(mode: Option<CpuStacks>, path: &std::path::Path, threads: usize, cpu: Dur
     Run {
         per_cpu_ms: iters as f64 / used.as_secs_f64() / 1000.0,
         samples: stats.cpu_samples,
+        lost: stats.cpu_samples_lost,
         truncated: stats.cpu_stacks_truncated,
         sampler_ns: sampler.saturating_sub(sampler_at_start),
         sampler_wakes: wakes.saturating_sub(wakes_at_start),
@@ -316,11 +319,12 @@ fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
         cpu.as_millis()
     );
     println!(
-        "{:<15} {:>12} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}",
+        "{:<15} {:>12} {:>8} {:>8} {:>5} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}",
         "stacks",
         "iters/CPU-ms",
         "vs off",
         "samples",
+        "lost",
         "whole%",
         "sampler",
         "flusher",
@@ -358,11 +362,13 @@ fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
         // without sampling.
         let flusher = |k: usize, x: &Run| x.flusher_ns as f64 - off_flusher[k] as f64;
         println!(
-            "{:<15} {:>12.1} {:>7.2}% {:>8} {:>7.1} {:>8.0} {:>8.0} {:>8.0} {:>8.1} {:>7.1} {:>8.1} {:>7.1}ms",
+            "{:<15} {:>12.1} {:>7.2}% {:>8} {:>5} {:>7.1} {:>8.0} {:>8.0} {:>8.0} {:>8.1} {:>7.1} {:>8.1} {:>7.1}ms",
             name,
             rate,
             (rate / off_rate - 1.0) * 100.0,
             median(r.iter().map(|x| x.samples as f64).collect()),
+            // Of all rounds.
+            r.iter().map(|x| x.lost).sum::<u64>(),
             // Stacks unwound to their root, of all samples.
             100.0
                 * (1.0
