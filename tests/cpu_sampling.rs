@@ -524,3 +524,181 @@ fn a_flight_recorders_dump_window_holds_its_samples() {
     // A window of 300 ms of wall time: fewer samples on a busy machine.
     check_flight_file(dump, &expect, 10);
 }
+
+/// A dump file (`dump_to`) interns only what its samples use: every
+/// mapping, name, frame and call stack it holds is referred to.
+#[test]
+fn a_dump_interns_only_what_its_samples_use() {
+    let (_, expect, _) = run(
+        "cpu-flight-dump-interned",
+        "t.pftrace",
+        "cpu_flight",
+        "dump",
+    );
+    let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
+    let m = samples_model(dump);
+    assert!(
+        m["unused"].as_array().unwrap().is_empty(),
+        "unused entries: {:#}",
+        m["unused"]
+    );
+    let interned = &m["interned"];
+    let n = |k: &str| interned[k].as_u64().unwrap();
+    let stacks: std::collections::HashSet<Vec<String>> =
+        m["samples"].as_array().unwrap().iter().map(names).collect();
+    assert!(n("stacks") > 0 && n("frames") > 0 && n("mappings") > 0);
+    // One call stack per distinct stack at most (two may name the same
+    // functions at different return addresses).
+    assert!(n("stacks") >= stacks.len() as u64, "{interned}");
+}
+
+/// The window of the `slow_request` slice of `tid` in a capture, in ns:
+/// its start less the capture's lead (`before_ns`), and its end.
+fn slow_window(slices: &[(u64, u64)], before_ns: u64) -> (u64, u64) {
+    assert_eq!(slices.len(), 1, "one slow request: {slices:?}");
+    (slices[0].0 - before_ns, slices[0].1)
+}
+
+/// The checks common to both formats: the capture holds samples of the
+/// slow thread inside its window whose stacks name the hot function (at
+/// least 95%, and reaching within 50 ms of the scope's end), none outside
+/// the window, none of the threads that ran before and after it.
+fn check_capture_samples(
+    expect: &Value,
+    window: (u64, u64),
+    scope: (u64, u64),
+    samples: &[(i64, u64, Vec<String>)],
+) {
+    let (slow, before, after) = (
+        expect["slow"].as_i64().unwrap(),
+        expect["before"].as_i64().unwrap(),
+        expect["after"].as_i64().unwrap(),
+    );
+    for (tid, ts, _) in samples {
+        assert!(
+            (window.0..=window.1).contains(ts),
+            "a sample of {tid} at {ts} outside the window {window:?}"
+        );
+        assert!(*tid != before && *tid != after, "a sample of thread {tid}");
+    }
+    let mine: Vec<&(i64, u64, Vec<String>)> = samples.iter().filter(|s| s.0 == slow).collect();
+    let hot = |s: &Vec<String>| {
+        let at = |f: &str| s.iter().position(|n| n.contains(f));
+        matches!((at("cpu::slow_request"), at("cpu::hot_checksum")), (Some(a), Some(b)) if a < b)
+    };
+    let good = mine.iter().filter(|s| hot(&s.2)).count();
+    assert!(
+        mine.len() >= 20 && good * 100 >= mine.len() * 95,
+        "{good} of {} samples of the slow thread name the hot function; first: {:?}",
+        mine.len(),
+        mine.first()
+    );
+    let last = mine.iter().map(|s| s.1).max().unwrap();
+    assert!(
+        last + 50_000_000 >= scope.1,
+        "the last sample at {last}, the scope ends at {}: the window's tail is missing",
+        scope.1
+    );
+    let stats = &expect["stats"];
+    assert_eq!(stats["captures_fired"], 1, "{stats}");
+    assert_eq!(stats["cpu_samples_lost"], 0, "{stats}");
+    assert!(stats["cpu_samples"].as_u64().unwrap() > mine.len() as u64);
+}
+
+#[test]
+fn a_slow_scopes_capture_holds_the_samples_of_its_window() {
+    let (_, expect, stderr) = run("cpu-capture", "t.pftrace", "cpu_capture", "pftrace");
+    assert!(!stderr.contains("CPU sampling off"), "{stderr}");
+    let file = Path::new(expect["capture"].as_str().unwrap());
+    let m = samples_model(file);
+    assert!(
+        m["unused"].as_array().unwrap().is_empty(),
+        "unused entries: {:#}",
+        m["unused"]
+    );
+    let model = perfetto_model(file);
+    let slow = expect["slow"].as_i64().unwrap();
+    let scope: Vec<(u64, u64)> = common::thread_slices(&model, slow)
+        .into_iter()
+        .filter(|s| s["name"] == "slow_request")
+        .map(|s| {
+            let ts = s["ts"].as_u64().unwrap();
+            (ts, ts + s["dur"].as_u64().unwrap())
+        })
+        .collect();
+    let window = slow_window(&scope, expect["window_before_ns"].as_u64().unwrap());
+    let samples: Vec<(i64, u64, Vec<String>)> = m["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["tid"].as_i64().unwrap(),
+                s["ts"].as_u64().unwrap(),
+                names(s),
+            )
+        })
+        .collect();
+    check_capture_samples(&expect, window, scope[0], &samples);
+    // Mappings with build ids and paths: offline symbolization works too.
+    assert!(m["mappings"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|s| s.as_object().unwrap().values())
+        .any(|m| m["build_id"].as_str().unwrap().len() >= 16));
+}
+
+#[test]
+fn a_slow_scopes_json_capture_holds_the_samples_of_its_window() {
+    let (_, expect, _) = run("cpu-capture-json", "t.pftrace", "cpu_capture", "json");
+    let file = Path::new(expect["capture"].as_str().unwrap());
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let frames = doc["stackFrames"].as_object().unwrap();
+    let slow = expect["slow"].as_i64().unwrap();
+    let us = |v: &Value| (v.as_f64().unwrap() * 1000.0).round() as u64;
+    // The slow scope: one `X`, or a `B` and its `E`, on the slow thread.
+    let events = doc["traceEvents"].as_array().unwrap();
+    let mine = |e: &&Value| e["tid"].as_i64() == Some(slow) && e["name"] == "slow_request";
+    let scope: Vec<(u64, u64)> = match events.iter().find(mine) {
+        Some(e) if e["ph"] == "X" => vec![(us(&e["ts"]), us(&e["ts"]) + us(&e["dur"]))],
+        Some(e) => {
+            let end = events
+                .iter()
+                .find(|x| {
+                    x["tid"].as_i64() == Some(slow)
+                        && x["ph"] == "E"
+                        && us(&x["ts"]) >= us(&e["ts"])
+                })
+                .expect("the scope's end");
+            vec![(us(&e["ts"]), us(&end["ts"]))]
+        }
+        None => panic!("no slow_request slice"),
+    };
+    let (from, to) = slow_window(&scope, expect["window_before_ns"].as_u64().unwrap());
+    // Microseconds with three decimals: a nanosecond of rounding each side.
+    let window = (from - 1, to + 1);
+    let mut used = std::collections::HashSet::new();
+    let samples: Vec<(i64, u64, Vec<String>)> = doc["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut chain = Vec::new();
+            let mut id = s["sf"].to_string();
+            loop {
+                let f = frames.get(&id).unwrap_or_else(|| panic!("frame {id}"));
+                used.insert(id.clone());
+                chain.push(f["name"].as_str().unwrap().to_string());
+                match f.get("parent") {
+                    Some(p) => id = p.as_str().unwrap().to_string(),
+                    None => break,
+                }
+            }
+            chain.reverse();
+            (s["tid"].as_i64().unwrap(), us(&s["ts"]), chain)
+        })
+        .collect();
+    assert_eq!(used.len(), frames.len(), "every stack frame is used");
+    check_capture_samples(&expect, window, scope[0], &samples);
+}

@@ -7,6 +7,9 @@
 //! most [`HELD_CAP`] samples; the oldest go first). Samples that go are
 //! aged out, as the records the recorder forgets, not lost.
 //!
+//! A capture (`session::trigger`) reads the samples of its window from
+//! here too, taking none out.
+//!
 //! Only the flusher thread touches it: no synchronisation.
 
 #![forbid(unsafe_code)]
@@ -72,6 +75,14 @@ impl HeldSamples {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.samples.is_empty() && self.lost == 0
+    }
+
+    /// The samples held taken from `from_ns` to `to_ns` (a capture's window;
+    /// nothing is taken out).
+    pub(crate) fn window(&self, from_ns: u64, to_ns: u64) -> impl Iterator<Item = &Sample> {
+        self.samples
+            .iter()
+            .filter(move |s| (from_ns..=to_ns).contains(&s.ts_ns))
     }
 
     /// Takes the samples at or after `from_ns` (all with `None`) into

@@ -115,6 +115,72 @@ pub fn flight(trace: &str, mode: &str) -> Value {
     json!({"early": early, "late": late, "dump": dump, "stats": s})
 }
 
+/// A slow request: a scope over the uninstrumented hot path, `cpu` of CPU
+/// time.
+#[inline(never)]
+fn slow_request(cpu: Duration) -> u64 {
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let start = thread_cpu();
+    ringtrace::trace_scope!("slow_request");
+    let mut sum = 0u64;
+    while thread_cpu() - start < cpu {
+        sum = sum.wrapping_add(hot_checksum(black_box(&data)));
+    }
+    sum
+}
+
+/// Captures with sampling: a flight recorder capturing `slow_request`
+/// scopes over 100 ms into `trace`'s directory (`capture-{n}.` + `ext`,
+/// "pftrace" or "json"). A hot thread ("before") runs first, then one slow
+/// request ("slow"), then another hot thread ("after"), 300 ms apart:
+/// samples before and after the capture's window.
+pub fn capture(trace: &str, ext: &str) -> Value {
+    let dir = std::path::Path::new(trace).parent().unwrap();
+    let pattern = dir.join(format!("capture-{{n}}.{ext}"));
+    let guard = ringtrace::builder()
+        .output(trace)
+        .overwrite(true)
+        .buffer_bytes(6 << 20)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
+        .capture_to(&pattern)
+        .capture_before(Duration::from_millis(10))
+        .capture_slow_scopes(["slow_request"], Duration::from_millis(100))
+        .start()
+        .unwrap();
+    let run = |name: &str, slow: bool| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let sum = if slow {
+                    slow_request(Duration::from_millis(250))
+                } else {
+                    hot_thread_body(Duration::from_millis(150))
+                };
+                (super::tid(), sum)
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+            .0
+    };
+    let before = run("before", false);
+    std::thread::sleep(Duration::from_millis(300));
+    let slow = run("slow", true);
+    std::thread::sleep(Duration::from_millis(300));
+    let after = run("after", false);
+    let stats = guard.stop().unwrap();
+    let mut s = stats_json(&stats);
+    s["captures_fired"] = json!(stats.captures_fired);
+    s["captures_suppressed"] = json!(stats.captures_suppressed);
+    json!({
+        "before": before, "slow": slow, "after": after,
+        "window_before_ns": 10_000_000u64,
+        "capture": pattern.to_str().unwrap().replace("{n}", "1"),
+        "stats": s,
+    })
+}
+
 fn stats_json(s: &ringtrace::Stats) -> Value {
     json!({
         "cpu_samples": s.cpu_samples,
