@@ -130,30 +130,42 @@ fn slow_request(cpu: Duration) -> u64 {
 }
 
 /// Captures with sampling: a flight recorder capturing `slow_request`
-/// scopes over 100 ms into `trace`'s directory (`capture-{n}.` + `ext`,
+/// scopes over 100 ms into `trace`'s directory (`capture-{n}.` + `mode`,
 /// "pftrace" or "json"). A hot thread ("before") runs first, then one slow
 /// request ("slow"), then another hot thread ("after"), 300 ms apart:
-/// samples before and after the capture's window.
-pub fn capture(trace: &str, ext: &str) -> Value {
+/// samples before and after the capture's window. `mode` "trigger": no
+/// rule, the slow thread calls `trigger` as its scope ends (a window of
+/// the 1.5 s before it, into a `.pftrace`: the whole scope on a loaded
+/// machine; the threads before and after it 2 s apart).
+pub fn capture(trace: &str, mode: &str) -> Value {
     let dir = std::path::Path::new(trace).parent().unwrap();
+    let by_trigger = mode == "trigger";
+    let ext = if by_trigger { "pftrace" } else { mode };
     let pattern = dir.join(format!("capture-{{n}}.{ext}"));
-    let guard = ringtrace::builder()
+    let before_ms = if by_trigger { 1500 } else { 10 };
+    let apart = Duration::from_millis(if by_trigger { 2000 } else { 300 });
+    let mut builder = ringtrace::builder()
         .output(trace)
         .overwrite(true)
         .buffer_bytes(6 << 20)
         .cpu_sampling(1000)
         .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
         .capture_to(&pattern)
-        .capture_before(Duration::from_millis(10))
-        .capture_slow_scopes(["slow_request"], Duration::from_millis(100))
-        .start()
-        .unwrap();
+        .capture_before(Duration::from_millis(before_ms));
+    if !by_trigger {
+        builder = builder.capture_slow_scopes(["slow_request"], Duration::from_millis(100));
+    }
+    let guard = builder.start().unwrap();
     let run = |name: &str, slow: bool| {
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
                 let sum = if slow {
-                    slow_request(Duration::from_millis(250))
+                    let sum = slow_request(Duration::from_millis(250));
+                    if by_trigger {
+                        ringtrace::trigger("slow");
+                    }
+                    sum
                 } else {
                     hot_thread_body(Duration::from_millis(150))
                 };
@@ -165,9 +177,9 @@ pub fn capture(trace: &str, ext: &str) -> Value {
             .0
     };
     let before = run("before", false);
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(apart);
     let slow = run("slow", true);
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(apart);
     let after = run("after", false);
     let stats = guard.stop().unwrap();
     let mut s = stats_json(&stats);
@@ -175,7 +187,7 @@ pub fn capture(trace: &str, ext: &str) -> Value {
     s["captures_suppressed"] = json!(stats.captures_suppressed);
     json!({
         "before": before, "slow": slow, "after": after,
-        "window_before_ns": 10_000_000u64,
+        "window_before_ns": before_ms * 1_000_000,
         "capture": pattern.to_str().unwrap().replace("{n}", "1"),
         "stats": s,
     })
