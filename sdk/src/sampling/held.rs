@@ -154,4 +154,17 @@ mod tests {
         assert_eq!(h.samples.back().unwrap().ts_ns, HELD_CAP as u64 + 9);
         assert_eq!(h.samples.front().unwrap().ts_ns, h.aged_out);
     }
+
+    /// A capture's window: the samples inside it (both ends included),
+    /// none taken out.
+    #[test]
+    fn a_window_reads_without_taking() {
+        let mut h = HeldSamples::default();
+        h.push(&(0..10).map(sample).collect::<Vec<_>>(), 0);
+        let w: Vec<u64> = h.window(3, 6).map(|s| s.ts_ns).collect();
+        assert_eq!(w, vec![3, 4, 5, 6]);
+        let mut out = Vec::new();
+        h.take(None, &mut out);
+        assert_eq!(out.len(), 10);
+    }
 }

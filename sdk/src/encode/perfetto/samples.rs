@@ -433,4 +433,87 @@ mod tests {
             (1, 1, 1, 1)
         );
     }
+
+    /// Only the entries the samples use are interned, renumbered from 1,
+    /// each once per sequence; a stack first used later comes with only
+    /// what is new.
+    #[test]
+    fn only_the_entries_samples_use_are_interned() {
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(Some("samples".into()));
+        let mut sites = Sites::default();
+        let ctx = Context {
+            cal: &cal,
+            process: &process,
+            sites: &mut sites,
+        };
+        let mut t = tables();
+        t.mappings.push(MappingDef {
+            build_id: vec![0xcd; 20],
+            path: "/usr/lib/libother.so".into(),
+            start: 0x10000,
+            end: 0x20000,
+            pgoff: 0,
+            load_bias: 0,
+        });
+        t.names.push("other::f".into());
+        t.names.push("prog::main".into());
+        // Frame 2: other::f in libother (unused); frame 3: prog::main.
+        t.frames.push(FrameDef {
+            name: 2,
+            mapping: 2,
+            rel_pc: 0x10,
+        });
+        t.frames.push(FrameDef {
+            name: 3,
+            mapping: 1,
+            rel_pc: 0x20,
+        });
+        t.callstacks.push(vec![2]); // 2: unused
+        t.callstacks.push(vec![3, 1]); // 3: main -> hot
+        let sample = |callstack| Sample {
+            ts_ns: 1_000,
+            tid: 7,
+            cpu: 0,
+            callstack,
+            truncated: false,
+        };
+        let interned = |out: &[u8]| {
+            let trace = ringtrace_protos::Trace::decode(out).unwrap();
+            let p = &trace.packet[0];
+            let d = p.interned_data.clone().unwrap_or_default();
+            let iid = p.perf_sample.as_ref().unwrap().callstack_iid;
+            (
+                d.mappings.len(),
+                d.function_names.len(),
+                d.frames.len(),
+                d.callstacks
+                    .iter()
+                    .map(|c| c.frame_ids.clone())
+                    .collect::<Vec<_>>(),
+                iid,
+            )
+        };
+        let mut seq = SampleSeq::default();
+        let mut out = Vec::new();
+        let samples = [sample(3), sample(3)];
+        let view = SampleView {
+            tables: &t,
+            samples: &samples,
+            lost: 0,
+        };
+        seq.write(&ctx, &view, &mut out);
+        // main (frame 1 here) and hot (2), one mapping, two names.
+        assert_eq!(interned(&out), (1, 2, 2, vec![vec![1, 2]], Some(1)));
+        // Stack 1 (hot alone) now: only the stack is new.
+        out.clear();
+        let samples = [sample(1)];
+        let view = SampleView {
+            tables: &t,
+            samples: &samples,
+            lost: 0,
+        };
+        seq.write(&ctx, &view, &mut out);
+        assert_eq!(interned(&out), (0, 0, 0, vec![vec![2]], Some(2)));
+    }
 }
