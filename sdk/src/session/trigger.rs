@@ -20,7 +20,7 @@
 //! flight recorder holds beside its records (`sampling::held`), none taken
 //! out, encoded a chunk at a time into memory taken from the budget (when
 //! it refuses, the window's samples are dropped, counted in
-//! `Stats::cpu_samples_lost` and marked in the file); the file interns
+//! `Stats::cpu_samples_lost` and, in Perfetto, marked in the file); the file interns
 //! afresh only the mappings, frames and call stacks they use. The sampler
 //! hands samples over every 20 ms or so, so while it runs a capture waits
 //! until [`SAMPLES_LAG`] after its window's end before it is written.
