@@ -434,9 +434,15 @@ fn the_locked_memory_limit_makes_rings_smaller_said_once() {
 /// the samples of the window its records cover: every id resolves, no
 /// sample lies before the file's oldest event, the late hot thread's
 /// samples are there and name the hot path, and the early thread's (whose
-/// records the recorder forgot) were aged out, not written.
+/// records the recorder forgot) were aged out, not written; every interned
+/// entry is used.
 fn check_flight_file(trace: &Path, expect: &Value, min_samples: usize) {
     let samples = samples_model(trace);
+    assert!(
+        samples["unused"].as_array().unwrap().is_empty(),
+        "the file interns entries no sample uses: {:#}",
+        samples["unused"]
+    );
     let model = perfetto_model(trace);
     let first = model["events"]
         .as_array()
