@@ -149,11 +149,18 @@ impl SampleSeq {
         let mut new = NewEntries::default();
         let mut ids = std::mem::take(&mut self.ids);
         ids.clear();
-        ids.extend(
-            view.samples
-                .iter()
-                .map(|s| self.callstack(view.tables, s.callstack, &mut new)),
-        );
+        for s in view.samples {
+            // A stack interned before: one load (the steady state).
+            let known = (s.callstack as usize)
+                .checked_sub(1)
+                .and_then(|i| self.callstacks.get(i))
+                .copied()
+                .unwrap_or(0);
+            ids.push(match known {
+                0 => self.callstack(view.tables, s.callstack, &mut new),
+                iid => iid,
+            });
+        }
         let interned = if new.is_empty() {
             Vec::new()
         } else {
