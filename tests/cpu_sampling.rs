@@ -558,6 +558,44 @@ fn a_dump_interns_only_what_its_samples_use() {
     assert!(n("stacks") >= stacks.len() as u64, "{interned}");
 }
 
+/// A JSON dump's `stackFrames` are all used: each is a sample's frame or
+/// the parent of one; every `sf` and parent resolves.
+#[test]
+fn a_json_dump_holds_only_the_stack_frames_its_samples_use() {
+    let (_, expect, _) = run(
+        "cpu-flight-dump-json",
+        "t.pftrace",
+        "cpu_flight",
+        "dump-json",
+    );
+    let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(dump).unwrap()).unwrap();
+    let frames = doc["stackFrames"].as_object().unwrap();
+    let samples = doc["samples"].as_array().unwrap();
+    let late = expect["late"].as_i64().unwrap();
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s["tid"].as_i64() == Some(late))
+            .count()
+            >= 10,
+        "the late thread's samples are in the dump"
+    );
+    let mut used = std::collections::HashSet::new();
+    for s in samples {
+        let mut id = s["sf"].to_string();
+        loop {
+            let f = frames.get(&id).unwrap_or_else(|| panic!("frame {id}"));
+            used.insert(id.clone());
+            match f.get("parent") {
+                Some(p) => id = p.as_str().unwrap().to_string(),
+                None => break,
+            }
+        }
+    }
+    assert_eq!(used.len(), frames.len(), "stack frames no sample uses");
+}
+
 /// The window of the `slow_request` slice of `tid` in a capture, in ns:
 /// its start less the capture's lead (`before_ns`), and its end.
 fn slow_window(slices: &[(u64, u64)], before_ns: u64) -> (u64, u64) {

@@ -75,7 +75,8 @@ pub fn hot(trace: &str, stacks: &str) -> Value {
 /// flood of instants that makes the recorder forget the early thread's
 /// records, then a second hot thread ("late"). `mode` "stop": the file
 /// written at stop; "dump": also `dump_to(trace + ".dump.pftrace")` while
-/// the late thread runs (its window is the late thread's first 300 ms).
+/// the late thread runs (its window is the late thread's first 300 ms);
+/// "dump-json": the same into `.dump.json`.
 pub fn flight(trace: &str, mode: &str) -> Value {
     let guard = ringtrace::builder()
         .output(trace)
@@ -102,8 +103,13 @@ pub fn flight(trace: &str, mode: &str) -> Value {
         std::thread::sleep(Duration::from_millis(2));
     }
     let late = hot("late");
-    let dump = (mode == "dump").then(|| {
-        let path = format!("{trace}.dump.pftrace");
+    let dump = mode.starts_with("dump").then(|| {
+        let ext = if mode == "dump-json" {
+            "json"
+        } else {
+            "pftrace"
+        };
+        let path = format!("{trace}.dump.{ext}");
         let stats = ringtrace::dump_to(&path, Duration::from_millis(300)).unwrap();
         json!({"path": path, "events_written": stats.events_written})
     });
