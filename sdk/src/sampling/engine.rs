@@ -212,6 +212,15 @@ pub(crate) fn stop() {
     }
 }
 
+/// Wakes the sampler to read every ring now (a capture was queued: its
+/// window's last samples are wanted within its wait, not at the sampler's
+/// next look at the thread list).
+pub(crate) fn read_now() {
+    if let Some(shared) = LAST.lock().clone() {
+        shared.bell.ring();
+    }
+}
+
 /// Takes the samples waiting and hands them to `f` with the tables (the
 /// flusher, each pass).
 pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {

@@ -117,6 +117,13 @@ pub(crate) fn stop() {
     engine::stop();
 }
 
+/// Asks the sampler to read every thread's ring now, not at its next
+/// wake-up (a capture was queued). Nothing when sampling is off.
+pub(crate) fn read_now() {
+    #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+    engine::read_now();
+}
+
 /// Hands the tables samples refer to to `f` (a flight recorder's
 /// write-out of the samples it held). Nothing when sampling is off.
 #[allow(unused_variables)]
@@ -165,7 +172,10 @@ impl crate::Builder {
     /// beside the records (in the memory budget) and each write-out gets
     /// those of the window it writes (from its oldest record on); samples
     /// that go before are counted in
-    /// [`Stats::cpu_samples_aged_out`](crate::Stats::cpu_samples_aged_out).
+    /// [`Stats::cpu_samples_aged_out`](crate::Stats::cpu_samples_aged_out);
+    /// a capture ([`trigger`](crate::trigger),
+    /// [`capture_slow_scopes`](crate::Builder::capture_slow_scopes)) holds
+    /// the samples of its window, of every thread.
     ///
     /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
     /// [`init_from_env`](crate::init_from_env).
