@@ -400,7 +400,11 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.pftrace");
     // `-- --quick`: one round of each, to try a change.
-    let rounds = if args.iter().any(|a| a == "--quick") { 1 } else { 5 };
+    let rounds = if args.iter().any(|a| a == "--quick") {
+        1
+    } else {
+        5
+    };
     // 2 s of sampled CPU per session: one thread, then four sharing it.
     table(rounds, 1, Duration::from_millis(2000), &path);
     table(rounds, 4, Duration::from_millis(500), &path);

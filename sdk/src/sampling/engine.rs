@@ -333,7 +333,12 @@ impl StackWork {
     /// The frames of a kernel call chain (`chain`) or of a copied stack
     /// (`regs`, unwound here), kept for `interned`; false if the unwinding
     /// stopped early.
-    pub(crate) fn unwind(&mut self, chain: Chain<'_>, regs: Option<[u64; 3]>, stack: &[u8]) -> bool {
+    pub(crate) fn unwind(
+        &mut self,
+        chain: Chain<'_>,
+        regs: Option<[u64; 3]>,
+        stack: &[u8],
+    ) -> bool {
         self.pcs.clear();
         match regs {
             Some(regs) => self
