@@ -34,22 +34,12 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::run_child;
+use common::{run_child, thread_cpu_ns};
 
 const BUDGET: u64 = 64 << 20;
 const STACK: usize = 256 << 10;
 /// How long the process holds still with every ring idle.
 const IDLE: Duration = Duration::from_secs(1);
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// The flusher thread's (run time ns, times run) from its `schedstat`.
 fn flusher_sched() -> (u64, u64) {

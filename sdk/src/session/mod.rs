@@ -49,7 +49,7 @@ pub(crate) mod stats;
 mod trigger;
 mod waker;
 
-pub(crate) use builder::Output;
+pub(crate) use builder::{slow_rule, Output, SlowRule};
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub use error::Error;
 pub use stats::Stats;
