@@ -1,5 +1,6 @@
 //! What the integration tests of `ringtrace` share: scratch directories, the
-//! Python that has the official Perfetto schema, and the decoders.
+//! Python that has the official Perfetto schema, the decoders, and a session
+//! started from the environment.
 //!
 //! Each test binary uses part of it.
 #![allow(dead_code)]
@@ -8,6 +9,7 @@
 // shared with `archive_processes`, which records its members with the SDK.
 #[path = "../../../archive/tests/common/archive.rs"]
 pub mod archive;
+pub mod captures;
 pub mod slices;
 
 use serde_json::Value;
@@ -83,4 +85,35 @@ pub fn json_events(trace: &Path) -> Vec<Value> {
         Value::Array(events) => events,
         other => panic!("expected the bare array form, got {other}"),
     }
+}
+
+/// A session started from the environment (`RINGTRACE_OUTPUT`,
+/// `RINGTRACE_MAX_FILE_BYTES`, `RINGTRACE_MAX_FILES`) records `n` instants
+/// `tick`, flushing every 1,000; returns its `Stats`. The variables are
+/// removed again.
+pub fn ticks_from_env(
+    output: &Path,
+    max_file_bytes: u64,
+    max_files: u64,
+    n: u64,
+) -> ringtrace::Stats {
+    std::env::set_var("RINGTRACE_OUTPUT", output);
+    std::env::set_var("RINGTRACE_MAX_FILE_BYTES", max_file_bytes.to_string());
+    std::env::set_var("RINGTRACE_MAX_FILES", max_files.to_string());
+    let trace = ringtrace::init_from_env().unwrap().unwrap();
+    for i in 0..n {
+        ringtrace::trace_instant!("env", "tick", i = i);
+        if i % 1000 == 0 {
+            ringtrace::flush();
+        }
+    }
+    let stats = trace.stop().unwrap();
+    for k in [
+        "RINGTRACE_OUTPUT",
+        "RINGTRACE_MAX_FILE_BYTES",
+        "RINGTRACE_MAX_FILES",
+    ] {
+        std::env::remove_var(k);
+    }
+    stats
 }
