@@ -1,10 +1,6 @@
-//! What the integration tests of `ringtrace-archive` share: scratch
-//! directories and the Python that has the official Perfetto schema.
-//!
-//! Each test binary uses part of it.
-#![allow(dead_code)]
-
-pub mod archive;
+//! Scratch directories and the Python that has the official Perfetto
+//! schema: what the tests of `ringtrace-archive` and of `ringtrace` share
+//! (each includes this file in its own `common` module).
 
 use std::path::PathBuf;
 use std::process::Command;
