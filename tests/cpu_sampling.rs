@@ -434,9 +434,15 @@ fn the_locked_memory_limit_makes_rings_smaller_said_once() {
 /// the samples of the window its records cover: every id resolves, no
 /// sample lies before the file's oldest event, the late hot thread's
 /// samples are there and name the hot path, and the early thread's (whose
-/// records the recorder forgot) were aged out, not written.
+/// records the recorder forgot) were aged out, not written; every interned
+/// entry is used.
 fn check_flight_file(trace: &Path, expect: &Value, min_samples: usize) {
     let samples = samples_model(trace);
+    assert!(
+        samples["unused"].as_array().unwrap().is_empty(),
+        "the file interns entries no sample uses: {:#}",
+        samples["unused"]
+    );
     let model = perfetto_model(trace);
     let first = model["events"]
         .as_array()
@@ -523,4 +529,262 @@ fn a_flight_recorders_dump_window_holds_its_samples() {
     let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
     // A window of 300 ms of wall time: fewer samples on a busy machine.
     check_flight_file(dump, &expect, 10);
+}
+
+/// A dump file (`dump_to`) interns only what its samples use: every
+/// mapping, name, frame and call stack it holds is referred to.
+#[test]
+fn a_dump_interns_only_what_its_samples_use() {
+    let (_, expect, _) = run(
+        "cpu-flight-dump-interned",
+        "t.pftrace",
+        "cpu_flight",
+        "dump",
+    );
+    let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
+    let m = samples_model(dump);
+    assert!(
+        m["unused"].as_array().unwrap().is_empty(),
+        "unused entries: {:#}",
+        m["unused"]
+    );
+    let interned = &m["interned"];
+    let n = |k: &str| interned[k].as_u64().unwrap();
+    let stacks: std::collections::HashSet<Vec<String>> =
+        m["samples"].as_array().unwrap().iter().map(names).collect();
+    assert!(n("stacks") > 0 && n("frames") > 0 && n("mappings") > 0);
+    // One call stack per distinct stack at most (two may name the same
+    // functions at different return addresses).
+    assert!(n("stacks") >= stacks.len() as u64, "{interned}");
+}
+
+/// A JSON dump's `stackFrames` are all used: each is a sample's frame or
+/// the parent of one; every `sf` and parent resolves.
+#[test]
+fn a_json_dump_holds_only_the_stack_frames_its_samples_use() {
+    let (_, expect, _) = run(
+        "cpu-flight-dump-json",
+        "t.pftrace",
+        "cpu_flight",
+        "dump-json",
+    );
+    let dump = Path::new(expect["dump"]["path"].as_str().unwrap());
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(dump).unwrap()).unwrap();
+    let frames = doc["stackFrames"].as_object().unwrap();
+    let samples = doc["samples"].as_array().unwrap();
+    let late = expect["late"].as_i64().unwrap();
+    assert!(
+        samples
+            .iter()
+            .filter(|s| s["tid"].as_i64() == Some(late))
+            .count()
+            >= 10,
+        "the late thread's samples are in the dump"
+    );
+    let mut used = std::collections::HashSet::new();
+    for s in samples {
+        let mut id = s["sf"].to_string();
+        loop {
+            let f = frames.get(&id).unwrap_or_else(|| panic!("frame {id}"));
+            used.insert(id.clone());
+            match f.get("parent") {
+                Some(p) => id = p.as_str().unwrap().to_string(),
+                None => break,
+            }
+        }
+    }
+    assert_eq!(used.len(), frames.len(), "stack frames no sample uses");
+}
+
+/// The window of the `slow_request` slice of `tid` in a capture, in ns:
+/// its start less the capture's lead (`before_ns`), and its end.
+fn slow_window(slices: &[(u64, u64)], before_ns: u64) -> (u64, u64) {
+    assert_eq!(slices.len(), 1, "one slow request: {slices:?}");
+    (slices[0].0 - before_ns, slices[0].1)
+}
+
+/// The checks common to both formats: the capture holds samples of the
+/// slow thread inside its window whose stacks name the hot function (at
+/// least 95%, and reaching within 50 ms of the scope's end), none outside
+/// the window, none of the threads that ran before and after it; and all
+/// the slow thread's samples in `scope` (the part of its scope the window
+/// surely covers) that the session's own file (`main`) holds.
+fn check_capture_samples(
+    expect: &Value,
+    window: (u64, u64),
+    scope: (u64, u64),
+    samples: &[(i64, u64, Vec<String>)],
+    main: &Path,
+) {
+    let (slow, before, after) = (
+        expect["slow"].as_i64().unwrap(),
+        expect["before"].as_i64().unwrap(),
+        expect["after"].as_i64().unwrap(),
+    );
+    for (tid, ts, _) in samples {
+        assert!(
+            (window.0..=window.1).contains(ts),
+            "a sample of {tid} at {ts} outside the window {window:?}"
+        );
+        assert!(*tid != before && *tid != after, "a sample of thread {tid}");
+    }
+    let mine: Vec<&(i64, u64, Vec<String>)> = samples.iter().filter(|s| s.0 == slow).collect();
+    let hot = |s: &Vec<String>| {
+        let at = |f: &str| s.iter().position(|n| n.contains(f));
+        matches!((at("cpu::slow_request"), at("cpu::hot_checksum")), (Some(a), Some(b)) if a < b)
+    };
+    let good = mine.iter().filter(|s| hot(&s.2)).count();
+    assert!(
+        mine.len() >= 20 && good * 100 >= mine.len() * 95,
+        "{good} of {} samples of the slow thread name the hot function; first: {:?}",
+        mine.len(),
+        mine.first()
+    );
+    let last = mine.iter().map(|s| s.1).max().unwrap();
+    assert!(
+        last + 50_000_000 >= scope.1,
+        "the last sample at {last}, the scope ends at {}: the window's tail is missing",
+        scope.1
+    );
+    let in_scope = |tid: i64, ts: u64| tid == slow && (scope.0..=scope.1).contains(&ts);
+    let in_main = samples_model(main)["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| in_scope(s["tid"].as_i64().unwrap(), s["ts"].as_u64().unwrap()))
+        .count();
+    let in_capture = samples.iter().filter(|s| in_scope(s.0, s.1)).count();
+    assert_eq!(
+        in_capture, in_main,
+        "the slow thread's samples inside its scope: {in_capture} in the capture, {in_main} in the session's file"
+    );
+    let stats = &expect["stats"];
+    assert_eq!(stats["captures_fired"], 1, "{stats}");
+    assert!(stats["cpu_samples"].as_u64().unwrap() > mine.len() as u64);
+}
+
+/// A Perfetto capture of `cpu_capture` in `mode`: its samples resolve,
+/// nothing is unused, and `check_capture_samples` holds; `trigger`: the
+/// window ends at the `trigger` call, just after the scope's end.
+fn check_perfetto_capture(dir: &str, mode: &str) {
+    let (main, expect, stderr) = run(dir, "t.pftrace", "cpu_capture", mode);
+    assert!(!stderr.contains("CPU sampling off"), "{stderr}");
+    let file = Path::new(expect["capture"].as_str().unwrap());
+    let m = samples_model(file);
+    assert!(
+        m["unused"].as_array().unwrap().is_empty(),
+        "unused entries: {:#}",
+        m["unused"]
+    );
+    let slow = expect["slow"].as_i64().unwrap();
+    let scope_in = |model: &Value| -> Vec<(u64, u64)> {
+        common::thread_slices(model, slow)
+            .into_iter()
+            .filter(|s| s["name"] == "slow_request")
+            .map(|s| {
+                let ts = s["ts"].as_u64().unwrap();
+                (ts, ts + s["dur"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let before_ns = expect["window_before_ns"].as_u64().unwrap();
+    let (window, scope) = if mode == "trigger" {
+        // The trigger's time is in no file: it follows the scope's end
+        // (the thread only returns; 20 ms allows for a preemption). On a
+        // loaded machine the window may start after the scope (in the
+        // session's own file).
+        const SLACK: u64 = 20_000_000;
+        let scope = scope_in(&perfetto_model(&main))[0];
+        let window = (scope.1 - before_ns, scope.1 + SLACK);
+        (window, (scope.0.max(scope.1 + SLACK - before_ns), scope.1))
+    } else {
+        let scope = scope_in(&perfetto_model(file));
+        (slow_window(&scope, before_ns), scope[0])
+    };
+    let samples: Vec<(i64, u64, Vec<String>)> = m["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["tid"].as_i64().unwrap(),
+                s["ts"].as_u64().unwrap(),
+                names(s),
+            )
+        })
+        .collect();
+    check_capture_samples(&expect, window, scope, &samples, &main);
+    // Mappings with build ids and paths: offline symbolization works too.
+    assert!(m["mappings"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|s| s.as_object().unwrap().values())
+        .any(|m| m["build_id"].as_str().unwrap().len() >= 16));
+}
+
+#[test]
+fn a_slow_scopes_capture_holds_the_samples_of_its_window() {
+    check_perfetto_capture("cpu-capture", "pftrace");
+}
+
+/// `trigger` as the hot work ends: the capture still gets the window's
+/// last samples (it waits for the sampler to hand them over).
+#[test]
+fn a_triggered_capture_holds_the_samples_up_to_the_trigger() {
+    check_perfetto_capture("cpu-capture-trigger", "trigger");
+}
+
+#[test]
+fn a_slow_scopes_json_capture_holds_the_samples_of_its_window() {
+    let (main, expect, _) = run("cpu-capture-json", "t.pftrace", "cpu_capture", "json");
+    let file = Path::new(expect["capture"].as_str().unwrap());
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let frames = doc["stackFrames"].as_object().unwrap();
+    let slow = expect["slow"].as_i64().unwrap();
+    let us = |v: &Value| (v.as_f64().unwrap() * 1000.0).round() as u64;
+    // The slow scope: one `X`, or a `B` and its `E`, on the slow thread.
+    let events = doc["traceEvents"].as_array().unwrap();
+    let mine = |e: &&Value| e["tid"].as_i64() == Some(slow) && e["name"] == "slow_request";
+    let scope: Vec<(u64, u64)> = match events.iter().find(mine) {
+        Some(e) if e["ph"] == "X" => vec![(us(&e["ts"]), us(&e["ts"]) + us(&e["dur"]))],
+        Some(e) => {
+            let end = events
+                .iter()
+                .find(|x| {
+                    x["tid"].as_i64() == Some(slow)
+                        && x["ph"] == "E"
+                        && us(&x["ts"]) >= us(&e["ts"])
+                })
+                .expect("the scope's end");
+            vec![(us(&e["ts"]), us(&end["ts"]))]
+        }
+        None => panic!("no slow_request slice"),
+    };
+    let (from, to) = slow_window(&scope, expect["window_before_ns"].as_u64().unwrap());
+    // Microseconds with three decimals: a nanosecond of rounding each side.
+    let window = (from - 1, to + 1);
+    let mut used = std::collections::HashSet::new();
+    let samples: Vec<(i64, u64, Vec<String>)> = doc["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut chain = Vec::new();
+            let mut id = s["sf"].to_string();
+            loop {
+                let f = frames.get(&id).unwrap_or_else(|| panic!("frame {id}"));
+                used.insert(id.clone());
+                chain.push(f["name"].as_str().unwrap().to_string());
+                match f.get("parent") {
+                    Some(p) => id = p.as_str().unwrap().to_string(),
+                    None => break,
+                }
+            }
+            chain.reverse();
+            (s["tid"].as_i64().unwrap(), us(&s["ts"]), chain)
+        })
+        .collect();
+    assert_eq!(used.len(), frames.len(), "every stack frame is used");
+    check_capture_samples(&expect, window, scope[0], &samples, &main);
 }

@@ -6,7 +6,8 @@ Usage:
 
 Prints one JSON object: samples[{ts, pid, tid, cpu, cpu_mode, unwind_error, seq, frames[{name,
 mapping, rel_pc}] outermost first}], lost (sum of kernel_records_lost), mappings{seq: {iid:
-{path, build_id, start, end}}}, errors[...]. Interned data is resolved as trace_processor does:
+{path, build_id, start, end}}}, interned{kind: entries written}, unused[...] (interned entries
+no sample refers to, directly or through the entries it uses), errors[...]. Interned data is resolved as trace_processor does:
 per trusted_packet_sequence_id, cleared by SEQ_INCREMENTAL_STATE_CLEARED. An error is any
 callstack_iid, frame id, function name id, mapping id, build id or path id that resolves to
 nothing, a sample that uses interned data before its sequence was cleared, or a sequence that
@@ -31,12 +32,16 @@ def main():
     samples, errors, lost = [], [], 0
     seq_pids = {}
     mappings_out = {}
+    generations = []  # every state ever cleared in, with what samples used of it
 
     for i, p in enumerate(trace.packet):
         seq = p.trusted_packet_sequence_id
         if p.sequence_flags & CLEARED:
             state[seq] = {k: {} for k in
                           ("names", "frames", "stacks", "build_ids", "paths", "mappings")}
+            state[seq]["used"] = {k: set() for k in
+                                  ("names", "frames", "stacks", "build_ids", "paths", "mappings")}
+            generations.append((seq, state[seq]))
         if p.HasField("interned_data"):
             t = state.get(seq)
             d = p.interned_data
@@ -71,13 +76,18 @@ def main():
             if t is None or ps.callstack_iid not in t["stacks"]:
                 errors.append(f"packet {i}: callstack_iid {ps.callstack_iid} unresolved")
                 continue
+            used = t["used"]
+            used["stacks"].add(ps.callstack_iid)
             for fid in t["stacks"][ps.callstack_iid]:
+                used["frames"].add(fid)
                 fr = t["frames"].get(fid)
                 if fr is None:
                     errors.append(f"packet {i}: frame {fid} unresolved")
                     continue
                 name = None
+                used["mappings"].add(fr.mapping_id)
                 if fr.function_name_id:
+                    used["names"].add(fr.function_name_id)
                     name = t["names"].get(fr.function_name_id)
                     if name is None:
                         errors.append(f"packet {i}: function name {fr.function_name_id} unresolved")
@@ -86,7 +96,9 @@ def main():
                     errors.append(f"packet {i}: mapping {fr.mapping_id} unresolved")
                     continue
                 parts = []
+                used["build_ids"].add(m.build_id)
                 for pid_ in m.path_string_ids:
+                    used["paths"].add(pid_)
                     if pid_ not in t["paths"]:
                         errors.append(f"packet {i}: mapping path {pid_} unresolved")
                     parts.append(t["paths"].get(pid_, "?"))
@@ -105,8 +117,15 @@ def main():
     for seq, pids in seq_pids.items():
         if len(pids) > 1:
             errors.append(f"sequence {seq} has samples of processes {sorted(pids)}")
-    json.dump({"samples": samples, "lost": lost, "mappings": mappings_out, "errors": errors},
-              sys.stdout)
+    interned = {k: 0 for k in ("names", "frames", "stacks", "build_ids", "paths", "mappings")}
+    unused = []
+    for seq, t in generations:
+        for kind in interned:
+            interned[kind] += len(t[kind])
+            for iid in sorted(set(t[kind]) - t["used"][kind]):
+                unused.append(f"sequence {seq}: {kind} {iid} interned, never used")
+    json.dump({"samples": samples, "lost": lost, "mappings": mappings_out, "interned": interned,
+               "unused": unused, "errors": errors}, sys.stdout)
     return 1 if errors else 0
 
 

@@ -7,6 +7,9 @@
 //! most [`HELD_CAP`] samples; the oldest go first). Samples that go are
 //! aged out, as the records the recorder forgets, not lost.
 //!
+//! A capture (`session::trigger`) reads the samples of its window from
+//! here too, taking none out.
+//!
 //! Only the flusher thread touches it: no synchronisation.
 
 #![forbid(unsafe_code)]
@@ -72,6 +75,14 @@ impl HeldSamples {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.samples.is_empty() && self.lost == 0
+    }
+
+    /// The samples held taken from `from_ns` to `to_ns` (a capture's window;
+    /// nothing is taken out).
+    pub(crate) fn window(&self, from_ns: u64, to_ns: u64) -> impl Iterator<Item = &Sample> {
+        self.samples
+            .iter()
+            .filter(move |s| (from_ns..=to_ns).contains(&s.ts_ns))
     }
 
     /// Takes the samples at or after `from_ns` (all with `None`) into
@@ -142,5 +153,18 @@ mod tests {
         assert_eq!(h.aged_out as usize + h.samples.len(), many.len());
         assert_eq!(h.samples.back().unwrap().ts_ns, HELD_CAP as u64 + 9);
         assert_eq!(h.samples.front().unwrap().ts_ns, h.aged_out);
+    }
+
+    /// A capture's window: the samples inside it (both ends included),
+    /// none taken out.
+    #[test]
+    fn a_window_reads_without_taking() {
+        let mut h = HeldSamples::default();
+        h.push(&(0..10).map(sample).collect::<Vec<_>>(), 0);
+        let w: Vec<u64> = h.window(3, 6).map(|s| s.ts_ns).collect();
+        assert_eq!(w, vec![3, 4, 5, 6]);
+        let mut out = Vec::new();
+        h.take(None, &mut out);
+        assert_eq!(out.len(), 10);
     }
 }

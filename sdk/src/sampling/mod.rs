@@ -163,7 +163,10 @@ impl crate::Builder {
     /// beside the records (in the memory budget) and each write-out gets
     /// those of the window it writes (from its oldest record on); samples
     /// that go before are counted in
-    /// [`Stats::cpu_samples_aged_out`](crate::Stats::cpu_samples_aged_out).
+    /// [`Stats::cpu_samples_aged_out`](crate::Stats::cpu_samples_aged_out);
+    /// a capture ([`trigger`](crate::trigger),
+    /// [`capture_slow_scopes`](crate::Builder::capture_slow_scopes)) holds
+    /// the samples of its window, of every thread.
     ///
     /// Also `RINGTRACE_CPU_SAMPLING=<hz>` with
     /// [`init_from_env`](crate::init_from_env).

@@ -92,9 +92,10 @@ pub(crate) struct FrameDef {
     pub(crate) rel_pc: u64,
 }
 
-/// Everything samples refer to, only ever appended to (an encoder writes
-/// what it has not written yet: ids stay valid for the whole session). The
-/// maps are the sampler's (its interning), unused without it.
+/// Everything samples refer to, only ever appended to (ids stay valid for
+/// the whole session; each file's encoder interns, under ids of its own,
+/// the entries its samples use). The maps are the sampler's (its
+/// interning), unused without it.
 #[derive(Default)]
 #[cfg_attr(
     not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),

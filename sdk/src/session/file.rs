@@ -64,6 +64,9 @@ pub(crate) struct FileOutput {
     /// A write-out's window: the time (ns) of the oldest record it wrote.
     written_from: Option<u64>,
     held_scratch: Vec<crate::sampling::tables::Sample>,
+    /// The sampler has handed samples over: captures wait for their
+    /// window's last ones.
+    sampled: bool,
 }
 
 impl FileOutput {
@@ -95,6 +98,7 @@ impl FileOutput {
             held: HeldSamples::default(),
             written_from: None,
             held_scratch: Vec::new(),
+            sampled: false,
         }
     }
 
@@ -362,6 +366,7 @@ impl Output for FileOutput {
     /// With the recorder, samples are held until a write-out (this pass's
     /// too: `after_pass` writes them with its window known).
     fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
+        self.sampled = true;
         if let Some(rec) = self
             .recorder
             .as_ref()
@@ -400,7 +405,10 @@ impl Output for FileOutput {
             self.write_held(ctx);
         }
         if let Some(c) = self.captures.as_mut().filter(|c| c.pending()) {
-            c.write(self.recorder.as_ref(), ctx);
+            // At the stop the sampler has read its rings a last time.
+            let sampling =
+                self.sampled && !self.control.stop.load(std::sync::atomic::Ordering::Acquire);
+            c.write(self.recorder.as_ref(), &self.held, sampling, ctx);
             tally.triggers.append(&mut c.to_service);
         }
         self.windows
@@ -445,6 +453,7 @@ impl Output for FileOutput {
         let capture_error = self.captures.as_mut().and_then(|c| {
             stats.captures_fired += c.fired;
             stats.captures_suppressed += c.suppressed + c.refused();
+            stats.cpu_samples_lost += c.samples_dropped;
             c.error.take()
         });
         stats.cpu_samples_aged_out += self.held.aged_out;

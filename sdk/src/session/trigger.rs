@@ -13,10 +13,25 @@
 //! tracing, each capture also sends `ActivateTriggers` with its name to the
 //! tracing service, so a tracing session configured with that trigger
 //! (`STOP_TRACING`, `CLONE_SNAPSHOT`, ...) reacts.
+//!
+//! With CPU sampling on, a capture file also holds the samples of its
+//! window, of every thread (the question a slow scope's capture answers,
+//! "where did its time go", may lead to a thread it waited for): those the
+//! flight recorder holds beside its records (`sampling::held`), none taken
+//! out, encoded a chunk at a time into memory taken from the budget (when
+//! it refuses, the window's samples are dropped, counted in
+//! `Stats::cpu_samples_lost` and, in Perfetto, marked in the file); the file interns
+//! afresh only the mappings, frames and call stacks they use. The sampler
+//! hands samples over every 20 ms or so, so while it runs a capture waits
+//! until [`SAMPLES_LAG`] after its window's end before it is written.
 
 #![forbid(unsafe_code)]
 
-use crate::encode::Context;
+use crate::encode::{Context, Encoder};
+use crate::record::registry::REGISTRY;
+use crate::sampling::held::HeldSamples;
+use crate::sampling::tables::{Sample, Tables};
+use crate::sampling::SampleView;
 use crate::session::capture::{Capture, Formats, Request, Requests};
 use crate::session::recorder::Recorder;
 use crate::session::sink::Sink;
@@ -33,6 +48,15 @@ use crate::session::builder::{CaptureOptions, Format};
 
 /// Captures queued and not yet taken by the flusher, at most.
 const MAX_QUEUED: usize = 16;
+
+/// How long after its window's end a capture waits while the session
+/// samples: the sampler reads the kernel's rings at least every 20 ms, so
+/// by then it has handed over the window's last samples.
+pub(crate) const SAMPLES_LAG: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Samples of a capture's window encoded at once (their copy is taken
+/// from the budget while the capture is written).
+const SAMPLES_AT_ONCE: usize = 4096;
 
 /// Captures refused before reaching the flusher (too many queued).
 static REFUSED: AtomicU64 = AtomicU64::new(0);
@@ -71,6 +95,8 @@ pub(crate) struct Captures {
     /// Names to send to the tracing service (`ActivateTriggers`).
     pub(crate) to_service: Vec<String>,
     refused_at_start: u64,
+    /// Samples of capture windows dropped (the budget refused their copy).
+    pub(crate) samples_dropped: u64,
 }
 
 impl Captures {
@@ -87,6 +113,7 @@ impl Captures {
             error: None,
             to_service: Vec::new(),
             refused_at_start: REFUSED.load(Ordering::Relaxed),
+            samples_dropped: 0,
         }
     }
 
@@ -105,9 +132,24 @@ impl Captures {
     }
 
     /// After a pass that drained every ring: writes the pending captures
-    /// from `recorder` (none without one: not a flight recorder).
-    pub(crate) fn write(&mut self, recorder: Option<&Recorder>, ctx: &mut Context<'_>) {
+    /// from `recorder` (none without one: not a flight recorder) and the
+    /// samples `held` beside it. `sampling`: the sampler is running, so a
+    /// capture whose window ended less than [`SAMPLES_LAG`] ago waits for a
+    /// later pass.
+    pub(crate) fn write(
+        &mut self,
+        recorder: Option<&Recorder>,
+        held: &HeldSamples,
+        sampling: bool,
+        ctx: &mut Context<'_>,
+    ) {
+        let now_ns = ctx.cal.now_ns();
+        let lag = SAMPLES_LAG.as_nanos() as u64;
         for c in std::mem::take(&mut self.pending) {
+            if sampling && recorder.is_some() && now_ns < ctx.cal.to_ns(c.end).saturating_add(lag) {
+                self.pending.push(c);
+                continue;
+            }
             self.to_service.push(c.name.clone());
             let (Some(recorder), Some(opts)) = (recorder, self.opts.as_ref()) else {
                 continue;
@@ -122,7 +164,7 @@ impl Captures {
             }
             self.last = Some(now);
             let opts = opts.clone();
-            if let Err(e) = self.write_one(&opts, recorder, ctx, &c) {
+            if let Err(e) = self.write_one(&opts, recorder, held, ctx, &c) {
                 self.error.get_or_insert(e);
             }
         }
@@ -132,6 +174,7 @@ impl Captures {
         &mut self,
         opts: &CaptureOptions,
         recorder: &Recorder,
+        held: &HeldSamples,
         ctx: &mut Context<'_>,
         c: &Capture,
     ) -> std::io::Result<()> {
@@ -163,6 +206,13 @@ impl Captures {
                 }
             },
         );
+        self.write_samples(
+            held.window(from, to),
+            encoder.as_mut(),
+            ctx,
+            &mut out,
+            &mut sink,
+        );
         // Slices still open at the window's end end there (marked
         // unfinished by the encoder).
         encoder.finish(ctx, to, &mut out);
@@ -179,6 +229,67 @@ impl Captures {
             }
         }
         Ok(())
+    }
+}
+
+impl Captures {
+    /// A capture's samples, `SAMPLES_AT_ONCE` at a time; all dropped and
+    /// marked if the budget refuses their copy.
+    fn write_samples<'a>(
+        &mut self,
+        window: impl Iterator<Item = &'a Sample>,
+        encoder: &mut dyn Encoder,
+        ctx: &mut Context<'_>,
+        out: &mut Vec<u8>,
+        sink: &mut Sink,
+    ) {
+        let mut window = window.peekable();
+        if window.peek().is_none() {
+            return;
+        }
+        let bytes = (SAMPLES_AT_ONCE * std::mem::size_of::<Sample>()) as u64;
+        let mut dropped = 0;
+        if REGISTRY.budget.try_take(bytes) {
+            let mut chunk = Vec::with_capacity(SAMPLES_AT_ONCE);
+            let mut written = false;
+            crate::sampling::with_tables(|tables| {
+                written = true;
+                loop {
+                    chunk.clear();
+                    chunk.extend(window.by_ref().take(SAMPLES_AT_ONCE).copied());
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    let view = SampleView {
+                        tables,
+                        samples: &chunk,
+                        lost: 0,
+                    };
+                    encoder.samples(ctx, &view, out);
+                    if out.len() >= 1 << 20 {
+                        sink.write(out);
+                    }
+                }
+            });
+            drop(chunk);
+            REGISTRY.budget.give_back(bytes);
+            if !written {
+                // The sampler's tables are gone (not reached: they last
+                // until the flusher's end).
+                dropped = window.count() as u64;
+            }
+        } else {
+            dropped = window.count() as u64;
+        }
+        if dropped > 0 {
+            self.samples_dropped += dropped;
+            let view = SampleView {
+                tables: &Tables::default(),
+                samples: &[],
+                lost: dropped,
+            };
+            encoder.samples(ctx, &view, out);
+        }
     }
 }
 

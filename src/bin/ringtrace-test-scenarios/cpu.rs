@@ -75,7 +75,8 @@ pub fn hot(trace: &str, stacks: &str) -> Value {
 /// flood of instants that makes the recorder forget the early thread's
 /// records, then a second hot thread ("late"). `mode` "stop": the file
 /// written at stop; "dump": also `dump_to(trace + ".dump.pftrace")` while
-/// the late thread runs (its window is the late thread's first 300 ms).
+/// the late thread runs (its window is the late thread's first 300 ms);
+/// "dump-json": the same into `.dump.json`.
 pub fn flight(trace: &str, mode: &str) -> Value {
     let guard = ringtrace::builder()
         .output(trace)
@@ -102,8 +103,13 @@ pub fn flight(trace: &str, mode: &str) -> Value {
         std::thread::sleep(Duration::from_millis(2));
     }
     let late = hot("late");
-    let dump = (mode == "dump").then(|| {
-        let path = format!("{trace}.dump.pftrace");
+    let dump = mode.starts_with("dump").then(|| {
+        let ext = if mode == "dump-json" {
+            "json"
+        } else {
+            "pftrace"
+        };
+        let path = format!("{trace}.dump.{ext}");
         let stats = ringtrace::dump_to(&path, Duration::from_millis(300)).unwrap();
         json!({"path": path, "events_written": stats.events_written})
     });
@@ -113,6 +119,84 @@ pub fn flight(trace: &str, mode: &str) -> Value {
     s["cpu_samples_aged_out"] = json!(stats.cpu_samples_aged_out);
     s["events_lost"] = json!(stats.events_lost);
     json!({"early": early, "late": late, "dump": dump, "stats": s})
+}
+
+/// A slow request: a scope over the uninstrumented hot path, `cpu` of CPU
+/// time.
+#[inline(never)]
+fn slow_request(cpu: Duration) -> u64 {
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let start = thread_cpu();
+    ringtrace::trace_scope!("slow_request");
+    let mut sum = 0u64;
+    while thread_cpu() - start < cpu {
+        sum = sum.wrapping_add(hot_checksum(black_box(&data)));
+    }
+    sum
+}
+
+/// Captures with sampling: a flight recorder capturing `slow_request`
+/// scopes over 100 ms into `trace`'s directory (`capture-{n}.` + `mode`,
+/// "pftrace" or "json"). A hot thread ("before") runs first, then one slow
+/// request ("slow"), then another hot thread ("after"), 300 ms apart:
+/// samples before and after the capture's window. `mode` "trigger": no
+/// rule, the slow thread calls `trigger` as its scope ends (a window of
+/// the 1.5 s before it, into a `.pftrace`: the whole scope on a loaded
+/// machine; the threads before and after it 2 s apart).
+pub fn capture(trace: &str, mode: &str) -> Value {
+    let dir = std::path::Path::new(trace).parent().unwrap();
+    let by_trigger = mode == "trigger";
+    let ext = if by_trigger { "pftrace" } else { mode };
+    let pattern = dir.join(format!("capture-{{n}}.{ext}"));
+    let before_ms = if by_trigger { 1500 } else { 10 };
+    let apart = Duration::from_millis(if by_trigger { 2000 } else { 300 });
+    let mut builder = ringtrace::builder()
+        .output(trace)
+        .overwrite(true)
+        .buffer_bytes(6 << 20)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
+        .capture_to(&pattern)
+        .capture_before(Duration::from_millis(before_ms));
+    if !by_trigger {
+        builder = builder.capture_slow_scopes(["slow_request"], Duration::from_millis(100));
+    }
+    let guard = builder.start().unwrap();
+    let run = |name: &str, slow: bool| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let sum = if slow {
+                    let sum = slow_request(Duration::from_millis(250));
+                    if by_trigger {
+                        ringtrace::trigger("slow");
+                    }
+                    sum
+                } else {
+                    hot_thread_body(Duration::from_millis(150))
+                };
+                (super::tid(), sum)
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+            .0
+    };
+    let before = run("before", false);
+    std::thread::sleep(apart);
+    let slow = run("slow", true);
+    std::thread::sleep(apart);
+    let after = run("after", false);
+    let stats = guard.stop().unwrap();
+    let mut s = stats_json(&stats);
+    s["captures_fired"] = json!(stats.captures_fired);
+    s["captures_suppressed"] = json!(stats.captures_suppressed);
+    json!({
+        "before": before, "slow": slow, "after": after,
+        "window_before_ns": before_ms * 1_000_000,
+        "capture": pattern.to_str().unwrap().replace("{n}", "1"),
+        "stats": s,
+    })
 }
 
 fn stats_json(s: &ringtrace::Stats) -> Value {

@@ -77,6 +77,7 @@ fn main() {
         "cpu_layer" => cpu::layer(&trace),
         "cpu_mlock" => cpu::mlock(&trace),
         "cpu_flight" => cpu::flight(&trace, &args[4]),
+        "cpu_capture" => cpu::capture(&trace, &args[4]),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

@@ -65,35 +65,109 @@ const M_PATH_STRING_IDS: u32 = 7;
 /// up from 2), below what a varint of 4 bytes holds.
 pub(crate) const SAMPLES_SEQ: u32 = (1 << 28) - 1;
 
-/// What this file's samples sequence has written so far.
+/// What this file's samples sequence has interned so far: only the
+/// entries its samples use, numbered in the order they were first needed
+/// (a file holding a window of the session's samples, a flight recorder's
+/// write-out or a capture, carries no entry of the session's others).
 #[derive(Default)]
 pub(crate) struct SampleSeq {
     started: bool,
-    mappings: usize,
-    names: usize,
-    frames: usize,
-    callstacks: usize,
+    /// Per table index of the session's tables: this sequence's iid (0:
+    /// not interned yet).
+    mappings: Vec<u32>,
+    names: Vec<u32>,
+    frames: Vec<u32>,
+    callstacks: Vec<u32>,
+    /// Entries interned per kind: the next iid is one more.
+    counts: [u32; 4],
     /// Path components and build ids (both `InternedString`s, in tables of
     /// their own), by text.
     paths: HashMap<String, u64>,
     build_ids: HashMap<Vec<u8>, u64>,
+    /// Each sample's callstack iid (scratch, one `write`).
+    ids: Vec<u32>,
+}
+
+const K_MAPPING: usize = 0;
+const K_NAME: usize = 1;
+const K_FRAME: usize = 2;
+const K_STACK: usize = 3;
+
+/// The `InternedData` entries one `write` adds, by field (written in this
+/// order: each refers only to those before it).
+#[derive(Default)]
+struct NewEntries {
+    strings: Vec<u8>,
+    mappings: Vec<u8>,
+    names: Vec<u8>,
+    frames: Vec<u8>,
+    callstacks: Vec<u8>,
+}
+
+impl NewEntries {
+    fn is_empty(&self) -> bool {
+        self.strings.is_empty() && self.mappings.is_empty() && self.callstacks.is_empty()
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        let mut d = self.strings;
+        for part in [self.mappings, self.names, self.frames, self.callstacks] {
+            d.extend_from_slice(&part);
+        }
+        d
+    }
+}
+
+/// The iid of the session's entry `id` (index + 1) in `map`: 0 when `id`
+/// is 0 or out of the table (`len`), `Err(index)` when not interned yet.
+fn local(map: &mut Vec<u32>, id: u32, len: usize) -> Result<u32, usize> {
+    let Some(i) = (id as usize).checked_sub(1).filter(|&i| i < len) else {
+        return Ok(0);
+    };
+    if map.len() < len {
+        map.resize(len, 0);
+    }
+    match map[i] {
+        0 => Err(i),
+        iid => Ok(iid),
+    }
 }
 
 impl SampleSeq {
     /// Starts the sequence over: its next packet clears the incremental
-    /// state and interns every table entry again (the tracing service
-    /// asked, or a packet with interned entries was lost).
+    /// state and interns again every entry its samples use (the tracing
+    /// service asked, or a packet with interned entries was lost).
     pub(crate) fn restart(&mut self) {
         *self = SampleSeq::default();
     }
 
-    /// Writes `view`'s samples (and a loss packet for its lost ones).
+    /// Writes `view`'s samples (and a loss packet for its lost ones),
+    /// interning in the first packet the entries they use that this
+    /// sequence has not interned yet.
     pub(crate) fn write(&mut self, ctx: &Context<'_>, view: &SampleView<'_>, out: &mut Vec<u8>) {
         let pid = ctx.process.pid as u64;
-        let mut interned = Vec::new();
-        self.new_entries(view.tables, &mut interned);
-        let mut first = true;
+        let mut new = NewEntries::default();
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
         for s in view.samples {
+            // A stack interned before: one load (the steady state).
+            let known = (s.callstack as usize)
+                .checked_sub(1)
+                .and_then(|i| self.callstacks.get(i))
+                .copied()
+                .unwrap_or(0);
+            ids.push(match known {
+                0 => self.callstack(view.tables, s.callstack, &mut new),
+                iid => iid,
+            });
+        }
+        let interned = if new.is_empty() {
+            Vec::new()
+        } else {
+            new.into_bytes()
+        };
+        let mut first = true;
+        for (s, &iid) in view.samples.iter().zip(&ids) {
             nested(out, 1, |p| {
                 uint(p, P_TIMESTAMP, s.ts_ns);
                 uint(p, P_SEQUENCE_ID, SAMPLES_SEQ as u64);
@@ -105,8 +179,8 @@ impl SampleSeq {
                     uint(ps, PS_CPU, s.cpu as u64);
                     uint(ps, PS_PID, pid);
                     uint(ps, PS_TID, s.tid as u64);
-                    if s.callstack != 0 {
-                        uint(ps, PS_CALLSTACK_IID, s.callstack as u64);
+                    if iid != 0 {
+                        uint(ps, PS_CALLSTACK_IID, iid as u64);
                     }
                     uint(ps, PS_CPU_MODE, MODE_USER);
                     if s.truncated {
@@ -116,6 +190,7 @@ impl SampleSeq {
             });
             first = false;
         }
+        self.ids = ids;
         if view.lost > 0 {
             let ts = view
                 .samples
@@ -125,9 +200,6 @@ impl SampleSeq {
                 uint(p, P_TIMESTAMP, ts);
                 uint(p, P_SEQUENCE_ID, SAMPLES_SEQ as u64);
                 self.flags(p);
-                if first && !interned.is_empty() {
-                    bytes(p, P_INTERNED_DATA, &interned);
-                }
                 nested(p, P_PERF_SAMPLE, |ps| {
                     uint(ps, PS_CPU, 0);
                     uint(ps, PS_KERNEL_RECORDS_LOST, view.lost);
@@ -146,71 +218,113 @@ impl SampleSeq {
         uint(p, P_SEQUENCE_FLAGS, flags);
     }
 
-    /// The `InternedData` body of every table entry not written yet.
-    fn new_entries(&mut self, t: &Tables, d: &mut Vec<u8>) {
-        for m in &t.mappings[self.mappings.min(t.mappings.len())..] {
-            let hex: Vec<u8> = m
-                .build_id
-                .iter()
-                .flat_map(|b| {
-                    let h = b"0123456789abcdef";
-                    [h[(b >> 4) as usize], h[(b & 15) as usize]]
-                })
-                .collect();
-            let build = if hex.is_empty() {
-                None
-            } else {
-                Some(intern(&mut self.build_ids, hex, d, ID_BUILD_IDS))
-            };
-            let comps: Vec<u64> = m
-                .path
-                .split('/')
-                .filter(|c| !c.is_empty())
-                .map(|c| intern(&mut self.paths, c.to_string(), d, ID_MAPPING_PATHS))
-                .collect();
-            let iid = self.mappings as u64 + 1;
-            self.mappings += 1;
-            nested(d, ID_MAPPINGS, |e| {
-                uint(e, M_IID, iid);
-                if let Some(b) = build {
-                    uint(e, M_BUILD_ID, b);
-                }
-                uint(e, M_START_OFFSET, m.pgoff);
-                uint(e, M_START, m.start);
-                uint(e, M_END, m.end);
-                uint(e, M_LOAD_BIAS, m.load_bias);
-                for c in comps {
-                    uint(e, M_PATH_STRING_IDS, c);
-                }
-            });
-        }
-        for name in &t.names[self.names.min(t.names.len())..] {
-            self.names += 1;
-            nested(d, ID_FUNCTION_NAMES, |e| {
-                uint(e, IS_IID, self.names as u64);
-                bytes(e, IS_STR, name.as_bytes());
-            });
-        }
-        for f in &t.frames[self.frames.min(t.frames.len())..] {
-            self.frames += 1;
-            nested(d, ID_FRAMES, |e| {
-                uint(e, F_IID, self.frames as u64);
-                if f.name != 0 {
-                    uint(e, F_FUNCTION_NAME_ID, f.name as u64);
-                }
-                uint(e, F_MAPPING_ID, f.mapping as u64);
-                uint(e, F_REL_PC, f.rel_pc);
-            });
-        }
-        for cs in &t.callstacks[self.callstacks.min(t.callstacks.len())..] {
-            self.callstacks += 1;
-            nested(d, ID_CALLSTACKS, |e| {
-                uint(e, CS_IID, self.callstacks as u64);
-                for &f in cs {
-                    uint(e, CS_FRAME_IDS, f as u64);
-                }
-            });
-        }
+    fn next(&mut self, kind: usize) -> u32 {
+        self.counts[kind] += 1;
+        self.counts[kind]
+    }
+
+    /// The iid of the session's call stack `id` (0: none), interning it,
+    /// its frames and theirs first.
+    fn callstack(&mut self, t: &Tables, id: u32, new: &mut NewEntries) -> u32 {
+        let slot = match local(&mut self.callstacks, id, t.callstacks.len()) {
+            Ok(iid) => return iid,
+            Err(slot) => slot,
+        };
+        let frames: Vec<u32> = t.callstacks[slot]
+            .iter()
+            .map(|&f| self.frame(t, f, new))
+            .filter(|&f| f != 0)
+            .collect();
+        let iid = self.next(K_STACK);
+        self.callstacks[slot] = iid;
+        nested(&mut new.callstacks, ID_CALLSTACKS, |e| {
+            uint(e, CS_IID, iid as u64);
+            for f in frames {
+                uint(e, CS_FRAME_IDS, f as u64);
+            }
+        });
+        iid
+    }
+
+    fn frame(&mut self, t: &Tables, id: u32, new: &mut NewEntries) -> u32 {
+        let slot = match local(&mut self.frames, id, t.frames.len()) {
+            Ok(iid) => return iid,
+            Err(slot) => slot,
+        };
+        let f = t.frames[slot];
+        let name = self.name(t, f.name, new);
+        let mapping = self.mapping(t, f.mapping, new);
+        let iid = self.next(K_FRAME);
+        self.frames[slot] = iid;
+        nested(&mut new.frames, ID_FRAMES, |e| {
+            uint(e, F_IID, iid as u64);
+            if name != 0 {
+                uint(e, F_FUNCTION_NAME_ID, name as u64);
+            }
+            if mapping != 0 {
+                uint(e, F_MAPPING_ID, mapping as u64);
+            }
+            uint(e, F_REL_PC, f.rel_pc);
+        });
+        iid
+    }
+
+    fn name(&mut self, t: &Tables, id: u32, new: &mut NewEntries) -> u32 {
+        let slot = match local(&mut self.names, id, t.names.len()) {
+            Ok(iid) => return iid,
+            Err(slot) => slot,
+        };
+        let iid = self.next(K_NAME);
+        self.names[slot] = iid;
+        nested(&mut new.names, ID_FUNCTION_NAMES, |e| {
+            uint(e, IS_IID, iid as u64);
+            bytes(e, IS_STR, t.names[slot].as_bytes());
+        });
+        iid
+    }
+
+    fn mapping(&mut self, t: &Tables, id: u32, new: &mut NewEntries) -> u32 {
+        let slot = match local(&mut self.mappings, id, t.mappings.len()) {
+            Ok(iid) => return iid,
+            Err(slot) => slot,
+        };
+        let m = &t.mappings[slot];
+        let hex: Vec<u8> = m
+            .build_id
+            .iter()
+            .flat_map(|b| {
+                let h = b"0123456789abcdef";
+                [h[(b >> 4) as usize], h[(b & 15) as usize]]
+            })
+            .collect();
+        let d = &mut new.strings;
+        let build = if hex.is_empty() {
+            None
+        } else {
+            Some(intern(&mut self.build_ids, hex, d, ID_BUILD_IDS))
+        };
+        let comps: Vec<u64> = m
+            .path
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(|c| intern(&mut self.paths, c.to_string(), d, ID_MAPPING_PATHS))
+            .collect();
+        let iid = self.next(K_MAPPING);
+        self.mappings[slot] = iid;
+        nested(&mut new.mappings, ID_MAPPINGS, |e| {
+            uint(e, M_IID, iid as u64);
+            if let Some(b) = build {
+                uint(e, M_BUILD_ID, b);
+            }
+            uint(e, M_START_OFFSET, m.pgoff);
+            uint(e, M_START, m.start);
+            uint(e, M_END, m.end);
+            uint(e, M_LOAD_BIAS, m.load_bias);
+            for c in comps {
+                uint(e, M_PATH_STRING_IDS, c);
+            }
+        });
+        iid
     }
 }
 
@@ -325,5 +439,88 @@ mod tests {
             ),
             (1, 1, 1, 1)
         );
+    }
+
+    /// Only the entries the samples use are interned, renumbered from 1,
+    /// each once per sequence; a stack first used later comes with only
+    /// what is new.
+    #[test]
+    fn only_the_entries_samples_use_are_interned() {
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(Some("samples".into()));
+        let mut sites = Sites::default();
+        let ctx = Context {
+            cal: &cal,
+            process: &process,
+            sites: &mut sites,
+        };
+        let mut t = tables();
+        t.mappings.push(MappingDef {
+            build_id: vec![0xcd; 20],
+            path: "/usr/lib/libother.so".into(),
+            start: 0x10000,
+            end: 0x20000,
+            pgoff: 0,
+            load_bias: 0,
+        });
+        t.names.push("other::f".into());
+        t.names.push("prog::main".into());
+        // Frame 2: other::f in libother (unused); frame 3: prog::main.
+        t.frames.push(FrameDef {
+            name: 2,
+            mapping: 2,
+            rel_pc: 0x10,
+        });
+        t.frames.push(FrameDef {
+            name: 3,
+            mapping: 1,
+            rel_pc: 0x20,
+        });
+        t.callstacks.push(vec![2]); // 2: unused
+        t.callstacks.push(vec![3, 1]); // 3: main -> hot
+        let sample = |callstack| Sample {
+            ts_ns: 1_000,
+            tid: 7,
+            cpu: 0,
+            callstack,
+            truncated: false,
+        };
+        let interned = |out: &[u8]| {
+            let trace = ringtrace_protos::Trace::decode(out).unwrap();
+            let p = &trace.packet[0];
+            let d = p.interned_data.clone().unwrap_or_default();
+            let iid = p.perf_sample.as_ref().unwrap().callstack_iid;
+            (
+                d.mappings.len(),
+                d.function_names.len(),
+                d.frames.len(),
+                d.callstacks
+                    .iter()
+                    .map(|c| c.frame_ids.clone())
+                    .collect::<Vec<_>>(),
+                iid,
+            )
+        };
+        let mut seq = SampleSeq::default();
+        let mut out = Vec::new();
+        let samples = [sample(3), sample(3)];
+        let view = SampleView {
+            tables: &t,
+            samples: &samples,
+            lost: 0,
+        };
+        seq.write(&ctx, &view, &mut out);
+        // main (frame 1 here) and hot (2), one mapping, two names.
+        assert_eq!(interned(&out), (1, 2, 2, vec![vec![1, 2]], Some(1)));
+        // Stack 1 (hot alone) now: only the stack is new.
+        out.clear();
+        let samples = [sample(1)];
+        let view = SampleView {
+            tables: &t,
+            samples: &samples,
+            lost: 0,
+        };
+        seq.write(&ctx, &view, &mut out);
+        assert_eq!(interned(&out), (0, 0, 0, vec![vec![2]], Some(2)));
     }
 }

@@ -59,112 +59,120 @@ impl Fields {
 #[inline]
 pub(super) fn push_str(words: &mut Vec<u64>, s: &str) {
     words.push(tag(T_STR, s.len() as u64));
-    let mut text = TextWords::new(words);
-    text.append(s.as_bytes());
-    text.finish();
+    TextWords { words, len: 0 }.append(s.as_bytes());
 }
 
 /// Packs text into arg words as it is formatted: a `Debug` or `Display`
 /// value goes straight into the record's words, with no buffer between.
-/// The bytes of the word being filled wait in `partial` (low bytes first)
-/// until it is full or the text ends ([`finish`](TextWords::finish)): a
-/// short piece (a `Debug` impl writing one character at a time) is a few
-/// shifts, no copy call and no store into the vector.
+/// `len` bytes are written so far; the last word holds `len % 8` of them,
+/// the rest of it zero, so the text is complete after every piece (no
+/// step to finish it). A piece is loaded a word at a time (two loads at
+/// most for up to 8 bytes) and or-ed in at its place: no copy call and no
+/// loop over its bytes, whether the `Debug` impl writes a character at a
+/// time or the whole value at once.
 struct TextWords<'a> {
     words: &'a mut Vec<u64>,
-    /// Where the text's words start in `words`.
-    start: usize,
-    /// The bytes of the word being filled, low bytes first.
-    partial: u64,
-    /// Bits of `partial` filled (0 to 56, a multiple of 8).
-    shift: u32,
+    len: usize,
 }
 
-impl<'a> TextWords<'a> {
-    #[inline]
-    fn new(words: &'a mut Vec<u64>) -> Self {
-        let start = words.len();
-        TextWords {
-            words,
-            start,
-            partial: 0,
-            shift: 0,
-        }
-    }
-
-    /// One byte: a shift and an or; the full word's store is out of line,
-    /// so a call for one character saves no registers.
+impl TextWords<'_> {
     #[inline(always)]
-    fn byte(&mut self, b: u8) {
-        self.partial |= (b as u64) << self.shift;
-        self.shift += 8;
-        if self.shift == 64 {
-            self.word_full();
+    fn append(&mut self, b: &[u8]) {
+        if b.len() <= 8 {
+            self.short(load_short(b), b.len());
+        } else {
+            self.append_long(b);
         }
     }
 
-    #[inline(never)]
-    fn word_full(&mut self) {
-        self.words.push(self.partial);
-        self.partial = 0;
-        self.shift = 0;
-    }
-
-    #[inline]
-    fn append(&mut self, b: &[u8]) {
-        // Short pieces byte by byte: an unknown length would be a `memcpy`
-        // call, which costs more than the bytes.
-        if b.len() <= 8 {
-            for &x in b {
-                self.byte(x);
+    /// A piece of `n <= 8` bytes, `v` (little-endian, zero above them),
+    /// or-ed into the last word; the bytes past its top (if any) begin the
+    /// next.
+    #[inline(always)]
+    fn short(&mut self, mut v: u64, n: usize) {
+        let used = self.len % 8;
+        self.len += n;
+        if used != 0 {
+            if let Some(last) = self.words.last_mut() {
+                *last |= v << (8 * used);
             }
+            if used + n <= 8 {
+                return;
+            }
+            v >>= 64 - 8 * used; // the bytes shifted past the top
+        } else if n == 0 {
             return;
         }
-        self.append_long(b);
+        self.words.push(v);
     }
 
-    /// A piece of more than 8 bytes, a word at a time: the word being
-    /// filled completed from one load of the first 8 bytes, whole words
-    /// straight from the bytes, the rest into `partial` from one load of
-    /// the last 8 (no loop over single bytes, no copy call).
+    /// One byte, as `short`, but a new word's push out of line: the common
+    /// case (a character into the last word) is a leaf that saves no
+    /// registers.
+    #[inline(always)]
+    fn byte(&mut self, b: u8) {
+        let used = self.len % 8;
+        self.len += 1;
+        if used == 0 {
+            return self.push_word(b as u64);
+        }
+        if let Some(last) = self.words.last_mut() {
+            *last |= (b as u64) << (8 * used);
+        }
+    }
+
+    #[inline(never)]
+    fn push_word(&mut self, v: u64) {
+        self.words.push(v);
+    }
+
+    /// A piece of more than 8 bytes, a word at a time: the last word
+    /// completed from one load of the first 8 bytes, whole words straight
+    /// from the bytes, the rest from one load of the last 8.
     #[inline(never)]
     fn append_long(&mut self, b: &[u8]) {
-        debug_assert!(b.len() > 8);
-        let load = |at: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[at..at + 8]);
-            u64::from_le_bytes(w)
-        };
+        let n = b.len();
+        debug_assert!(n > 8);
+        let load = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+        let used = self.len % 8;
+        self.len += n;
         let mut at = 0;
-        if self.shift != 0 {
-            // The bytes shifted past the top of the word are not lost:
-            // they are read again below, from `at`.
-            self.words.push(self.partial | load(0) << self.shift);
-            at = (64 - self.shift as usize) / 8;
-            self.partial = 0;
-            self.shift = 0;
+        if used != 0 {
+            if let Some(last) = self.words.last_mut() {
+                *last |= load(0) << (8 * used);
+            }
+            at = 8 - used;
         }
-        let whole = (b.len() - at) / 8;
-        self.words.reserve(whole);
-        for i in 0..whole {
-            self.words.push(load(at + 8 * i));
+        self.words.reserve((n - at).div_ceil(8));
+        // A plain loop: pieces are short, a vectorized one costs more to
+        // set up than it saves.
+        while at + 8 <= n {
+            self.words.push(load(at));
+            at += 8;
         }
-        let rest = b.len() - at - 8 * whole;
-        if rest != 0 {
+        if at < n {
             // `b` is longer than 8: its last 8 bytes end with the rest.
-            self.partial = load(b.len() - 8) >> (64 - 8 * rest);
-            self.shift = 8 * rest as u32;
+            self.words.push(load(n - 8) >> (64 - 8 * (n - at)));
         }
     }
+}
 
-    /// Writes the last, partly filled word; returns the text's length.
-    #[inline]
-    fn finish(self) -> usize {
-        let whole = (self.words.len() - self.start) * 8;
-        if self.shift != 0 {
-            self.words.push(self.partial);
-        }
-        whole + self.shift as usize / 8
+/// Up to 8 bytes as a little-endian word, zero above them: two loads
+/// (overlapping) of 4 bytes, or three single bytes, instead of a copy
+/// call for a length not known in advance.
+#[inline(always)]
+fn load_short(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!(n <= 8);
+    if n >= 4 {
+        let lo = u32::from_le_bytes(b[..4].try_into().unwrap_or_default()) as u64;
+        let hi = u32::from_le_bytes(b[n - 4..].try_into().unwrap_or_default()) as u64;
+        lo | hi << (8 * (n - 4))
+    } else if n != 0 {
+        // The first, the middle and the last byte (some the same).
+        b[0] as u64 | (b[n / 2] as u64) << (8 * (n / 2)) | (b[n - 1] as u64) << (8 * (n - 1))
+    } else {
+        0
     }
 }
 
@@ -175,8 +183,8 @@ impl fmt::Write for TextWords<'_> {
         Ok(())
     }
 
-    /// An ASCII character is one byte in place (a leaf function: the rest
-    /// is out of line).
+    /// An ASCII character is one byte or-ed in place (a leaf function:
+    /// a new word and wide characters are out of line).
     #[inline]
     fn write_char(&mut self, c: char) -> fmt::Result {
         if c.is_ascii() {
@@ -224,9 +232,9 @@ impl Visitor<'_> {
         self.put(field, |words| {
             let at = words.len();
             words.push(0);
-            let mut text = TextWords::new(words);
+            let mut text = TextWords { words, len: 0 };
             let _ = text.write_fmt(args); // a failing impl leaves what it wrote
-            let len = text.finish() as u64;
+            let len = text.len as u64;
             words[at] = tag(T_STR, len);
         })
     }
@@ -397,6 +405,50 @@ mod tests {
                 Visitor(&mut fields).put_fmt(&field, format_args!("{chars:?}"));
                 assert_eq!(fields.words, expect, "{t:?}");
             }
+        }
+    }
+
+    /// A value given whole (`record_str`, as `&str` fields are), through
+    /// `Display` (`%`, one `write_str`), a character at a time and in
+    /// pieces packs to the same words, which are the encoder's own
+    /// packing of its bytes: empty, every length around the word's, text
+    /// that JSON must escape, every UTF-8 width, and values of 64 KiB and
+    /// 1 MiB (grown into a vector that had no room). `?` gives `Debug`'s
+    /// escaped text, packed the same way.
+    #[test]
+    fn whole_and_formatted_values_pack_the_same() {
+        let mut texts: Vec<String> = (0..=40)
+            .map(|n| "abcdefghij".repeat(4)[..n].to_string())
+            .collect();
+        texts.push("\"quoted\" \\ back\tslash\r\n\0\u{1}\u{1f}\u{7f}".to_string());
+        texts.push("é€𝄞 ünïcödé \u{10ffff}\u{fffd}".to_string());
+        texts.push("x".repeat(65_536));
+        texts.push("0123456789é€𝄞".repeat(60_000)); // about 1 MiB
+        let field = TEST_META.fields().field("v").unwrap();
+        let packed = |put: &dyn Fn(&mut Visitor<'_>)| {
+            let mut fields = Fields {
+                words: vec![7u64],
+                ..Fields::default()
+            };
+            fields.words.shrink_to_fit();
+            put(&mut Visitor(&mut fields));
+            fields.words
+        };
+        for t in &texts {
+            let mut expect = vec![7u64];
+            encode_bytes(t.as_bytes(), &mut expect);
+            let whole = packed(&|v| v.record_str(&field, t));
+            assert!(whole == expect, "record_str, {} bytes", t.len());
+            let display = packed(&|v| v.record_debug(&field, &tracing_core::field::display(t)));
+            assert!(display == expect, "Display, {} bytes", t.len());
+            let chars = packed(&|v| v.record_debug(&field, &Chars(t, 0)));
+            assert!(chars == expect, "per character, {} bytes", t.len());
+            let mixed = packed(&|v| v.record_debug(&field, &Chars(t, 3)));
+            assert!(mixed == expect, "in pieces, {} bytes", t.len());
+            let mut escaped = vec![7u64];
+            encode_bytes(format!("{t:?}").as_bytes(), &mut escaped);
+            let debug = packed(&|v| v.record_debug(&field, &t.as_str()));
+            assert!(debug == escaped, "Debug, {} bytes", t.len());
         }
     }
 
