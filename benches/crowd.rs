@@ -34,22 +34,12 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::run_child;
+use common::{median, run_child, thread_cpu_ns};
 
 const BUDGET: u64 = 64 << 20;
 const STACK: usize = 256 << 10;
 /// How long the process holds still with every ring idle.
 const IDLE: Duration = Duration::from_secs(1);
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// The flusher thread's (run time ns, times run) from its `schedstat`.
 fn flusher_sched() -> (u64, u64) {
@@ -171,16 +161,6 @@ fn parse(line: &str) -> Option<Run> {
     f.try_into().ok()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--crowd-child") {
@@ -216,7 +196,7 @@ fn main() {
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for &n in sizes {
         let rs: Vec<Run> = runs.iter().copied().filter(|r| r[0] == n).collect();
-        let m = |f: &dyn Fn(&Run) -> f64| median(rs.iter().map(f).collect());
+        let m = |f: &dyn Fn(&Run) -> f64| median(&mut rs.iter().map(f).collect::<Vec<_>>());
         let us = |i: usize| m(&|r: &Run| r[i] as f64 / 1e3);
         println!(
             "| {n} | {:.1} / {:.1} / {:.0} | {:.0} / {:.0} / {:.0} | {:.1} | {:.1} | {:.0} | {} |",

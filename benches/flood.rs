@@ -35,7 +35,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 mod common;
-use common::{median, run_child, two_rdtsc};
+use common::{median, run_child, thread_cpu_ns, two_rdtsc};
 
 const WARMUP: u64 = 100_000;
 const BUDGET: u64 = 256 << 20;
@@ -52,16 +52,6 @@ struct Run {
     thread_cpu_ns: f64,
     all_cpu_ns: f64,
     wall_ns: f64,
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write into.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// User + system time of every thread of the process so far, in ns.

@@ -77,6 +77,12 @@ fn sigkill_mid_write_leaves_a_readable_prefix() {
 }
 
 /// Per thread: events in the trace + events marked lost == events recorded.
+/// Drop mode keeps each thread's first events (its ring starts empty); a
+/// flight recorder keeps the process's newest records, whoever wrote them,
+/// so a thread that did not run for a while before the stop may have none
+/// left, but what it has left ends with its newest event (a ring frees its
+/// own oldest records, the store forgets its oldest entries, and every ring
+/// is read at stop), in the order recorded.
 fn check_load(mode: &str) {
     let dir = scratch(&format!("load-{mode}"));
     let trace = dir.join("load.json");
@@ -99,10 +105,14 @@ fn check_load(mode: &str) {
     let events = json_events(&trace);
     let mut written: HashMap<i64, u64> = HashMap::new();
     let mut lost: HashMap<i64, u64> = HashMap::new();
+    // Each thread's numbers (`n`, 0 up) in the order written.
+    let mut numbers: HashMap<i64, Vec<u64>> = HashMap::new();
     for e in &events {
         let tid = e["tid"].as_i64().unwrap_or(0);
         if e["name"] == "load" {
             *written.entry(tid).or_default() += 1;
+            let n = e["args"]["n"].as_u64().unwrap();
+            numbers.entry(tid).or_default().push(n);
         } else if e["name"] == "ringtrace: events lost" {
             *lost.entry(tid).or_default() += e["args"]["lost_events"].as_u64().unwrap();
         }
@@ -120,9 +130,26 @@ fn check_load(mode: &str) {
             recorded,
             "thread {tid} ({mode}): {w} written + {l} lost"
         );
-        assert!(w > 0);
+        let kept = numbers.remove(&tid).unwrap_or_default();
+        assert!(
+            kept.windows(2).all(|p| p[0] < p[1]),
+            "thread {tid} ({mode}): its events out of order or twice"
+        );
+        if mode == "drop" {
+            assert_eq!(kept.first(), Some(&0), "thread {tid}: its first event");
+        } else if w > 0 {
+            assert_eq!(
+                kept.last(),
+                Some(&(recorded - 1)),
+                "thread {tid}: {w} events left, not ending with its newest"
+            );
+        }
         total_lost += l;
     }
+    assert!(
+        written.values().any(|&w| w > 0),
+        "{mode}: no thread's events left"
+    );
     assert_eq!(total_lost, expect["events_lost"].as_u64().unwrap());
 }
 

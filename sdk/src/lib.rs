@@ -237,6 +237,22 @@ macro_rules! trace_scope {
 #[macro_export]
 macro_rules! __scope_guard {
     ($category:expr, $name:expr $(, $key:ident = $value:expr)*) => {{
+        let site = $crate::__callsite!($category, $name $(, $key)*);
+        if site.is_enabled() {
+            $crate::__private::begin_scope(site, &($(&$value,)*))
+        } else {
+            $crate::__private::ScopeGuard::inactive()
+        }
+    }};
+}
+
+/// The `&'static Callsite` of the macro's use site (file, line, module),
+/// with its argument names: what every recording macro and `#[traced]` on
+/// `async fn` check and record with.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __callsite {
+    ($category:expr, $name:expr $(, $key:ident)*) => {{
         static __RINGTRACE_SITE: $crate::__private::Callsite = $crate::__private::Callsite::new(
             $category,
             $name,
@@ -244,27 +260,6 @@ macro_rules! __scope_guard {
             ::core::line!(),
             ::core::module_path!(),
             &[$(::core::stringify!($key)),*],
-        );
-        if __RINGTRACE_SITE.is_enabled() {
-            $crate::__private::begin_scope(&__RINGTRACE_SITE, &($(&$value,)*))
-        } else {
-            $crate::__private::ScopeGuard::inactive()
-        }
-    }};
-}
-
-/// A `&'static Callsite` for `#[traced]` on `async fn`.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __callsite {
-    ($category:expr, $name:expr) => {{
-        static __RINGTRACE_SITE: $crate::__private::Callsite = $crate::__private::Callsite::new(
-            $category,
-            $name,
-            ::core::file!(),
-            ::core::line!(),
-            ::core::module_path!(),
-            &[],
         );
         &__RINGTRACE_SITE
     }};
@@ -304,16 +299,9 @@ macro_rules! trace_instant {
 #[macro_export]
 macro_rules! __instant {
     ($category:expr, $name:expr $(, $key:ident = $value:expr)*) => {{
-        static __RINGTRACE_SITE: $crate::__private::Callsite = $crate::__private::Callsite::new(
-            $category,
-            $name,
-            ::core::file!(),
-            ::core::line!(),
-            ::core::module_path!(),
-            &[$(::core::stringify!($key)),*],
-        );
-        if __RINGTRACE_SITE.is_enabled() {
-            $crate::__private::instant(&__RINGTRACE_SITE, &($(&$value,)*));
+        let site = $crate::__callsite!($category, $name $(, $key)*);
+        if site.is_enabled() {
+            $crate::__private::instant(site, &($(&$value,)*));
         }
     }};
 }
@@ -355,16 +343,9 @@ macro_rules! trace_counter {
 #[macro_export]
 macro_rules! __counter {
     ($category:expr, $name:expr, $value:expr) => {{
-        static __RINGTRACE_SITE: $crate::__private::Callsite = $crate::__private::Callsite::new(
-            $category,
-            $name,
-            ::core::file!(),
-            ::core::line!(),
-            ::core::module_path!(),
-            &[],
-        );
-        if __RINGTRACE_SITE.is_enabled() {
-            $crate::__private::counter(&__RINGTRACE_SITE, $value);
+        let site = $crate::__callsite!($category, $name);
+        if site.is_enabled() {
+            $crate::__private::counter(site, $value);
         }
     }};
 }
@@ -410,16 +391,9 @@ macro_rules! trace_log {
 #[macro_export]
 macro_rules! __log {
     ($category:expr, $level:expr, $($fmt:tt)+) => {{
-        static __RINGTRACE_SITE: $crate::__private::Callsite = $crate::__private::Callsite::new(
-            $category,
-            "log",
-            ::core::file!(),
-            ::core::line!(),
-            ::core::module_path!(),
-            &[],
-        );
-        if __RINGTRACE_SITE.is_enabled() {
-            $crate::__private::log(&__RINGTRACE_SITE, $level, ::core::format_args!($($fmt)+));
+        let site = $crate::__callsite!($category, "log");
+        if site.is_enabled() {
+            $crate::__private::log(site, $level, ::core::format_args!($($fmt)+));
         }
     }};
 }

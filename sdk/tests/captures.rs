@@ -6,9 +6,10 @@
 
 mod common;
 
+use common::captures::{assert_within, captures_in};
 use common::scratch;
 use common::slices::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tracing::dispatcher::{self, Dispatch};
 use tracing::info_span;
@@ -110,19 +111,6 @@ fn serve_with(dispatch: &Dispatch, requests: u64, every: u64, slow_for: Duration
     slow
 }
 
-fn captures_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_str().unwrap();
-            n.starts_with("slow-request-") && n.ends_with(ext)
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 fn every_slow_request_whole(via: Via, ext: &str) {
     let _one = serial();
     let dir = scratch(&format!("captures_{via:?}_{ext}"));
@@ -141,7 +129,7 @@ fn check_captures(dir: &Path, ext: &str, slow: &[u64], stats: &ringtrace::Stats,
     // too: at least the slow ones, and a file per capture.
     assert!(stats.captures_fired >= slow.len() as u64, "{stats:?}");
     assert_eq!(stats.captures_suppressed, 0);
-    let files = captures_in(dir, ext);
+    let files = captures_in(dir, "slow-request-", ext);
     assert_eq!(files.len() as u64, stats.captures_fired);
     let mut found = Vec::new();
     let mut own_file = Vec::new();
@@ -149,11 +137,7 @@ fn check_captures(dir: &Path, ext: &str, slow: &[u64], stats: &ringtrace::Stats,
         // Slices of other requests may be cut by the window's end (JSON
         // ends them there, marked unfinished; Perfetto leaves them open):
         // no `decode`, which refuses those.
-        let (slices, _) = if ext == "json" {
-            json_slices(&common::json_events(f))
-        } else {
-            perfetto_slices(&common::perfetto_model(f))
-        };
+        let (slices, _) = decode_as_is(f);
         // The capture's slow request: a request slice over 20 ms (under
         // load, a fast one stretched past 20 ms is one too: its own capture,
         // or one more long request in a slow one's).
@@ -207,21 +191,15 @@ fn check_captures(dir: &Path, ext: &str, slow: &[u64], stats: &ringtrace::Stats,
                 req.end() + 100_000,
             )
         };
-        let (from, to) = window(&req);
-        for s in &slices {
-            assert!(
-                s.ts >= from && s.end() <= to,
-                "{f:?}: {s:?} outside [{from}, {to}]"
-            );
-        }
+        assert_within(f, &slices, window(&req));
         // The file is a slow request's own capture when everything in it is
         // within that request's window alone.
         for r in long
             .iter()
             .filter(|r| slow.contains(&r.args["id"].as_u64().unwrap()))
         {
-            let (from, to) = window(r);
-            if slices.iter().all(|s| s.ts >= from && s.end() <= to) {
+            let window = window(r);
+            if slices.iter().all(|s| s.within(window)) {
                 own_file.push(r.args["id"].as_u64().unwrap());
             }
         }
@@ -276,7 +254,7 @@ fn one_capture_per_interval_and_k_files_kept() {
     let stats = guard.stop().unwrap();
     assert_eq!(stats.captures_fired, 1, "{stats:?}");
     assert!(stats.captures_suppressed >= 4, "{stats:?}");
-    assert_eq!(captures_in(&dir, "pftrace").len(), 1);
+    assert_eq!(captures_in(&dir, "slow-request-", "pftrace").len(), 1);
 
     let dir = scratch("captures_kept");
     let (dispatch, guard) = start(&dir, Via::Layer, "pftrace", Duration::ZERO, 2);
@@ -284,7 +262,7 @@ fn one_capture_per_interval_and_k_files_kept() {
     let stats = guard.stop().unwrap();
     let n = stats.captures_fired;
     assert!(n >= 5, "{stats:?}");
-    let files = captures_in(&dir, "pftrace");
+    let files = captures_in(&dir, "slow-request-", "pftrace");
     let mut names: Vec<String> = files
         .iter()
         .map(|f| f.file_name().unwrap().to_str().unwrap().to_owned())

@@ -8,10 +8,10 @@
 
 mod common;
 
+use common::captures::{assert_within, captures_in};
 use common::scratch;
 use common::slices::*;
 use ringtrace::events::Category;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const BEFORE: Duration = Duration::from_millis(5);
@@ -69,19 +69,6 @@ fn serve(requests: u64) -> Vec<u64> {
     (0..requests).filter(|i| i % 1000 == 7).collect()
 }
 
-fn captures_in(dir: &Path, ext: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let n = p.file_name().unwrap().to_str().unwrap();
-            n.starts_with("slow-") && n.ends_with(ext)
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 fn slow_scopes_captured_whole(ext: &str) {
     let _one = serial();
     let dir = scratch(&format!("scopes_{ext}"));
@@ -101,16 +88,12 @@ fn slow_scopes_captured_whole(ext: &str) {
                                        // too: at least the slow ones.
     assert!(stats.captures_fired >= 3, "{stats:?}");
     assert_eq!(stats.captures_suppressed, 0, "{stats:?}");
-    let files = captures_in(&dir, ext);
+    let files = captures_in(&dir, "slow-", ext);
     assert_eq!(files.len() as u64, stats.captures_fired, "{files:?}");
     let mut found = Vec::new();
     for f in &files {
         // Slices of other requests may be cut by the window's ends.
-        let (slices, _) = if ext == "json" {
-            json_slices(&common::json_events(f))
-        } else {
-            perfetto_slices(&common::perfetto_model(f))
-        };
+        let (slices, _) = decode_as_is(f);
         let long: Vec<&Slice> = slices
             .iter()
             .filter(|s| s.name.starts_with("handle") && s.dur > THRESHOLD.as_nanos() as i64)
@@ -143,14 +126,8 @@ fn slow_scopes_captured_whole(ext: &str) {
         }
         // Nothing outside the window: `BEFORE` before the slice's begin to
         // its end (JSON rounds to microseconds).
-        let from = req.ts - BEFORE.as_nanos() as u64 - 1_000;
-        let to = req.end() + 1_000;
-        for s in &slices {
-            assert!(
-                s.ts >= from && s.end() <= to,
-                "{f:?}: {s:?} outside [{from}, {to}]"
-            );
-        }
+        let window = (req.ts - BEFORE.as_nanos() as u64 - 1_000, req.end() + 1_000);
+        assert_within(f, &slices, window);
     }
     found.sort();
     for id in &slow {
@@ -193,5 +170,5 @@ fn fast_scopes_not_captured() {
     std::thread::sleep(Duration::from_millis(30));
     let stats = trace.stop().unwrap();
     assert_eq!(stats.captures_fired, 0, "{stats:?}");
-    assert!(captures_in(&dir, "pftrace").is_empty());
+    assert!(captures_in(&dir, "slow-", "pftrace").is_empty());
 }

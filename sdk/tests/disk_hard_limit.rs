@@ -7,10 +7,8 @@
 
 mod common;
 
-use common::scratch;
 use common::slices::*;
-use serde_json::Value;
-use std::path::Path;
+use common::{scratch, ticks_from_env};
 use std::time::Duration;
 
 const LIMIT: u64 = 256 << 10;
@@ -18,21 +16,6 @@ const LIMIT: u64 = 256 << 10;
 /// (an instant here: 4 words in; Perfetto about 30 bytes out, JSON about
 /// 117: at most ~1 KiB and ~4 KiB), two marks and the ending.
 const SLACK: u64 = 8 << 10;
-
-fn slices_of(p: &Path) -> Vec<Slice> {
-    if p.extension().unwrap() == "json" {
-        // The whole file is one document a standard parser reads.
-        let doc: Value = serde_json::from_slice(&std::fs::read(p).unwrap())
-            .unwrap_or_else(|e| panic!("{p:?} is not a closed JSON document: {e}"));
-        let events = match &doc {
-            Value::Array(a) => a.clone(),
-            v => v["traceEvents"].as_array().unwrap().clone(),
-        };
-        json_slices(&events).0
-    } else {
-        perfetto_slices(&common::perfetto_model(p)).0
-    }
-}
 
 fn hard_limit(ext: &str) {
     let _one = serial();
@@ -82,7 +65,7 @@ fn hard_limit(ext: &str) {
         recorded,
         "written + dropped = recorded: {stats:?}"
     );
-    let slices = slices_of(&path);
+    let (slices, _) = decode_as_is(&path);
     let ticks: Vec<&Slice> = slices.iter().filter(|s| s.name == "tick").collect();
     assert_eq!(ticks.len() as u64, stats.events_written);
     // Per thread, the ticks in the file are its first ones, none missing.
@@ -138,24 +121,7 @@ fn hard_limit_from_the_environment_and_not_with_a_flight_recorder() {
     let _one = serial();
     let dir = scratch("hard_env");
     let path = dir.join("trace.json");
-    std::env::set_var("RINGTRACE_OUTPUT", &path);
-    std::env::set_var("RINGTRACE_MAX_FILE_BYTES", (64u64 << 10).to_string());
-    std::env::set_var("RINGTRACE_MAX_FILES", "1");
-    let trace = ringtrace::init_from_env().unwrap().unwrap();
-    for i in 0..20_000u64 {
-        ringtrace::trace_instant!("hard", "tick", i = i);
-        if i % 1000 == 0 {
-            ringtrace::flush();
-        }
-    }
-    let stats = trace.stop().unwrap();
-    for k in [
-        "RINGTRACE_OUTPUT",
-        "RINGTRACE_MAX_FILE_BYTES",
-        "RINGTRACE_MAX_FILES",
-    ] {
-        std::env::remove_var(k);
-    }
+    let stats = ticks_from_env(&path, 64 << 10, 1, 20_000);
     assert!(stats.events_dropped_disk > 0, "{stats:?}");
     assert_eq!(
         stats.events_written + stats.events_dropped_disk + stats.events_lost,

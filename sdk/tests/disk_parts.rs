@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::scratch;
 use common::slices::*;
+use common::{scratch, ticks_from_env};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -141,23 +141,7 @@ fn max_file_bytes_from_the_environment() {
         ringtrace::init_from_env(),
         Err(ringtrace::Error::InvalidConfig(_))
     ));
-    std::env::set_var("RINGTRACE_MAX_FILE_BYTES", PART.to_string());
-    std::env::set_var("RINGTRACE_MAX_FILES", "2");
-    let trace = ringtrace::init_from_env().unwrap().unwrap();
-    for i in 0..60_000u64 {
-        ringtrace::trace_instant!("parts", "tick", i = i);
-        if i % 1000 == 0 {
-            ringtrace::flush();
-        }
-    }
-    let stats = trace.stop().unwrap();
-    for k in [
-        "RINGTRACE_OUTPUT",
-        "RINGTRACE_MAX_FILE_BYTES",
-        "RINGTRACE_MAX_FILES",
-    ] {
-        std::env::remove_var(k);
-    }
+    let stats = ticks_from_env(&dir.join("trace.json"), PART, 2, 60_000);
     assert!(stats.files_removed >= 1, "{stats:?}");
     assert!(parts(&dir, "json").len() <= 2);
 }
@@ -230,7 +214,7 @@ fn soak_at_full_rate() {
     let mut last: [Option<u64>; 2] = [None, None];
     let mut gaps = 0;
     for (_, p) in &kept {
-        let (slices, _) = decode_lossy(p);
+        let (slices, _) = decode_as_is(p); // parts may hold loss marks
         for t in 0..2u64 {
             let mine: Vec<u64> = slices
                 .iter()
@@ -262,9 +246,4 @@ fn soak_at_full_rate() {
         "{gaps} missing, {} counted lost",
         stats.events_lost
     );
-}
-
-/// The slices of a part that may hold loss marks.
-fn decode_lossy(p: &Path) -> (Vec<Slice>, Flows) {
-    perfetto_slices(&common::perfetto_model(p))
 }

@@ -155,22 +155,14 @@ pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {
                 open.entry((pid, tid)).or_default().push(m.events.len());
                 m.events.push(ev(Kind::Begin, thread_track));
             }
-            'E' => {
-                // Close the innermost open B with that name (or any, unnamed E).
-                let stack = open.entry((pid, tid)).or_default();
-                let at = stack
-                    .iter()
-                    .rposition(|&i| name.is_empty() || m.events[i].name == name);
-                match at {
-                    Some(pos) => {
-                        let i = stack.remove(pos);
-                        let b = &mut m.events[i];
-                        b.kind = Kind::Complete { dur: ts - b.ts };
-                        b.args.extend(args.clone());
-                    }
-                    None => m.warn(format!("E event {name:?} closes nothing")),
-                }
-            }
+            'E' => close_open(
+                &mut m,
+                open.entry((pid, tid)).or_default(),
+                'E',
+                &name,
+                ts,
+                &args,
+            ),
             'i' | 'I' | 'R' => {
                 let track = match e.get("s").and_then(Value::as_str) {
                     Some("g") => Track::Global,
@@ -239,18 +231,7 @@ pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {
                     }
                     'e' => {
                         let stack = async_open.entry(key).or_default();
-                        let at = stack
-                            .iter()
-                            .rposition(|&i| name.is_empty() || m.events[i].name == name);
-                        match at {
-                            Some(pos) => {
-                                let i = stack.remove(pos);
-                                let b = &mut m.events[i];
-                                b.kind = Kind::Complete { dur: ts - b.ts };
-                                b.args.extend(args.clone());
-                            }
-                            None => m.warn(format!("e event {name:?} closes nothing")),
-                        }
+                        close_open(&mut m, stack, 'e', &name, ts, &args);
                     }
                     _ => {
                         let track = Track::Async {
@@ -266,4 +247,29 @@ pub fn decode_json(bytes: &[u8]) -> Result<TraceModel, String> {
         }
     }
     Ok(m)
+}
+
+/// An end (`E`, or an async `e`) at `ts`: closes the innermost begin open in
+/// `stack` with that name (or any, for an unnamed end), which takes the
+/// end's args; one that closes nothing is a warning.
+fn close_open(
+    m: &mut TraceModel,
+    stack: &mut Vec<usize>,
+    phase: char,
+    name: &str,
+    ts: i64,
+    args: &Map<String, Value>,
+) {
+    let at = stack
+        .iter()
+        .rposition(|&i| name.is_empty() || m.events[i].name == name);
+    match at {
+        Some(pos) => {
+            let i = stack.remove(pos);
+            let b = &mut m.events[i];
+            b.kind = Kind::Complete { dur: ts - b.ts };
+            b.args.extend(args.clone());
+        }
+        None => m.warn(format!("{phase} event {name:?} closes nothing")),
+    }
 }

@@ -67,7 +67,25 @@ pub(crate) struct CaptureOptions {
     pub(crate) interval: Duration,
     pub(crate) files: u64,
     /// `capture_slow_scopes`'s patterns and threshold.
-    pub(crate) slow_scopes: Option<(Vec<String>, Duration)>,
+    pub(crate) slow_scopes: Option<SlowRule>,
+}
+
+/// A slow-slice rule: the patterns (`prefix*` or a whole name) and the
+/// threshold, as `Builder::capture_slow_scopes` and
+/// `TracingBuilder::capture_slow` keep them.
+pub(crate) type SlowRule = (Vec<String>, Duration);
+
+/// The rule those two options take as any strings, owned.
+pub(crate) fn slow_rule<I, S>(patterns: I, threshold: Duration) -> SlowRule
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let patterns = patterns
+        .into_iter()
+        .map(|p| p.as_ref().to_owned())
+        .collect();
+    (patterns, threshold)
 }
 
 /// The capture options before any is set: files `capture-{n}.pftrace`.
@@ -484,11 +502,8 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let patterns = patterns
-            .into_iter()
-            .map(|p| p.as_ref().to_owned())
-            .collect();
-        self.capture.get_or_insert_with(default_capture).slow_scopes = Some((patterns, threshold));
+        self.capture.get_or_insert_with(default_capture).slow_scopes =
+            Some(slow_rule(patterns, threshold));
         self
     }
 

@@ -20,6 +20,7 @@
 //! | `sink` | where a file's bytes go, laid out so a kill leaves whole events |
 //! | `stats` | [`Stats`], the totals (every loss counted there) |
 //! | `signals` | the opt-in SIGINT/SIGTERM handling |
+//! | `env` | the options environment variables set (`init_from_env`'s table), applied over a builder |
 //!
 //! Rules of this layer: it wires the recording path (`record`) to encoders
 //! (`encode`) and sinks, and to system tracing (`system`), which knows
@@ -30,13 +31,14 @@
 //! rotates, a capture file) is one more `Output`, not another branch in the
 //! flusher. No file of this folder imports one that imports it back:
 //! `stats`, `waker`, `sink`, `recorder`, `error`, `builder` and `disk` are
-//! leaves; then `output`, `capture`, `trigger`, `control`, `file`, `flusher`
+//! leaves, `env` imports only leaves; then `output`, `capture`, `trigger`, `control`, `file`, `flusher`
 //! and this module each import only leaves and files listed before them.
 
 mod builder;
 pub(crate) mod capture;
 mod control;
 mod disk;
+mod env;
 mod error;
 mod file;
 pub(crate) mod flusher;
@@ -49,8 +51,9 @@ pub(crate) mod stats;
 mod trigger;
 mod waker;
 
-pub(crate) use builder::Output;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
+pub(crate) use builder::{slow_rule, Output, SlowRule};
+pub(crate) use env::env_config;
 pub use error::Error;
 pub use stats::Stats;
 
@@ -752,60 +755,6 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
         Some(b) => b.start().map(Some),
         None => Ok(None),
     }
-}
-
-/// `b` with the environment's configuration (`init_from_env`'s table)
-/// applied over it; `None` if `RINGTRACE_OUTPUT` is unset or empty.
-pub(crate) fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
-    let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
-        return Ok(None);
-    };
-    let system = out == "system"
-        || std::env::var("RINGTRACE_SYSTEM")
-            .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-    let mut b = b.system_tracing(system);
-    if out != "system" {
-        b = b.output(PathBuf::from(out));
-    }
-    if let Ok(cats) = std::env::var("RINGTRACE_CATEGORIES") {
-        let mut filter = CategoryFilter::none();
-        for p in cats.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match p.strip_prefix('-') {
-                Some(off) => filter.push(off, false),
-                None => filter.push(p, true),
-            }
-        }
-        b.filter = filter;
-    }
-    let number = |name: &str| -> Result<Option<u64>, Error> {
-        match std::env::var(name) {
-            Ok(v) => v
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::InvalidConfig(format!("{name}={v} is not a number"))),
-            Err(_) => Ok(None),
-        }
-    };
-    if let Some(n) = number("RINGTRACE_BUFFER_BYTES")? {
-        b = b.buffer_bytes(n);
-    }
-    if let Some(n) = number("RINGTRACE_BUFFER_BYTES_PER_THREAD")? {
-        b = b.buffer_bytes_per_thread(usize::try_from(n).unwrap_or(usize::MAX));
-    }
-    if let Some(hz) = number("RINGTRACE_CPU_SAMPLING")? {
-        b = b.cpu_sampling(u32::try_from(hz).unwrap_or(u32::MAX));
-    }
-    if let Ok(v) = std::env::var("RINGTRACE_OVERWRITE") {
-        b = b.overwrite(matches!(v.trim(), "1" | "true" | "yes" | "on"));
-    }
-    if let Some(n) = number("RINGTRACE_MAX_FILE_BYTES")? {
-        b = b.max_file_bytes(n);
-    }
-    if let Some(n) = number("RINGTRACE_MAX_FILES")? {
-        b = b.max_files(n);
-    }
-    Ok(Some(b))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::sample::{Decide, Sampler};
 use super::sealed;
 use super::{RingtraceLayer, RingtraceSubscriber};
-use crate::session::{Builder, Error, Format, TraceGuard};
+use crate::session::{slow_rule, Builder, Error, Format, SlowRule, TraceGuard};
 use std::fmt;
 use std::io::Write;
 use std::marker::PhantomData;
@@ -73,7 +73,7 @@ pub struct TracingBuilder<T> {
     inner: Builder,
     sampling: Sampling,
     /// `capture_slow`'s patterns and threshold.
-    slow: Option<(Vec<String>, Duration)>,
+    slow: Option<SlowRule>,
     kind: PhantomData<fn() -> T>,
 }
 
@@ -335,11 +335,7 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let patterns = patterns
-            .into_iter()
-            .map(|p| p.as_ref().to_owned())
-            .collect();
-        self.slow = Some((patterns, threshold));
+        self.slow = Some(slow_rule(patterns, threshold));
         self
     }
 

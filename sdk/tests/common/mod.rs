@@ -1,5 +1,6 @@
 //! What the integration tests of `ringtrace` share: scratch directories, the
-//! Python that has the official Perfetto schema, and the decoders.
+//! Python that has the official Perfetto schema, the decoders, and a session
+//! started from the environment.
 //!
 //! Each test binary uses part of it.
 #![allow(dead_code)]
@@ -8,47 +9,16 @@
 // shared with `archive_processes`, which records its members with the SDK.
 #[path = "../../../archive/tests/common/archive.rs"]
 pub mod archive;
+// Scratch directories and the Python: the archive crate's own.
+#[path = "../../../archive/tests/common/base.rs"]
+mod base;
+pub mod captures;
 pub mod slices;
 
+pub use base::{python, run_python, scratch};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// A fresh directory, unique per call (tests run in parallel threads).
-pub fn scratch(name: &str) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "ringtrace-{}-{}-{n}-{name}",
-        env!("CARGO_CRATE_NAME"),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// The Python with the `perfetto` package (`scripts/test.sh` sets it up).
-pub fn python() -> String {
-    std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-/// Runs a Python script; fails the test if it fails. Returns its stdout.
-pub fn run_python(script: &str, args: &[&str]) -> String {
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e} (set RINGTRACE_PYTHON)", python()));
-    assert!(
-        out.status.success(),
-        "python failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The Perfetto trace as a reader resolves it; fails on any rule it breaks.
 pub fn perfetto_model(trace: &Path) -> Value {
@@ -83,4 +53,35 @@ pub fn json_events(trace: &Path) -> Vec<Value> {
         Value::Array(events) => events,
         other => panic!("expected the bare array form, got {other}"),
     }
+}
+
+/// A session started from the environment (`RINGTRACE_OUTPUT`,
+/// `RINGTRACE_MAX_FILE_BYTES`, `RINGTRACE_MAX_FILES`) records `n` instants
+/// `tick`, flushing every 1,000; returns its `Stats`. The variables are
+/// removed again.
+pub fn ticks_from_env(
+    output: &Path,
+    max_file_bytes: u64,
+    max_files: u64,
+    n: u64,
+) -> ringtrace::Stats {
+    std::env::set_var("RINGTRACE_OUTPUT", output);
+    std::env::set_var("RINGTRACE_MAX_FILE_BYTES", max_file_bytes.to_string());
+    std::env::set_var("RINGTRACE_MAX_FILES", max_files.to_string());
+    let trace = ringtrace::init_from_env().unwrap().unwrap();
+    for i in 0..n {
+        ringtrace::trace_instant!("env", "tick", i = i);
+        if i % 1000 == 0 {
+            ringtrace::flush();
+        }
+    }
+    let stats = trace.stop().unwrap();
+    for k in [
+        "RINGTRACE_OUTPUT",
+        "RINGTRACE_MAX_FILE_BYTES",
+        "RINGTRACE_MAX_FILES",
+    ] {
+        std::env::remove_var(k);
+    }
+    stats
 }

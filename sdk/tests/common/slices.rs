@@ -40,6 +40,10 @@ impl Slice {
     pub fn thread(&self) -> &str {
         self.track.strip_prefix("thread:").unwrap_or("")
     }
+    /// Whether it begins and ends within `[from, to]` (ns).
+    pub fn within(&self, (from, to): (u64, u64)) -> bool {
+        self.ts >= from && self.end() <= to
+    }
 }
 
 /// A flow as (source slice index, destination slice index) into the slices.
@@ -256,12 +260,20 @@ pub fn no_loss_flags(slices: &[Slice]) {
     }
 }
 
-pub fn decode(trace: &Path) -> (Vec<Slice>, Flows) {
-    let (slices, flows) = if trace.extension().unwrap() == "json" {
+/// The slices of a trace in either format (by its extension), as they are:
+/// a capture's or a part's may be cut by its window or by losses.
+pub fn decode_as_is(trace: &Path) -> (Vec<Slice>, Flows) {
+    if trace.extension().unwrap() == "json" {
         json_slices(&json_events(trace))
     } else {
         perfetto_slices(&perfetto_model(trace))
-    };
+    }
+}
+
+/// The slices of a trace with nothing lost: each ended by its span, well
+/// nested.
+pub fn decode(trace: &Path) -> (Vec<Slice>, Flows) {
+    let (slices, flows) = decode_as_is(trace);
     no_loss_flags(&slices);
     assert_well_nested(&slices);
     (slices, flows)

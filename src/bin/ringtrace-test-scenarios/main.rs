@@ -360,11 +360,16 @@ fn load(trace: &str, mode: &str) -> Value {
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
     let stop = std::sync::Arc::new(AtomicBool::new(false));
+    // The run's time starts once every thread recorded its first event: on
+    // a loaded machine a thread may otherwise not run before the stop.
+    let started = Arc::new(Barrier::new(9));
     let handles: Vec<_> = (0..8)
         .map(|t| {
-            let stop = stop.clone();
+            let (stop, started) = (stop.clone(), started.clone());
             thread::spawn(move || {
-                let mut n = 0u64;
+                ringtrace::trace_instant!("load", t = t, n = 0u64);
+                started.wait();
+                let mut n = 1u64;
                 while !stop.load(Ordering::Relaxed) {
                     ringtrace::trace_instant!("load", t = t, n = n);
                     n += 1;
@@ -373,6 +378,7 @@ fn load(trace: &str, mode: &str) -> Value {
             })
         })
         .collect();
+    started.wait();
     thread::sleep(Duration::from_millis(millis));
     stop.store(true, Ordering::Relaxed);
     let threads: Vec<Value> = handles.into_iter().map(|h| h.join().unwrap()).collect();
