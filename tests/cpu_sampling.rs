@@ -196,6 +196,16 @@ fn copied_stacks_name_the_uninstrumented_hot_path_inside_its_slice() {
 }
 
 #[test]
+fn a_thread_the_budget_has_no_whole_ring_for_is_sampled_with_a_smaller_one() {
+    // 1 MiB of budget: the threads sampled first take the room of a whole
+    // ring of copies (516 KiB); the hot thread, started later, gets a
+    // smaller ring and its samples all the same.
+    let (trace, expect, _) = run("cpu-tight", "t.pftrace", "cpu_hot", "copied-tight");
+    assert_eq!(expect["stats"]["cpu_threads_unsampled"], 0, "{expect}");
+    check_hot_trace(&trace, &expect, 50);
+}
+
+#[test]
 fn auto_takes_copied_stacks_for_a_program_without_frame_pointers() {
     // The test programs are built without frame pointers (Rust's default):
     // `Auto` must still give whole stacks.

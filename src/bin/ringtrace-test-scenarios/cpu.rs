@@ -47,16 +47,22 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// `stacks`: "fp", "copied" or "auto". The hot thread runs for 400 ms of
-/// CPU time; its tid and the stats are the expectation.
+/// `stacks`: "fp", "copied" or "auto"; "copied-tight": copied stacks in
+/// a 1 MiB budget (the threads started first take the room of a whole
+/// ring). The hot thread runs for 400 ms of CPU time; its tid and the
+/// stats are the expectation.
 pub fn hot(trace: &str, stacks: &str) -> Value {
+    let tight = stacks == "copied-tight";
     let stacks = match stacks {
         "fp" => ringtrace::CpuStacks::FramePointers,
-        "copied" => ringtrace::CpuStacks::CopiedStacks,
+        "copied" | "copied-tight" => ringtrace::CpuStacks::CopiedStacks,
         _ => ringtrace::CpuStacks::Auto,
     };
-    let guard = ringtrace::builder()
-        .output(trace)
+    let mut builder = ringtrace::builder().output(trace);
+    if tight {
+        builder = builder.buffer_bytes(1 << 20);
+    }
+    let guard = builder
         .cpu_sampling(1000)
         .cpu_sampling_stacks(stacks)
         .start()
