@@ -247,6 +247,18 @@ mod tests {
         }
     }
 
+    /// A TSC calibration anchored at `anchor` (ticks, ns) with the rate
+    /// `int + frac / 2^64` ns per tick.
+    fn tsc_at(anchor: (u64, u64), int: u64, frac: u64) -> Calibration {
+        Calibration {
+            tsc: true,
+            first: anchor,
+            last: anchor,
+            int,
+            frac,
+        }
+    }
+
     /// The fixed-point conversion against the exact product of the f64
     /// rate (its mantissa and exponent, in i128, truncated), on both sides
     /// of the anchor and far from it.
@@ -255,13 +267,7 @@ mod tests {
         for rate in [0.25, 0.3333333333, 0.4166, 1.0, 1.7, 3.9, 1e-3] {
             let (int, frac) = fixed_point(rate);
             let anchor = (1u64 << 40, 5_000_000_000_000u64);
-            let cal = Calibration {
-                tsc: true,
-                first: anchor,
-                last: anchor,
-                int,
-                frac,
-            };
+            let cal = tsc_at(anchor, int, frac);
             // rate = m * 2^e exactly.
             let bits = rate.to_bits();
             let e = ((bits >> 52) & 0x7ff) as i32 - 1075;
@@ -287,13 +293,7 @@ mod tests {
         // Clamped at 0 and u64::MAX.
         let (int, frac) = fixed_point(1.0);
         assert_eq!((int, frac), (1, 0));
-        let at = |ns| Calibration {
-            tsc: true,
-            first: (1 << 40, ns),
-            last: (1 << 40, ns),
-            int,
-            frac,
-        };
+        let at = |ns| tsc_at((1 << 40, ns), int, frac);
         assert_eq!(at(10).to_ns(0), 0);
         assert_eq!(at(10).to_ns((1 << 40) + 5), 15);
         assert_eq!(at(u64::MAX - 5).to_ns((1 << 40) + 9), u64::MAX);
@@ -336,13 +336,7 @@ mod tests {
                 (7, half),
                 (u64::MAX, u64::MAX),
             ] {
-                let cal = Calibration {
-                    tsc: true,
-                    first: anchor,
-                    last: anchor,
-                    int,
-                    frac,
-                };
+                let cal = tsc_at(anchor, int, frac);
                 let a = anchor.0;
                 let mut readings = vec![0, 1, half - 1, half, half + 1, u64::MAX];
                 for d in [0u64, 1, 2, 1000, 1 << 32, half - 1, half, half + 1] {

@@ -376,6 +376,18 @@ mod tests {
         t
     }
 
+    /// Runs `f` with an encoding context of this process.
+    fn with_ctx(f: impl FnOnce(&Context<'_>)) {
+        let cal = Calibration::start(false);
+        let process = ProcessInfo::current(Some("samples".into()));
+        let mut sites = Sites::default();
+        f(&Context {
+            cal: &cal,
+            process: &process,
+            sites: &mut sites,
+        });
+    }
+
     /// Each packet's sequence flags and whether it carries interned data.
     fn packets(out: &[u8]) -> Vec<(u32, bool)> {
         ringtrace_protos::Trace::decode(out)
@@ -388,57 +400,51 @@ mod tests {
 
     #[test]
     fn a_restart_clears_the_sequence_and_interns_every_entry_again() {
-        let cal = Calibration::start(false);
-        let process = ProcessInfo::current(Some("samples".into()));
-        let mut sites = Sites::default();
-        let ctx = Context {
-            cal: &cal,
-            process: &process,
-            sites: &mut sites,
-        };
-        let t = tables();
-        let samples = [Sample {
-            ts_ns: 1_000,
-            tid: 7,
-            cpu: 0,
-            callstack: 1,
-            truncated: false,
-        }];
-        let view = SampleView {
-            tables: &t,
-            samples: &samples,
-            lost: 0,
-        };
-        let mut seq = SampleSeq::default();
-        let cleared = (SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE) as u32;
-        let needs = SEQ_NEEDS_INCREMENTAL_STATE as u32;
-        let mut out = Vec::new();
-        seq.write(&ctx, &view, &mut out);
-        assert_eq!(packets(&out), [(cleared, true)]);
-        // Nothing new: no interned data, no clear.
-        out.clear();
-        seq.write(&ctx, &view, &mut out);
-        assert_eq!(packets(&out), [(needs, false)]);
-        // After a restart the entries written before are written again.
-        seq.restart();
-        out.clear();
-        seq.write(&ctx, &view, &mut out);
-        assert_eq!(packets(&out), [(cleared, true)]);
-        let interned = ringtrace_protos::Trace::decode(out.as_slice())
-            .unwrap()
-            .packet[0]
-            .interned_data
-            .clone()
-            .unwrap();
-        assert_eq!(
-            (
-                interned.mappings.len(),
-                interned.frames.len(),
-                interned.callstacks.len(),
-                interned.function_names.len()
-            ),
-            (1, 1, 1, 1)
-        );
+        with_ctx(|ctx| {
+            let t = tables();
+            let samples = [Sample {
+                ts_ns: 1_000,
+                tid: 7,
+                cpu: 0,
+                callstack: 1,
+                truncated: false,
+            }];
+            let view = SampleView {
+                tables: &t,
+                samples: &samples,
+                lost: 0,
+            };
+            let mut seq = SampleSeq::default();
+            let cleared = (SEQ_INCREMENTAL_STATE_CLEARED | SEQ_NEEDS_INCREMENTAL_STATE) as u32;
+            let needs = SEQ_NEEDS_INCREMENTAL_STATE as u32;
+            let mut out = Vec::new();
+            seq.write(ctx, &view, &mut out);
+            assert_eq!(packets(&out), [(cleared, true)]);
+            // Nothing new: no interned data, no clear.
+            out.clear();
+            seq.write(ctx, &view, &mut out);
+            assert_eq!(packets(&out), [(needs, false)]);
+            // After a restart the entries written before are written again.
+            seq.restart();
+            out.clear();
+            seq.write(ctx, &view, &mut out);
+            assert_eq!(packets(&out), [(cleared, true)]);
+            let interned = ringtrace_protos::Trace::decode(out.as_slice())
+                .unwrap()
+                .packet[0]
+                .interned_data
+                .clone()
+                .unwrap();
+            assert_eq!(
+                (
+                    interned.mappings.len(),
+                    interned.frames.len(),
+                    interned.callstacks.len(),
+                    interned.function_names.len()
+                ),
+                (1, 1, 1, 1)
+            );
+        });
     }
 
     /// Only the entries the samples use are interned, renumbered from 1,
@@ -446,81 +452,75 @@ mod tests {
     /// what is new.
     #[test]
     fn only_the_entries_samples_use_are_interned() {
-        let cal = Calibration::start(false);
-        let process = ProcessInfo::current(Some("samples".into()));
-        let mut sites = Sites::default();
-        let ctx = Context {
-            cal: &cal,
-            process: &process,
-            sites: &mut sites,
-        };
-        let mut t = tables();
-        t.mappings.push(MappingDef {
-            build_id: vec![0xcd; 20],
-            path: "/usr/lib/libother.so".into(),
-            start: 0x10000,
-            end: 0x20000,
-            pgoff: 0,
-            load_bias: 0,
+        with_ctx(|ctx| {
+            let mut t = tables();
+            t.mappings.push(MappingDef {
+                build_id: vec![0xcd; 20],
+                path: "/usr/lib/libother.so".into(),
+                start: 0x10000,
+                end: 0x20000,
+                pgoff: 0,
+                load_bias: 0,
+            });
+            t.names.push("other::f".into());
+            t.names.push("prog::main".into());
+            // Frame 2: other::f in libother (unused); frame 3: prog::main.
+            t.frames.push(FrameDef {
+                name: 2,
+                mapping: 2,
+                rel_pc: 0x10,
+            });
+            t.frames.push(FrameDef {
+                name: 3,
+                mapping: 1,
+                rel_pc: 0x20,
+            });
+            t.callstacks.push(vec![2]); // 2: unused
+            t.callstacks.push(vec![3, 1]); // 3: main -> hot
+            let sample = |callstack| Sample {
+                ts_ns: 1_000,
+                tid: 7,
+                cpu: 0,
+                callstack,
+                truncated: false,
+            };
+            let interned = |out: &[u8]| {
+                let trace = ringtrace_protos::Trace::decode(out).unwrap();
+                let p = &trace.packet[0];
+                let d = p.interned_data.clone().unwrap_or_default();
+                let iid = p.perf_sample.as_ref().unwrap().callstack_iid;
+                (
+                    d.mappings.len(),
+                    d.function_names.len(),
+                    d.frames.len(),
+                    d.callstacks
+                        .iter()
+                        .map(|c| c.frame_ids.clone())
+                        .collect::<Vec<_>>(),
+                    iid,
+                )
+            };
+            let mut seq = SampleSeq::default();
+            let mut out = Vec::new();
+            let samples = [sample(3), sample(3)];
+            let view = SampleView {
+                tables: &t,
+                samples: &samples,
+                lost: 0,
+            };
+            seq.write(ctx, &view, &mut out);
+            // main (frame 1 here) and hot (2), one mapping, two names.
+            assert_eq!(interned(&out), (1, 2, 2, vec![vec![1, 2]], Some(1)));
+            // Stack 1 (hot alone) now: only the stack is new.
+            out.clear();
+            let samples = [sample(1)];
+            let view = SampleView {
+                tables: &t,
+                samples: &samples,
+                lost: 0,
+            };
+            seq.write(ctx, &view, &mut out);
+            assert_eq!(interned(&out), (0, 0, 0, vec![vec![2]], Some(2)));
         });
-        t.names.push("other::f".into());
-        t.names.push("prog::main".into());
-        // Frame 2: other::f in libother (unused); frame 3: prog::main.
-        t.frames.push(FrameDef {
-            name: 2,
-            mapping: 2,
-            rel_pc: 0x10,
-        });
-        t.frames.push(FrameDef {
-            name: 3,
-            mapping: 1,
-            rel_pc: 0x20,
-        });
-        t.callstacks.push(vec![2]); // 2: unused
-        t.callstacks.push(vec![3, 1]); // 3: main -> hot
-        let sample = |callstack| Sample {
-            ts_ns: 1_000,
-            tid: 7,
-            cpu: 0,
-            callstack,
-            truncated: false,
-        };
-        let interned = |out: &[u8]| {
-            let trace = ringtrace_protos::Trace::decode(out).unwrap();
-            let p = &trace.packet[0];
-            let d = p.interned_data.clone().unwrap_or_default();
-            let iid = p.perf_sample.as_ref().unwrap().callstack_iid;
-            (
-                d.mappings.len(),
-                d.function_names.len(),
-                d.frames.len(),
-                d.callstacks
-                    .iter()
-                    .map(|c| c.frame_ids.clone())
-                    .collect::<Vec<_>>(),
-                iid,
-            )
-        };
-        let mut seq = SampleSeq::default();
-        let mut out = Vec::new();
-        let samples = [sample(3), sample(3)];
-        let view = SampleView {
-            tables: &t,
-            samples: &samples,
-            lost: 0,
-        };
-        seq.write(&ctx, &view, &mut out);
-        // main (frame 1 here) and hot (2), one mapping, two names.
-        assert_eq!(interned(&out), (1, 2, 2, vec![vec![1, 2]], Some(1)));
-        // Stack 1 (hot alone) now: only the stack is new.
-        out.clear();
-        let samples = [sample(1)];
-        let view = SampleView {
-            tables: &t,
-            samples: &samples,
-            lost: 0,
-        };
-        seq.write(&ctx, &view, &mut out);
-        assert_eq!(interned(&out), (0, 0, 0, vec![vec![2]], Some(2)));
     }
 }
