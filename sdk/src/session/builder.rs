@@ -149,6 +149,8 @@ pub struct Builder {
     pub(super) capture: Option<CaptureOptions>,
     /// CPU stack samples (`sampling`: its builder methods are there).
     pub(crate) cpu_sampling: crate::sampling::Options,
+    /// The mode of the files the session creates.
+    pub(super) file_mode: u32,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -214,6 +216,7 @@ pub fn builder() -> Builder {
         max_files: DEFAULT_MAX_FILES,
         capture: None,
         cpu_sampling: Default::default(),
+        file_mode: super::files::DEFAULT_MODE,
     }
 }
 
@@ -256,6 +259,36 @@ impl Builder {
     /// [`BufWriter`](std::io::BufWriter)).
     pub fn writer(mut self, w: impl Write + Send + 'static) -> Self {
         self.output = Output::Writer(Box::new(w));
+        self
+    }
+
+    /// The permission bits of the files the session creates (its output,
+    /// the parts of [`max_file_bytes`](Builder::max_file_bytes), captures,
+    /// the files of [`rotate_output`](crate::rotate_output) and
+    /// [`dump_to`](crate::dump_to)), less the process's umask. Default
+    /// `0o600`: only the owner reads them, as `perfetto_cmd`'s output;
+    /// traces hold the program's data (field values, arguments, addresses).
+    /// Widen it (`0o644`) to share them. A file the user named that already
+    /// exists keeps its mode when it is replaced.
+    ///
+    /// The names the session picks itself (parts, captures) are always new
+    /// files: a name already taken, by a file of an earlier run, another
+    /// user's file or a symlink, is skipped (the numbering goes on past it),
+    /// never followed or overwritten.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("ringtrace-doc-mode.pftrace");
+    /// # let _ = std::fs::remove_file(&path);
+    /// let trace = ringtrace::builder().output(&path).file_mode(0o640).start()?;
+    /// trace.stop()?;
+    /// # use std::os::unix::fs::PermissionsExt;
+    /// # assert_eq!(std::fs::metadata(&path)?.permissions().mode() & 0o7, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn file_mode(mut self, mode: u32) -> Self {
+        self.file_mode = mode & 0o777;
         self
     }
 

@@ -29,8 +29,9 @@ use crate::encode::json::{JsonEncoder, JsonOptions};
 use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
 use crate::encode::{Context, Encoder};
 use crate::session::builder::Format;
-use crate::session::disk::DiskLimit;
+use crate::session::disk::{DiskLimit, HardLimit};
 use crate::session::error::Error;
+use crate::session::files;
 use crate::session::output::{write_out, File};
 use crate::session::sink::{Sink, Units};
 use crate::session::stats::Stats;
@@ -49,6 +50,8 @@ pub(crate) struct Formats {
     pub(crate) compressed_packets: bool,
     /// The session is in flight-recorder (overwrite) mode.
     pub(crate) overwrite: bool,
+    /// The mode of the files the session creates (`files`).
+    pub(crate) mode: u32,
 }
 
 impl Formats {
@@ -59,26 +62,37 @@ impl Formats {
         }
     }
 
-    /// Creates the file at `path` and what writes it.
+    /// Creates (or truncates) the file the user named at `path` and what
+    /// writes it (`rotate_output`, `dump_to`).
     pub(crate) fn target(&self, path: &Path) -> Result<Target, Error> {
         let format =
             Format::from_path(path).ok_or_else(|| Error::UnknownFormat(path.to_path_buf()))?;
-        let file = std::fs::File::create(path).map_err(|e| Error::Io {
+        let file = files::create_named(path, self.mode).map_err(|e| Error::Io {
             path: Some(path.to_path_buf()),
             source: e,
         })?;
-        // Laid out as the session's own file: a kill leaves whole events.
+        Ok(self.writing(path, file, format, false))
+    }
+
+    /// What writes `file`, created at `path`, in `format`: laid out as the
+    /// session's own file (a kill leaves whole events). `own`: the
+    /// session's own output (or a part of it).
+    pub(crate) fn writing(
+        &self,
+        path: &Path,
+        file: std::fs::File,
+        format: Format,
+        own: bool,
+    ) -> Target {
         let mut sink = Sink::file(file, path.display().to_string(), Units::of(format));
         if self.compressed_packets && format == Format::Perfetto {
             sink.compress_perfetto_packets();
         }
-        Ok(Target {
-            file: Some(File {
-                encoder: self.encoder(format),
-                sink,
-            }),
+        Target {
+            file: Some(File::new(self.encoder(format), sink)),
             path: Some(path.to_path_buf()),
-        })
+            own,
+        }
     }
 }
 
@@ -88,6 +102,10 @@ pub(crate) struct Target {
     pub(crate) file: Option<File>,
     /// The file (`None`: the session's writer).
     pub(crate) path: Option<PathBuf>,
+    /// The session's own output or a part of it (not a file
+    /// `rotate_output` or `dump_to` named): the disk bound and its guard
+    /// apply.
+    pub(crate) own: bool,
 }
 
 type Reply = mpsc::Sender<Result<Stats, Error>>;
@@ -122,11 +140,15 @@ impl Request {
 pub(crate) struct Requests {
     queue: Vec<Request>,
     closed: bool,
+    /// A dump's window is open: nothing queued is taken until it closes,
+    /// so what waits is no reason for the flusher to wake.
+    held: bool,
 }
 
 impl Requests {
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+    /// Whether a request waits that the flusher can take now.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.held && !self.queue.is_empty()
     }
 
     pub(crate) fn closed(&self) -> bool {
@@ -183,6 +205,8 @@ pub(crate) fn ask(
 pub(crate) struct Windows {
     /// The file being written now.
     path: Option<PathBuf>,
+    /// It is the session's own output or a part of it.
+    own: bool,
     /// A dump in progress: the session's own output, stashed, and when the
     /// window closes.
     dump: Option<(FileDone, Instant, Reply)>,
@@ -194,21 +218,27 @@ pub(crate) struct Windows {
     threads: HashSet<u32>,
     /// Totals of every file finished so far (written, bytes, unmatched).
     pub(crate) finished: Stats,
+    /// What may go into the session's own file (a hard limit, and the
+    /// guard that counts what cannot be written).
+    pub(crate) guard: HardLimit,
     /// The session's file in parts of a bounded size (`disk`), and how a
     /// new part is made.
     disk: Option<(DiskLimit, Formats)>,
 }
 
 impl Windows {
-    /// The flusher starts writing the session's output, `path`.
-    pub(crate) fn new(path: Option<PathBuf>) -> Windows {
+    /// The flusher starts writing the session's output, `path` (`own`:
+    /// there is one).
+    pub(crate) fn new(path: Option<PathBuf>, own: bool) -> Windows {
         Windows {
             path,
+            own,
             dump: None,
             rotate: None,
             lost_at_start: 0,
             threads: HashSet::new(),
             finished: Stats::default(),
+            guard: HardLimit::new(u64::MAX),
             disk: None,
         }
     }
@@ -219,13 +249,43 @@ impl Windows {
         self
     }
 
-    /// Parts removed to keep the disk bound, and the first error removing
-    /// one or making the next.
-    pub(crate) fn disk_report(&mut self) -> (u64, Option<std::io::Error>) {
-        match self.disk.as_mut() {
-            Some((d, _)) => (d.removed, d.remove_error.take()),
-            None => (0, None),
+    /// The session's file never grows past `max_bytes` (`max_files(1)`).
+    pub(crate) fn with_hard_limit(mut self, max_bytes: u64) -> Windows {
+        self.guard = HardLimit::new(max_bytes);
+        self
+    }
+
+    /// The guard of the file written now, if it is the session's own.
+    pub(crate) fn guard(&mut self) -> Option<&mut HardLimit> {
+        self.own.then_some(&mut self.guard)
+    }
+
+    /// Whether the file written now takes no more records (the session's
+    /// own, at its limit or failing).
+    pub(crate) fn full(&self, file: &Option<File>, out: &[u8]) -> bool {
+        match file {
+            Some(f) if self.own => self.guard.full(f, out),
+            _ => false,
         }
+    }
+
+    /// The parts: removed, failed, and the first error (taken).
+    pub(crate) fn disk_report(&mut self) -> (u64, u64, Option<std::io::Error>) {
+        match self.disk.as_mut() {
+            Some((d, _)) => (d.removed, d.failed, d.first_error.take()),
+            None => (0, 0, None),
+        }
+    }
+
+    /// The file written now is the session's own (or a part of it).
+    pub(crate) fn own(&self) -> bool {
+        self.own
+    }
+
+    /// With parts, every file of the session's own is a part: its failure
+    /// is counted, not the session's error.
+    pub(crate) fn in_parts(&self) -> bool {
+        self.disk.is_some()
     }
 
     /// Before a pass, ahead of [`before_pass`](Windows::before_pass): the
@@ -278,14 +338,11 @@ impl Windows {
                     .checked_add(after)
                     .unwrap_or(now + Duration::from_secs(1 << 32));
                 self.dump = Some((stashed, until, reply));
+                // What else is queued waits for the window to close.
+                requests.lock().held = true;
             }
         }
         true
-    }
-
-    /// The file being written now (`None`: a writer, or no file).
-    pub(crate) fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
     }
 
     /// A dump's window is open: records go straight into its file.
@@ -302,6 +359,7 @@ impl Windows {
     /// (or any dump when `stopping`).
     pub(crate) fn after_pass(
         &mut self,
+        requests: &Mutex<Requests>,
         file: &mut Option<File>,
         ctx: &mut Context<'_>,
         lost: u64,
@@ -311,21 +369,23 @@ impl Windows {
         if let Some((mut target, reply)) = self.rotate.take() {
             self.swap_in(file, &mut target, ctx, out);
             let old = self.switch_file(target, lost);
-            let _ = reply.send(self.finish(old, ctx, out));
+            let _ = reply.send(self.finish(old, ctx, out).map_err(|(_, e)| e));
         }
         let closes =
             matches!(&self.dump, Some((_, until, _)) if stopping || Instant::now() >= *until);
         if closes {
             let (mut main, _, reply) = self.dump.take().unwrap();
+            requests.lock().held = false;
             // The session's own output comes back, its counts where they
             // were: it wrote nothing meanwhile.
             let t = &mut main.target;
             std::mem::swap(file, &mut t.file);
             std::mem::swap(&mut self.path, &mut t.path);
+            std::mem::swap(&mut self.own, &mut t.own);
             let dump = self.switch_file(main.target, lost);
             self.lost_at_start = lost - main.lost;
             self.threads = main.threads;
-            let _ = reply.send(self.finish(dump, ctx, out));
+            let _ = reply.send(self.finish(dump, ctx, out).map_err(|(_, e)| e));
         }
         if !stopping && self.dump.is_none() {
             self.next_part(file, ctx, lost, out);
@@ -333,7 +393,10 @@ impl Windows {
     }
 
     /// With a disk limit: ends the current part if it is within one pass of
-    /// the limit, the next part taking over as a rotation's file does.
+    /// the limit (or its writes failed), the next part taking over as a
+    /// rotation's file does. While no next part can be made, the current
+    /// one takes no more records (dropped and counted): the bound holds
+    /// whatever fails.
     fn next_part(
         &mut self,
         file: &mut Option<File>,
@@ -341,35 +404,53 @@ impl Windows {
         lost: u64,
         out: &mut Vec<u8>,
     ) {
-        let Some((limit, formats)) = self.disk.as_mut() else {
-            return;
-        };
         // Only the session's own file is cut (not one `rotate_output` chose).
-        if self.path.as_deref() != Some(limit.base()) && !limit.is_part(self.path.as_deref()) {
-            return;
-        }
-        let Some(f) = file.as_ref() else {
+        let (Some((limit, formats)), true, Some(f)) = (self.disk.as_mut(), self.own, file.as_ref())
+        else {
             return;
         };
         let bytes = f.sink.bytes_written() + out.len() as u64;
-        let Some(next) = limit.after_pass(bytes) else {
+        let ends = limit.after_pass(bytes);
+        if !ends && !f.sink.failed() {
+            return;
+        }
+        let format = limit.format;
+        let next = match limit.may_try(Instant::now()) {
+            true => limit.open_next(
+                |p, file| formats.writing(p, file, format, true),
+                formats.mode,
+            ),
+            false => None,
+        };
+        let Some(mut target) = next else {
+            self.guard.close();
             return;
         };
-        let mut target = match formats.target(&next) {
-            Ok(t) => t,
-            Err(Error::Io { source, .. }) => {
-                limit.remove_error.get_or_insert(source);
-                return; // the current part goes on
-            }
-            Err(_) => return,
-        };
         self.swap_in(file, &mut target, ctx, out);
-        let old = self.switch_file(target, lost);
+        let mut old = self.switch_file(target, lost);
+        if let Some(f) = old.target.file.as_mut() {
+            self.guard.mark(f, ctx, out);
+        }
         let path = old.target.path.clone();
         let done = self.finish(old, ctx, out);
-        let written = done.as_ref().map_or(bytes, |s| s.bytes_written);
-        if let (Some((limit, _)), Some(path)) = (self.disk.as_mut(), path) {
-            limit.finished(path, written);
+        self.guard.reopen();
+        // Drops while no part could be made are marked in the new one.
+        if let Some(f) = file.as_mut() {
+            self.guard.mark(f, ctx, out);
+        }
+        let Some((limit, _)) = self.disk.as_mut() else {
+            return;
+        };
+        let (written, ok) = match done {
+            Ok(s) => (s.bytes_written, true),
+            Err((s, Error::Io { source, .. })) => {
+                limit.part_failed(source);
+                (s.bytes_written, false)
+            }
+            Err((s, _)) => (s.bytes_written, false),
+        };
+        if let Some(path) = path {
+            limit.finished(path, written, ok);
         }
     }
 
@@ -383,39 +464,46 @@ impl Windows {
         }
     }
 
-    /// Closes a file that is no longer the output; its totals.
+    /// Closes a file that is no longer the output; its totals, with its
+    /// first error if a write failed (its events encoded but not written
+    /// counted in `events_dropped_disk`).
     fn finish(
         &mut self,
         mut done: FileDone,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
-    ) -> Result<Stats, Error> {
+    ) -> Result<Stats, (Stats, Error)> {
         let t = &mut done.target;
-        let Some(File { encoder, sink }) = t.file.as_mut() else {
+        let Some(f) = t.file.as_mut() else {
             return Ok(Stats::default()); // there was no file
         };
         let now = ctx.cal.now_ns();
-        encoder.finish(ctx, now, out);
-        sink.write(out);
-        sink.flush();
-        let enc = encoder.stats();
+        f.encoder.finish(ctx, now, out);
+        f.write(out);
+        f.flush();
+        let enc = f.encoder.stats();
         let stats = Stats {
-            events_written: enc.events,
+            events_written: f.events_in_file(),
             events_lost: done.lost,
             events_oversized: 0,
             unmatched_ends: enc.unmatched_ends,
             threads: done.threads.len() as u64,
-            bytes_written: sink.bytes_written(),
+            bytes_written: f.sink.bytes_written(),
+            events_dropped_disk: f.events_unwritten(),
             ..Stats::default()
         };
         self.finished.events_written += stats.events_written;
         self.finished.unmatched_ends += stats.unmatched_ends;
         self.finished.bytes_written += stats.bytes_written;
-        match sink.take_error() {
-            Some(e) => Err(Error::Io {
-                path: t.path.clone(),
-                source: e,
-            }),
+        self.finished.events_dropped_disk += stats.events_dropped_disk;
+        match f.sink.take_error() {
+            Some(e) => Err((
+                stats,
+                Error::Io {
+                    path: t.path.clone(),
+                    source: e,
+                },
+            )),
             None => Ok(stats),
         }
     }
@@ -433,6 +521,7 @@ impl Windows {
         write_out(file, out);
         std::mem::swap(file, &mut target.file);
         std::mem::swap(&mut self.path, &mut target.path);
+        std::mem::swap(&mut self.own, &mut target.own);
         if let Some(f) = file.as_mut() {
             f.encoder.header(ctx, out);
         }

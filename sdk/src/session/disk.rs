@@ -26,9 +26,13 @@
 use crate::encode::{Batch, Context};
 use crate::record::header::{header_kind, header_len};
 use crate::record::layout::{KIND_FLOW, KIND_LOST};
+use crate::session::builder::Format;
+use crate::session::capture::Target;
+use crate::session::files;
 use crate::session::output::File;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The `reason` of the mark where records were dropped at the hard limit.
 pub(crate) const DISK_LIMIT_REASON: &str = "disk limit";
@@ -42,32 +46,62 @@ const NEAR_LIMIT_WORDS: usize = 128;
 /// over this many bytes out per byte in (JSON's largest is under 4).
 const FAR: u64 = 8;
 
-/// A hard limit on the session's file (`max_files(1)`): the flusher's.
+/// What may go into the session's own file (the flusher's): the hard
+/// limit of `max_files(1)`, and with every other output a guard that
+/// counts, rather than loses, the records that cannot be written: once the
+/// file's writes fail (a full disk, a size limit), or while the disk bound
+/// has no next part to go on in, records are dropped and counted
+/// (`Stats::events_dropped_disk`) and marked in the next file that can
+/// take a mark.
 pub(crate) struct HardLimit {
     max_bytes: u64,
-    /// Records dropped since the limit was reached, and those already
-    /// marked in the file.
+    /// Records dropped since the session started, and those already
+    /// marked in a file.
     pub(crate) dropped: u64,
     marked: u64,
+    /// The current file takes no more records (the disk bound has no next
+    /// part for it), whatever its size.
+    closed: bool,
+    /// The current file has dropped records: nothing later goes in, so
+    /// its mark is where the drop began.
+    dropping: bool,
 }
 
 impl HardLimit {
+    /// A limit of `max_bytes` (`u64::MAX`: only the guard).
     pub(crate) fn new(max_bytes: u64) -> HardLimit {
         HardLimit {
             max_bytes,
             dropped: 0,
             marked: 0,
+            closed: false,
+            dropping: false,
         }
     }
 
-    /// Whether the file reached the limit (nothing more goes in).
+    /// Whether the file takes nothing more: it reached the limit, its
+    /// writes failed, or it was closed.
     pub(crate) fn full(&self, f: &File, out: &[u8]) -> bool {
-        self.dropped > 0 || f.sink.bytes_written() + out.len() as u64 >= self.max_bytes
+        self.closed
+            || self.dropping
+            || f.sink.failed()
+            || f.sink.bytes_written() + out.len() as u64 >= self.max_bytes
     }
 
-    /// Encodes `batch` into `out` while the file is under the limit, in
-    /// small pieces near it; drops and counts the rest, and marks the first
-    /// drop where it happens.
+    /// The current file takes no more records until [`reopen`](Self::reopen).
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+    }
+
+    /// A new file is the output: it takes records again.
+    pub(crate) fn reopen(&mut self) {
+        self.closed = false;
+        self.dropping = false;
+    }
+
+    /// Encodes `batch` into `out` while the file takes it, in small pieces
+    /// near the limit; drops and counts the rest, and marks the first drop
+    /// where it happens.
     pub(crate) fn batch(
         &mut self,
         f: &mut File,
@@ -79,9 +113,10 @@ impl HardLimit {
         let mut overwritten = batch.overwritten;
         while !words.is_empty() {
             if self.full(f, out) {
-                let first = self.dropped == 0;
+                let first = !self.dropping;
+                self.dropping = true;
                 self.dropped += events_in(words);
-                if first && self.dropped > 0 {
+                if first {
                     self.mark(f, ctx, out);
                 }
                 return;
@@ -104,10 +139,11 @@ impl HardLimit {
         }
     }
 
-    /// Marks the records dropped and not yet marked, at the current time.
+    /// Marks the records dropped and not yet marked, at the current time
+    /// (not into a file whose writes fail: the next file marks them).
     pub(crate) fn mark(&mut self, f: &mut File, ctx: &mut Context<'_>, out: &mut Vec<u8>) {
         let count = self.dropped - self.marked;
-        if count == 0 {
+        if count == 0 || f.sink.failed() {
             return;
         }
         self.marked = self.dropped;
@@ -151,9 +187,12 @@ fn record_boundary(words: &[u64], max: usize) -> usize {
 /// The limit and the parts written so far (the flusher's).
 pub(crate) struct DiskLimit {
     max_bytes: u64,
+    /// The format of every part (the session's).
+    pub(crate) format: Format,
     files: u64,
     /// The session's path: part 0; part `n` is `stem.n.ext` beside it.
     base: PathBuf,
+    /// The number the next part tries first (names taken are skipped).
     next: u64,
     /// Finished parts still on disk, oldest first, with their sizes.
     kept: VecDeque<(PathBuf, u64)>,
@@ -161,45 +200,130 @@ pub(crate) struct DiskLimit {
     /// part when the last pass ended.
     pass_peak: u64,
     last_bytes: u64,
-    /// Parts removed, and the first error removing one.
+    /// After a failure (no next part, a part whose writes failed): when
+    /// the next try may be, and the wait after that one.
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    /// Parts removed; parts that could not be made or written whole; the
+    /// first error of either kind (kept whole until the stop reports it).
     pub(crate) removed: u64,
-    pub(crate) remove_error: Option<std::io::Error>,
+    pub(crate) failed: u64,
+    pub(crate) first_error: Option<std::io::Error>,
+    /// Whether the current trouble was said on stderr.
+    said: bool,
 }
 
+/// The first wait after a part failed, and the longest.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LONGEST_RETRY: Duration = Duration::from_secs(1);
+
 impl DiskLimit {
-    pub(crate) fn new(base: PathBuf, max_bytes: u64, files: u64) -> DiskLimit {
+    pub(crate) fn new(base: PathBuf, max_bytes: u64, files: u64, format: Format) -> DiskLimit {
         DiskLimit {
             max_bytes,
+            format,
             files: files.max(1),
             base,
             next: 1,
             kept: VecDeque::new(),
             pass_peak: 0,
             last_bytes: 0,
+            retry_at: None,
+            backoff: FIRST_RETRY,
             removed: 0,
-            remove_error: None,
+            failed: 0,
+            first_error: None,
+            said: false,
         }
     }
 
-    /// After a pass that left the current part at `bytes`: the path of the
-    /// next part if this one ends now.
-    pub(crate) fn after_pass(&mut self, bytes: u64) -> Option<PathBuf> {
+    /// After a pass that left the current part at `bytes`: whether it ends
+    /// now (within one pass's output of the limit).
+    pub(crate) fn after_pass(&mut self, bytes: u64) -> bool {
         let pass = bytes.saturating_sub(self.last_bytes);
         self.last_bytes = bytes;
         self.pass_peak = self.pass_peak.max(pass);
-        if self.files < 2 || bytes.saturating_add(self.pass_peak) < self.max_bytes {
-            return None;
-        }
-        let path = part_path(&self.base, self.next);
-        self.next += 1;
-        Some(path)
+        self.files >= 2 && bytes.saturating_add(self.pass_peak) >= self.max_bytes
     }
 
-    /// The part at `path` was finished at `bytes`; the next one starts
-    /// empty. Removes the oldest parts past the bound.
-    pub(crate) fn finished(&mut self, path: PathBuf, bytes: u64) {
-        self.kept.push_back((path, bytes));
+    /// Whether a next part may be tried now (not while waiting after a
+    /// failure).
+    pub(crate) fn may_try(&self, now: Instant) -> bool {
+        self.retry_at.is_none_or(|at| now >= at)
+    }
+
+    /// Creates the next part (a new file: names taken by anything else are
+    /// skipped, `files` has the details). On failure the error is kept and
+    /// said once, and the next try waits.
+    pub(crate) fn open_next(
+        &mut self,
+        create: impl Fn(&Path, std::fs::File) -> Target,
+        mode: u32,
+    ) -> Option<Target> {
+        let base = self.base.clone();
+        match files::create_numbered(&mut self.next, mode, |n| part_path(&base, n)) {
+            Ok((path, file)) => Some(create(&path, file)),
+            Err(e) => {
+                let path = part_path(&self.base, self.next);
+                self.trouble(format!(
+                    "cannot make the trace's next part {}: {e}; the current part takes \
+                     no more events (dropped, counted in Stats::events_dropped_disk) until \
+                     one can be made",
+                    path.display()
+                ));
+                self.failed += 1;
+                self.first_error.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    /// A part could not be written whole (its error): counted and kept; a
+    /// full disk also gives up the oldest part kept, so recording goes on
+    /// with the newest.
+    pub(crate) fn part_failed(&mut self, e: std::io::Error) {
+        use std::io::ErrorKind::{QuotaExceeded, StorageFull};
+        self.failed += 1;
+        self.trouble(String::new());
+        if matches!(e.kind(), StorageFull | QuotaExceeded) {
+            if let Some((old, _)) = self.kept.pop_front() {
+                self.removed += 1;
+                self.remove(&old);
+            }
+        }
+        self.first_error.get_or_insert(e);
+    }
+
+    /// Something failed: the next try waits (longer each time), and the
+    /// first failure of a run of them is said on stderr (`what`; empty: the
+    /// sink said it).
+    fn trouble(&mut self, what: String) {
+        let now = Instant::now();
+        self.retry_at = now.checked_add(self.backoff);
+        self.backoff = (self.backoff * 2).min(LONGEST_RETRY);
+        if !self.said && !what.is_empty() {
+            eprintln!("ringtrace: {what}");
+        }
+        self.said = true;
+    }
+
+    /// The part at `path` was finished at `bytes` (`ok`: its every write
+    /// succeeded); the next one starts empty. A part that holds nothing is
+    /// removed. Removes the oldest parts past the bound.
+    pub(crate) fn finished(&mut self, path: PathBuf, bytes: u64, ok: bool) {
+        if ok {
+            self.retry_at = None;
+            self.backoff = FIRST_RETRY;
+            self.said = false;
+        }
         self.last_bytes = 0;
+        if bytes == 0 {
+            // A part that failed before holding anything: not one of the
+            // parts kept or removed.
+            self.remove(&path);
+        } else {
+            self.kept.push_back((path, bytes));
+        }
         let bound = self.max_bytes.saturating_mul(self.files);
         loop {
             let total: u64 = self.kept.iter().map(|k| k.1).sum();
@@ -211,23 +335,20 @@ impl DiskLimit {
                 break;
             };
             self.removed += 1;
-            if let Err(e) = std::fs::remove_file(&old) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    self.remove_error.get_or_insert(e);
-                }
-            }
+            self.remove(&old);
         }
     }
 
-    /// The session's own path (part 0).
-    pub(crate) fn base(&self) -> &Path {
-        &self.base
-    }
-
-    /// Whether `path` is a part this limit made.
-    pub(crate) fn is_part(&self, path: Option<&Path>) -> bool {
-        // The current part is the last one made.
-        self.next > 1 && path.is_some_and(|p| part_path(&self.base, self.next - 1) == p)
+    fn remove(&mut self, path: &Path) {
+        if let Err(e) = std::fs::remove_file(path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                self.trouble(format!(
+                    "cannot remove the trace's old part {}: {e}",
+                    path.display()
+                ));
+                self.first_error.get_or_insert(e);
+            }
+        }
     }
 }
 
@@ -269,14 +390,14 @@ mod tests {
 
     #[test]
     fn a_part_ends_one_pass_before_the_limit() {
-        let mut d = DiskLimit::new("t.json".into(), 1000, 3);
-        assert_eq!(d.after_pass(300), None); // a pass of 300: 600 < 1000
-        assert_eq!(d.after_pass(600), None); // 900
-        assert_eq!(d.after_pass(700), Some("t.1.json".into())); // 700 + 300
-        d.finished("t.json".into(), 700);
-        assert_eq!(d.after_pass(650), Some("t.2.json".into())); // a pass of 650
-        let mut one = DiskLimit::new("t.json".into(), 1000, 1);
-        assert_eq!(one.after_pass(5000), None, "one file: no parts");
+        let mut d = DiskLimit::new("t.json".into(), 1000, 3, Format::Json);
+        assert!(!d.after_pass(300)); // a pass of 300: 600 < 1000
+        assert!(!d.after_pass(600)); // 900
+        assert!(d.after_pass(700)); // 700 + 300
+        d.last_bytes = 0; // the next part starts empty
+        assert!(d.after_pass(650)); // a pass of 650
+        let mut one = DiskLimit::new("t.json".into(), 1000, 1, Format::Json);
+        assert!(!one.after_pass(5000), "one file: no parts");
     }
 
     #[test]
@@ -284,7 +405,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ringtrace-disk-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let base = dir.join("t.json");
-        let mut d = DiskLimit::new(base.clone(), 1000, 3);
+        let mut d = DiskLimit::new(base.clone(), 1000, 3, Format::Json);
         for n in 0..5 {
             let p = if n == 0 {
                 base.clone()
@@ -293,7 +414,7 @@ mod tests {
             };
             std::fs::write(&p, b"x").unwrap();
             // Parts of 900 bytes: two finished ones and a whole next part fit.
-            d.finished(p, 900);
+            d.finished(p, 900, true);
             let left: Vec<u64> = (0..=n)
                 .filter(|&i| {
                     if i == 0 {
@@ -307,7 +428,7 @@ mod tests {
         }
         assert_eq!(d.removed, 3);
         // Parts over the limit: only one finished part fits beside a next one.
-        d.finished(part_path(&base, 5), 1200);
+        d.finished(part_path(&base, 5), 1200, true);
         assert_eq!(d.kept.len(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }

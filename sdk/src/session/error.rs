@@ -33,6 +33,19 @@ pub enum Error {
         /// The I/O error (the first one, when several writes failed).
         source: std::io::Error,
     },
+    /// The session stopped, but writing its own file failed at some point
+    /// (a full disk, a size limit, a closed pipe): the file holds what was
+    /// written before the failure, cut at a whole event; what came after is
+    /// counted in [`Stats::events_dropped_disk`](crate::Stats::events_dropped_disk).
+    Incomplete {
+        /// The trace file, or `None` when the output is a writer.
+        path: Option<PathBuf>,
+        /// The first I/O error.
+        source: std::io::Error,
+        /// The session's totals, as [`TraceGuard::stop`](crate::TraceGuard::stop)
+        /// returns them when nothing fails.
+        stats: Box<crate::Stats>,
+    },
     /// A session is already recording; stop it first.
     AlreadyStarted,
     /// The output's file extension names no format ringtrace writes; use
@@ -54,6 +67,8 @@ impl fmt::Display for Error {
         match self {
             Error::Io { path: Some(p), source } => write!(f, "cannot write trace file {}: {source}", p.display()),
             Error::Io { path: None, source } => write!(f, "cannot write the trace: {source}"),
+            Error::Incomplete { path: Some(p), source, .. } => write!(f, "the trace file {} is incomplete: writing it failed: {source}", p.display()),
+            Error::Incomplete { path: None, source, .. } => write!(f, "the trace is incomplete: writing it failed: {source}"),
             Error::AlreadyStarted => write!(f, "a ringtrace session is already recording"),
             Error::UnknownFormat(p) => write!(
                 f,
@@ -68,10 +83,21 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The session's totals, when the session stopped despite the error
+    /// ([`Error::Incomplete`]).
+    pub fn stats(&self) -> Option<&crate::Stats> {
+        match self {
+            Error::Incomplete { stats, .. } => Some(stats),
+            _ => None,
+        }
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io { source, .. } => Some(source),
+            Error::Io { source, .. } | Error::Incomplete { source, .. } => Some(source),
             _ => None,
         }
     }

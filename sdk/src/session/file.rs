@@ -17,7 +17,6 @@ use crate::record::sync::Arc;
 use crate::sampling::held::HeldSamples;
 use crate::session::capture::Windows;
 use crate::session::control::Control;
-use crate::session::disk::HardLimit;
 use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
 use crate::session::recorder::Recorder;
 use crate::session::slow::SlowScopes;
@@ -53,9 +52,6 @@ pub(crate) struct FileOutput {
     captures: Option<Captures>,
     /// Where capture requests are queued.
     control: StdArc<Control>,
-    /// The session's file and its hard limit (`max_files(1)`): records
-    /// past it are dropped and counted; `None` without one.
-    hard: Option<(std::path::PathBuf, HardLimit)>,
     /// Slow scopes to capture (`capture_slow_scopes`), found in the
     /// records drained.
     slow: Option<SlowScopes>,
@@ -93,7 +89,6 @@ impl FileOutput {
             windows,
             captures,
             control,
-            hard: None,
             slow: None,
             held: HeldSamples::default(),
             written_from: None,
@@ -111,22 +106,10 @@ impl FileOutput {
         self
     }
 
-    /// The session's file at `path` never grows past `max_bytes` (plus
-    /// what `disk::HardLimit` allows over it).
-    pub(crate) fn with_hard_limit(mut self, path: std::path::PathBuf, max_bytes: u64) -> Self {
-        self.hard = Some((path, HardLimit::new(max_bytes)));
-        self
-    }
-
-    /// The file reached its hard limit (while it is the output, not a file
-    /// `rotate_output` switched to): only its ending goes in now.
+    /// The session's own file takes no more records (its hard limit, a
+    /// failed write, no next part): only its ending goes in now.
     fn full(&self) -> bool {
-        match (self.file.as_ref(), self.hard.as_ref()) {
-            (Some(f), Some((path, h))) if self.windows.path() == Some(path.as_path()) => {
-                h.full(f, &self.out)
-            }
-            _ => false,
-        }
+        self.windows.full(&self.file, &self.out)
     }
 
     fn capture_pending(&self) -> bool {
@@ -215,25 +198,31 @@ impl Output for FileOutput {
         if !self.dump {
             return;
         }
-        let (Some(rec), Some(File { encoder, sink })) =
-            (self.recorder.as_mut(), self.file.as_mut())
-        else {
+        let (Some(rec), Some(f)) = (self.recorder.as_mut(), self.file.as_mut()) else {
             return;
         };
         self.written_from = rec.oldest_ticks().map(|t| ctx.cal.to_ns(t));
         // As `write_if_full`: the store can hold tens of MiB of records.
-        let spill = |out: &mut Vec<u8>| {
+        let mut carried = None;
+        let sink = &mut f.sink;
+        let spill = |out: &mut Vec<u8>, events: u64| {
             if out.len() >= WRITE_AT {
                 sink.write(out);
+                if !sink.failed() {
+                    carried = Some(events);
+                }
             }
         };
         rec.write_out(
-            &mut **encoder,
+            &mut *f.encoder,
             ctx,
             &mut self.out,
             spill,
             &mut self.finished,
         );
+        if let Some(events) = carried {
+            f.wrote(events);
+        }
         self.let_go(tally);
     }
 
@@ -289,11 +278,9 @@ impl Output for FileOutput {
                         words: mine,
                         ..*batch
                     };
-                    match self.hard.as_mut() {
-                        Some((path, h)) if self.windows.path() == Some(path.as_path()) => {
-                            h.batch(f, ctx, &mine, &mut self.out)
-                        }
-                        _ => f.encoder.batch(ctx, &mine, &mut self.out),
+                    match self.windows.guard() {
+                        Some(h) => h.batch(f, ctx, &mine, &mut self.out),
+                        None => f.encoder.batch(ctx, &mine, &mut self.out),
                     }
                 }
             }
@@ -411,24 +398,28 @@ impl Output for FileOutput {
             c.write(self.recorder.as_ref(), &self.held, sampling, ctx);
             tally.triggers.append(&mut c.to_service);
         }
-        self.windows
-            .after_pass(&mut self.file, ctx, lost, pass.stopping, &mut self.out);
+        self.windows.after_pass(
+            &self.control.requests,
+            &mut self.file,
+            ctx,
+            lost,
+            pass.stopping,
+            &mut self.out,
+        );
     }
 
     fn end_pass(&mut self, _ctx: &mut Context<'_>) {
         write_out(&mut self.file, &mut self.out);
         if let Some(f) = self.file.as_mut() {
-            f.sink.flush();
+            f.flush();
         }
     }
 
     /// Records dropped at a hard limit since its first mark are marked
     /// before the file's ending.
     fn finish(&mut self, ctx: &mut Context<'_>, now_ns: u64) {
-        if let (Some(f), Some((path, h))) = (self.file.as_mut(), self.hard.as_mut()) {
-            if self.windows.path() == Some(path.as_path()) {
-                h.mark(f, ctx, &mut self.out);
-            }
+        if let (Some(f), Some(h)) = (self.file.as_mut(), self.windows.guard()) {
+            h.mark(f, ctx, &mut self.out);
         }
         if let Some(f) = self.file.as_mut() {
             f.encoder.finish(ctx, now_ns, &mut self.out);
@@ -438,34 +429,45 @@ impl Output for FileOutput {
 
     /// Totals of every file the session wrote: this one and those capture
     /// windows finished (the disk bound's parts among them); the captures
-    /// written and suppressed. The first error: the file's, then one
-    /// removing a part or writing a capture.
+    /// written, suppressed and failed, with the first error of each kind of
+    /// file. Returns the error of the session's own file (none with parts:
+    /// a part's failure is counted as the part's).
     fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
         let done = &self.windows.finished;
         stats.events_written += done.events_written;
         stats.unmatched_ends += done.unmatched_ends;
         stats.bytes_written += done.bytes_written;
-        let (files_removed, disk_error) = self.windows.disk_report();
+        stats.events_dropped_disk += done.events_dropped_disk + self.windows.guard.dropped;
+        let (files_removed, parts_failed, part_error) = self.windows.disk_report();
         stats.files_removed += files_removed;
-        if let Some((_, h)) = self.hard.as_ref() {
-            stats.events_dropped_disk += h.dropped;
-        }
-        let capture_error = self.captures.as_mut().and_then(|c| {
+        stats.parts_failed += parts_failed;
+        if let Some(c) = self.captures.as_mut() {
             stats.captures_fired += c.fired;
             stats.captures_suppressed += c.suppressed + c.refused();
+            stats.captures_failed += c.failed;
             stats.cpu_samples_lost += c.samples_dropped;
-            c.error.take()
-        });
+            stats.first_capture_error = c.error.as_ref().map(std::io::Error::kind);
+        }
         stats.cpu_samples_aged_out += self.held.aged_out;
-        let later = disk_error.or(capture_error);
-        let Some(f) = self.file.as_mut() else {
-            return later;
-        };
-        let enc = f.encoder.stats();
-        stats.events_written += enc.events;
-        stats.unmatched_ends += enc.unmatched_ends;
-        stats.bytes_written += f.sink.bytes_written();
-        f.sink.take_error().or(later)
+        let mut error = None;
+        if let Some(f) = self.file.as_mut() {
+            stats.events_written += f.events_in_file();
+            stats.events_dropped_disk += f.events_unwritten();
+            stats.unmatched_ends += f.encoder.stats().unmatched_ends;
+            stats.bytes_written += f.sink.bytes_written();
+            error = f.sink.take_error();
+        }
+        // The current part's failure is a part's: counted as the others.
+        let in_parts = self.windows.in_parts() && self.windows.own();
+        let mut part_error = part_error;
+        if in_parts {
+            if let Some(e) = error.take() {
+                stats.parts_failed += 1;
+                part_error.get_or_insert(e);
+            }
+        }
+        stats.first_part_error = part_error.as_ref().map(std::io::Error::kind);
+        error
     }
 }
 

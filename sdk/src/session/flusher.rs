@@ -357,7 +357,7 @@ impl Flusher {
         c.waker.sleep_unless(POLL, || {
             c.stop.load(Ordering::Acquire)
                 || c.flush_requested.load(Ordering::Acquire) != seen.0
-                || !c.requests.lock().is_empty()
+                || c.requests.lock().waiting()
                 || GROWTH.count() != seen.1
         });
     }

@@ -41,6 +41,7 @@ mod disk;
 mod env;
 mod error;
 mod file;
+mod files;
 pub(crate) mod flusher;
 mod output;
 mod recorder;
@@ -176,7 +177,7 @@ impl Builder {
                     Some(f) => f,
                     None => return Err(Error::UnknownFormat(p)),
                 };
-                let file = std::fs::File::create(&p).map_err(|e| Error::Io {
+                let file = files::create_named(&p, self.file_mode).map_err(|e| Error::Io {
                     path: Some(p.clone()),
                     source: e,
                 })?;
@@ -201,6 +202,7 @@ impl Builder {
             },
             compressed_packets: self.compressed_packets,
             overwrite: self.overwrite,
+            mode: self.file_mode,
         };
         let file_output = sink.is_some();
         let output = sink.map(|mut sink| {
@@ -208,7 +210,7 @@ impl Builder {
             if self.compressed_packets {
                 sink.compress_perfetto_packets();
             }
-            File { encoder, sink }
+            File::new(encoder, sink)
         });
         if self.finish_on_signals {
             crate::session::signals::install(finish_current_session).map_err(|e| Error::Io {
@@ -275,16 +277,15 @@ impl Builder {
                 },
             )
         });
-        let mut windows = capture::Windows::new(path.clone());
-        let hard = match (&path, self.max_file_bytes) {
-            (Some(p), Some(max)) if self.max_files == 1 => Some((p.clone(), max)),
+        let mut windows = capture::Windows::new(path.clone(), output.is_some());
+        match (&path, self.max_file_bytes) {
+            (Some(_), Some(max)) if self.max_files == 1 => windows = windows.with_hard_limit(max),
             (Some(p), Some(max)) => {
-                let limit = disk::DiskLimit::new(p.clone(), max, self.max_files);
+                let limit = disk::DiskLimit::new(p.clone(), max, self.max_files, format);
                 windows = windows.with_disk_limit(limit, formats.clone());
-                None
             }
-            _ => None,
-        };
+            _ => {}
+        }
         // Captures are written from the flight recorder's store; triggers
         // also go to the tracing service.
         let captures =
@@ -298,10 +299,6 @@ impl Builder {
             system.is_some(),
             control.clone(),
         );
-        let file = match hard {
-            Some((p, max)) => file.with_hard_limit(p, max),
-            None => file,
-        };
         let slow_scopes = self.capture.as_ref().and_then(|c| c.slow_scopes.clone());
         let file = match slow_scopes {
             Some((patterns, t)) => file.with_slow_scopes(slow::SlowScopes::new(patterns, t)),
@@ -462,16 +459,19 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     }
     REGISTRY.close();
     match joined {
-        Ok((mut stats, None)) => {
+        Ok((mut stats, error)) => {
             stats.spans_not_stored =
                 stats::spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
             (stats.roots_kept, stats.roots_skipped) = stats::take_sampled_roots();
-            Ok(stats)
+            match error {
+                None => Ok(stats),
+                Some(e) => Err(Error::Incomplete {
+                    path: session.path,
+                    source: e,
+                    stats: Box::new(stats),
+                }),
+            }
         }
-        Ok((_, Some(e))) => Err(Error::Io {
-            path: session.path,
-            source: e,
-        }),
         Err(_) => Err(Error::Flusher("the flusher thread panicked".into())),
     }
 }
@@ -515,8 +515,13 @@ impl TraceGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::Io`] if writing the trace failed at any point (the first error);
-    /// [`Error::Flusher`] if the flusher thread panicked.
+    /// [`Error::Incomplete`] if writing the session's own file failed at
+    /// some point (the first error; the session's `Stats` are in it, and
+    /// the file holds what was written before, cut at a whole event);
+    /// [`Error::Flusher`] if the flusher thread panicked. A capture or a
+    /// part of a bounded file that fails is not the session's failure: it is
+    /// counted in the `Stats` ([`Stats::captures_failed`],
+    /// [`Stats::parts_failed`]) and said on stderr when it happens.
     pub fn stop(mut self) -> Result<Stats, Error> {
         self.stopped = true;
         stop_session(self.id)

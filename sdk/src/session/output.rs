@@ -249,6 +249,50 @@ impl Outputs {
 pub(crate) struct File {
     pub(crate) encoder: Box<dyn Encoder>,
     pub(crate) sink: Sink,
+    /// The encoder's count of events at the last write that succeeded:
+    /// those encoded after it are in the file only once a write carries
+    /// them (none is after a write failed).
+    durable: u64,
+}
+
+impl File {
+    pub(crate) fn new(encoder: Box<dyn Encoder>, sink: Sink) -> File {
+        File {
+            encoder,
+            sink,
+            durable: 0,
+        }
+    }
+
+    /// Writes and clears `out`, which holds every event encoded since the
+    /// last write.
+    pub(crate) fn write(&mut self, out: &mut Vec<u8>) {
+        let events = self.encoder.stats().events;
+        self.sink.write(out);
+        if !self.sink.failed() {
+            self.durable = events;
+        }
+    }
+
+    /// A write the caller made (borrowing the encoder meanwhile) succeeded
+    /// with every event up to the encoder's count `events`.
+    pub(crate) fn wrote(&mut self, events: u64) {
+        self.durable = events;
+    }
+
+    pub(crate) fn flush(&mut self) {
+        self.sink.flush();
+    }
+
+    /// Events in the file: carried by writes that succeeded.
+    pub(crate) fn events_in_file(&self) -> u64 {
+        self.durable
+    }
+
+    /// Events encoded that no write carried into the file (a write failed).
+    pub(crate) fn events_unwritten(&self) -> u64 {
+        self.encoder.stats().events - self.durable
+    }
 }
 
 /// Bytes the flusher lets pile up before it writes them out: large enough
@@ -271,7 +315,7 @@ pub(crate) fn write_if_full(file: &mut Option<File>, out: &mut Vec<u8>) {
 /// Writes `out` to the file, if any (else drops it).
 pub(crate) fn write_out(file: &mut Option<File>, out: &mut Vec<u8>) {
     match file {
-        Some(f) => f.sink.write(out),
+        Some(f) => f.write(out),
         None => out.clear(),
     }
 }

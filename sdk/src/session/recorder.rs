@@ -45,11 +45,14 @@ struct Held {
 
 impl Recorder {
     /// A recorder of at most `bytes` bytes (the caller took them from the
-    /// budget). The memory is touched as it fills.
+    /// budget). That is a cap, not a reservation: the store is allocated as
+    /// it fills (`make_room`), so any number is accepted.
     pub(crate) fn new(bytes: u64) -> Recorder {
-        let cap_words = (bytes / 8).max(2 * ENTRY_WORDS as u64) as usize;
+        let cap_words = usize::try_from(bytes / 8)
+            .unwrap_or(usize::MAX)
+            .max(2 * (ENTRY_WORDS + ENTRY_HEADER));
         Recorder {
-            words: VecDeque::with_capacity(cap_words),
+            words: VecDeque::new(),
             cap_words,
             threads: HashMap::new(),
             scratch: Vec::new(),
@@ -102,8 +105,19 @@ impl Recorder {
                 self.held(thread).forgotten += events + marked;
                 continue;
             }
-            while self.words.len() + need > self.cap_words {
+            // Room made by forgetting the oldest entries, as long as any is left.
+            let fits = loop {
+                let fits = self.words.len() + need <= self.cap_words && self.make_room(need);
+                if fits || self.words.is_empty() {
+                    break fits;
+                }
                 forgotten += self.forget_oldest(finished);
+            };
+            if !fits {
+                // The allocator refused even an empty store this entry.
+                forgotten += events;
+                self.held(thread).forgotten += events + marked;
+                continue;
             }
             self.words.push_back((thread.seq_id as u64) << 32 | events);
             self.words.push_back(marked);
@@ -112,6 +126,32 @@ impl Recorder {
             self.held(thread).entries += 1;
         }
         forgotten
+    }
+
+    /// Grows the store's allocation for `need` more words: at least
+    /// doubling (amortised), never past the cap. False if the allocator
+    /// refuses: the cap comes down to what the store has, and the caller
+    /// forgets its oldest entries instead (a budget larger than the memory
+    /// the process can get is not an abort).
+    fn make_room(&mut self, need: usize) -> bool {
+        let len = self.words.len();
+        if self.words.capacity() - len >= need {
+            return true;
+        }
+        let want = (len + need)
+            .max(self.words.capacity().saturating_mul(2))
+            .max(2 * (ENTRY_WORDS + ENTRY_HEADER))
+            .min(self.cap_words);
+        if self.words.try_reserve_exact(want - len).is_ok() {
+            return true;
+        }
+        self.cap_words = self.words.capacity().max(len);
+        if self.words.capacity() - len >= need {
+            return true;
+        }
+        // Not even one more entry fits what the store has: only an empty
+        // store may still ask for exactly one entry.
+        len == 0 && self.words.try_reserve_exact(need).is_ok()
     }
 
     fn held(&mut self, thread: &Arc<ThreadRing>) -> &mut Held {
@@ -177,14 +217,14 @@ impl Recorder {
     /// Writes every entry out through `encoder`, oldest first, with the
     /// losses of each thread marked before its first entry, and empties the
     /// recorder. Appends to `finished` the exited threads it held.
-    /// `spill` is called after each entry, so the caller can write `out`
-    /// out as it grows: the store can hold tens of MiB of records.
+    /// `spill` is called after each entry (with the encoder's count of
+    /// events), so the caller can write `out` out as it grows: the store can hold tens of MiB of records.
     pub(crate) fn write_out(
         &mut self,
         encoder: &mut dyn Encoder,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
-        mut spill: impl FnMut(&mut Vec<u8>),
+        mut spill: impl FnMut(&mut Vec<u8>, u64),
         finished: &mut Vec<(Arc<ThreadRing>, u64)>,
     ) {
         while !self.words.is_empty() {
@@ -209,7 +249,7 @@ impl Recorder {
                 overwritten: std::mem::take(&mut held.forgotten),
             };
             encoder.batch(ctx, &batch, out);
-            spill(out);
+            spill(out, encoder.stats().events);
             if whole {
                 self.words.drain(..len);
             }

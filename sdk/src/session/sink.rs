@@ -206,6 +206,11 @@ impl Sink {
         self.written
     }
 
+    /// A write failed: nothing more goes in.
+    pub(crate) fn failed(&self) -> bool {
+        self.error.is_some()
+    }
+
     pub(crate) fn take_error(&mut self) -> Option<std::io::Error> {
         self.error.take()
     }

@@ -78,21 +78,46 @@ pub struct Stats {
     /// [`Builder::max_file_bytes`](crate::Builder::max_file_bytes) times
     /// [`max_files`](crate::Builder::max_files).
     pub files_removed: u64,
-    /// Events dropped because the session's file reached its hard limit
+    /// Events the rings gave up that are in no file because of the disk:
+    /// the session's file reached its hard limit
     /// ([`max_file_bytes`](crate::Builder::max_file_bytes) with
-    /// [`max_files`](crate::Builder::max_files)`(1)`), counted as
+    /// [`max_files`](crate::Builder::max_files)`(1)`), a write to one of
+    /// the session's files failed (a full disk, a size limit: the events
+    /// of that write, and every later one of that file), or the disk bound
+    /// had no next part to go on in (see
+    /// [`parts_failed`](Stats::parts_failed)). Counted as
     /// [`events_lost`](Stats::events_lost) counts them (a scope's begin and
     /// end are one each) but apart from them: the rings lost nothing. The
-    /// trace marks them (an events-lost instant on the process track with
-    /// `reason = "disk limit"` where the drop began, and one with the rest
-    /// at the end); their marks' `lost_events` add up to this count.
+    /// trace marks them where it still can (an events-lost instant on the
+    /// process track with `reason = "disk limit"` where the drop began, and
+    /// one with the rest at the file's end, or at the start of the next
+    /// part when the file's own writes failed).
     pub events_dropped_disk: u64,
+    /// Parts of the session's file
+    /// ([`max_file_bytes`](crate::Builder::max_file_bytes)) that could not
+    /// be made (the next part's name: a permission, a full disk, too many
+    /// open files) or written whole (a write failed: the part keeps what
+    /// was written before, cut at a whole event, and the next part takes
+    /// over). Each is said on stderr when it happens (once for a run of
+    /// failures); the events they could not hold are in
+    /// [`events_dropped_disk`](Stats::events_dropped_disk). A part's
+    /// failure is not the session's: [`TraceGuard::stop`](crate::TraceGuard::stop) still returns `Ok`.
+    pub parts_failed: u64,
+    /// The kind of the first error making, writing or removing a part
+    /// (`None`: none failed). The whole error was said on stderr.
+    pub first_part_error: Option<std::io::ErrorKind>,
     /// Captures written ([`trigger`](crate::trigger), slow spans).
     pub captures_fired: u64,
     /// Captures not written: within
     /// [`capture_interval`](crate::Builder::capture_interval) of the last
     /// one, or too many queued at once.
     pub captures_suppressed: u64,
+    /// Captures whose file could not be made or written whole (a missing
+    /// directory, a name too long, a full disk): each said on stderr when
+    /// it happens; the session and its own file go on.
+    pub captures_failed: u64,
+    /// The kind of the first capture's error (`None`: none failed).
+    pub first_capture_error: Option<std::io::ErrorKind>,
     /// Passes the flusher made (it wakes every few milliseconds).
     pub flusher_passes: u64,
     /// Threads' rings the flusher looked at, summed over its passes. A ring

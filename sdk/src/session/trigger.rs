@@ -33,6 +33,7 @@ use crate::sampling::held::HeldSamples;
 use crate::sampling::tables::{Sample, Tables};
 use crate::sampling::SampleView;
 use crate::session::capture::{Capture, Formats, Request, Requests};
+use crate::session::files;
 use crate::session::recorder::Recorder;
 use crate::session::sink::Sink;
 use crate::session::waker::Waker;
@@ -92,6 +93,8 @@ pub(crate) struct Captures {
     next: u64,
     pub(crate) fired: u64,
     pub(crate) suppressed: u64,
+    /// Captures that could not be written, and the first error.
+    pub(crate) failed: u64,
     pub(crate) error: Option<std::io::Error>,
     /// Names to send to the tracing service (`ActivateTriggers`).
     pub(crate) to_service: Vec<String>,
@@ -111,6 +114,7 @@ impl Captures {
             next: 1,
             fired: 0,
             suppressed: 0,
+            failed: 0,
             error: None,
             to_service: Vec::new(),
             refused_at_start: REFUSED.load(Ordering::Relaxed),
@@ -165,7 +169,15 @@ impl Captures {
             }
             self.last = Some(now);
             let opts = opts.clone();
-            if let Err(e) = self.write_one(&opts, recorder, held, ctx, &c) {
+            if let Err((path, e)) = self.write_one(&opts, recorder, held, ctx, &c) {
+                // The capture's own failure: the session and its file go on.
+                eprintln!(
+                    "ringtrace: capture {:?} could not be written to {}: {e} (counted in \
+                     Stats::captures_failed)",
+                    c.name,
+                    path.display()
+                );
+                self.failed += 1;
                 self.error.get_or_insert(e);
             }
         }
@@ -178,11 +190,14 @@ impl Captures {
         held: &HeldSamples,
         ctx: &mut Context<'_>,
         c: &Capture,
-    ) -> std::io::Result<()> {
-        let path = file_name(&opts.pattern, self.next, &c.name);
-        self.next += 1;
+    ) -> Result<(), (PathBuf, std::io::Error)> {
+        // A new file: a name taken (an earlier run's capture, a file or a
+        // symlink planted there) is skipped, never followed or replaced.
+        let (path, file) = files::create_numbered(&mut self.next, self.formats.mode, |n| {
+            file_name(&opts.pattern, n, &c.name)
+        })
+        .map_err(|e| (file_name(&opts.pattern, self.next, &c.name), e))?;
         let format = Format::from_path(&path).unwrap_or(Format::Perfetto);
-        let file = std::fs::File::create(&path)?;
         let mut sink = Sink::file(
             file,
             path.display().to_string(),
@@ -220,7 +235,9 @@ impl Captures {
         sink.write(&mut out);
         sink.flush();
         if let Some(e) = sink.take_error() {
-            return Err(e);
+            // All or nothing: a capture cut short is not left behind.
+            let _ = std::fs::remove_file(&path);
+            return Err((path, e));
         }
         self.fired += 1;
         self.kept.push_back(path);
