@@ -155,7 +155,8 @@ fn a_budget_of_u64_max_is_a_cap_not_a_reservation() {
     // The same from the environment.
     let trace = dir.join("env.json");
     let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
-        .args(["init_from_env", "-", "-"])
+        .args(["init_from_env", "-"])
+        .arg(dir.join("env.expect"))
         .env("RINGTRACE_OUTPUT", &trace)
         .env("RINGTRACE_OVERWRITE", "1")
         .env("RINGTRACE_BUFFER_BYTES", u64::MAX.to_string())

@@ -375,6 +375,15 @@ impl Builder {
     /// parts removed; [`Stats::bytes_written`](crate::Stats) counts every
     /// part. Only for a file [`output`](Builder::output) (not a writer); a
     /// file given to [`rotate_output`](crate::rotate_output) is not cut.
+    ///
+    /// Parts are new files: a part's name already taken (an earlier run's
+    /// part, a directory, a symlink) is skipped. If no next part can be
+    /// made (or a part's writes fail), the bound still holds: the current
+    /// part takes no more events, which are dropped and counted in
+    /// [`Stats::events_dropped_disk`](crate::Stats) until a part can be made
+    /// (tried again after 0.1 s, up to every second); each failure is
+    /// counted in [`Stats::parts_failed`](crate::Stats) and said on
+    /// stderr. The production guide's "When the disk fails" has each case.
     /// Also `RINGTRACE_MAX_FILE_BYTES` in [`init_from_env`](crate::init_from_env).
     ///
     /// # Examples
@@ -447,7 +456,11 @@ impl Builder {
     /// (from 1), `{name}` its name (characters other than ASCII letters,
     /// digits, `-` and `_` made `_`); without `{n}` the number goes before
     /// the extension (`slow.pftrace` → `slow.1.pftrace`). The extension
-    /// picks the format. A capture holds what was recorded from
+    /// picks the format. Each capture is a new file: a number whose name is
+    /// taken (an earlier run's capture, a symlink) is skipped, so a restart
+    /// never overwrites the last run's captures. A capture that cannot be
+    /// written is counted in [`Stats::captures_failed`](crate::Stats) and
+    /// said on stderr; the session goes on. A capture holds what was recorded from
     /// [`capture_before`](Builder::capture_before) before the window's start
     /// (the trigger, or the slow span's creation) to its end, on every
     /// thread; the flusher copies it from the flight recorder's store (the
