@@ -455,10 +455,13 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     crate::sampling::stop();
     session.control.request_stop();
     let joined = session.handle.join();
+    let mut triggers_dropped = 0;
     if let Some((link, handle)) = session.producer {
         // After the flusher's last commits: now the connection may close.
         link.shut_down();
         let _ = handle.join();
+        // Every trigger name is now sent or counted.
+        triggers_dropped = link.triggers_dropped();
     }
     REGISTRY.close();
     match joined {
@@ -466,6 +469,7 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
             stats.spans_not_stored =
                 stats::spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
             (stats.roots_kept, stats.roots_skipped) = stats::take_sampled_roots();
+            stats.triggers_dropped = triggers_dropped;
             Ok(stats)
         }
         Ok((_, Some(e))) => Err(Error::Io {
