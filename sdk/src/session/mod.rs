@@ -651,10 +651,17 @@ fn capture_window(path: &Path, after: Option<Duration>) -> Result<Stats, Error> 
 /// [`capture_before`](Builder::capture_before) ago): in flight-recorder mode with
 /// [`capture_to`](Builder::capture_to) set, the flusher writes it into a new file; with
 /// system tracing, it also sends `ActivateTriggers` with `name` to the
-/// tracing service. Returns whether the capture was queued: `false` without
-/// a session, or if 16 are already waiting for the flusher (counted in
-/// [`Stats::captures_suppressed`](crate::Stats)). The calling thread only
-/// queues it and wakes the flusher.
+/// tracing service (also when the capture's file is suppressed: the service
+/// rate-limits triggers itself). Returns whether the capture was queued:
+/// `false` without a session, or if 16 are already waiting for the flusher
+/// (counted in [`Stats::captures_suppressed`](crate::Stats)). The calling
+/// thread only queues it and wakes the flusher, which never waits on the
+/// service for it: a thread of system tracing's connection sends the
+/// names. A name longer than 256 bytes is not sent (refused, not
+/// shortened); nor are names beyond 64 waiting to be sent, or those
+/// without a connection to the service: each is counted in
+/// [`Stats::triggers_dropped`](crate::Stats::triggers_dropped) and the
+/// first said on stderr (see the [system tracing guide](crate::guide::system_tracing)).
 ///
 /// # Examples
 ///

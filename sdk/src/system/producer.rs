@@ -67,7 +67,7 @@ struct Conn {
 impl Conn {
     /// Calls `method` (which the service offers); an error ends the
     /// connection, but for a frame over the protocol's limit, which is not
-    /// sent (`InvalidInput`: traced would drop the connection for it).
+    /// sent ([`Oversized`]: traced would drop the connection for it).
     fn call(&mut self, method: &str, args: &[u8], drop_reply: bool) -> io::Result<()> {
         let method_id = *self
             .methods
@@ -84,10 +84,10 @@ impl Conn {
         if frame.len() > MAX_FRAME {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
+                Oversized(format!(
                     "a {method} frame of {} bytes, over the protocol's {MAX_FRAME}",
                     frame.len()
-                ),
+                )),
             ));
         }
         self.stream.write_all(&frame)
@@ -96,13 +96,25 @@ impl Conn {
     /// Ends the connection after `e`, unless `e` refused a frame before
     /// sending it (the connection is intact).
     fn failed(g: &mut Option<Conn>, e: &io::Error) {
-        if e.kind() != io::ErrorKind::InvalidInput {
+        if !e.get_ref().is_some_and(|r| r.is::<Oversized>()) {
             if let Some(c) = g.take() {
                 c.stream.shutdown();
             }
         }
     }
 }
+
+/// A frame `Conn::call` refused to send: over the protocol's limit.
+#[derive(Debug)]
+struct Oversized(String);
+
+impl std::fmt::Display for Oversized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Oversized {}
 
 /// Shared by the connection thread and the flusher.
 pub(crate) struct Link {
@@ -523,4 +535,41 @@ fn command(
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_frame_over_the_limit_is_not_sent_and_the_connection_stays() {
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let mut g = Some(Conn {
+            id: 1,
+            stream: Stream::Unix(ours),
+            service_id: 1,
+            methods: HashMap::from([("M".to_string(), 1)]),
+            next_request: 0,
+            announced: 0,
+        });
+        let c = g.as_mut().unwrap();
+        let e = c.call("M", &vec![0; MAX_FRAME], true).unwrap_err();
+        assert!(e.to_string().contains("a M frame of"), "{e}");
+        Conn::failed(&mut g, &e);
+        let mut buf = [0u8; 64];
+        let nothing = theirs.read(&mut buf).unwrap_err();
+        assert_eq!(nothing.kind(), io::ErrorKind::WouldBlock, "nothing sent");
+        g.as_mut()
+            .expect("still connected")
+            .call("M", b"ok", true)
+            .unwrap();
+        assert!(
+            theirs.read(&mut buf).unwrap() > 0,
+            "the next frame goes out"
+        );
+        Conn::failed(&mut g, &io::Error::other("a failed send"));
+        assert!(g.is_none(), "any other error ends the connection");
+    }
 }

@@ -53,7 +53,7 @@ impl Dropped {
             Dropped::NotConnected => "not connected to the service".into(),
             Dropped::Unsupported => "the service offers no ActivateTriggers".into(),
             Dropped::SendFailed => "the send failed, which ended the connection".into(),
-            Dropped::Stopping => "the session stopped before they were sent".into(),
+            Dropped::Stopping => "system tracing ended before they were sent".into(),
         }
     }
 }
