@@ -401,3 +401,92 @@ pub fn events_named<'a>(model: &'a Value, name: &str) -> Vec<&'a Value> {
         .filter(|e| e["name"] == name)
         .collect()
 }
+
+/// A service on a Unix socket that accepts producers and never reads what
+/// they send: with `answer_bind`, it first answers their `ProducerPort`
+/// bind (request 1) with the methods a producer needs, so that they count
+/// as connected; without, it never writes a byte either.
+pub struct SilentService {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Connections accepted so far.
+    pub accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SilentService {
+    /// Listens on `path` (a new socket).
+    pub fn start(path: &Path, answer_bind: bool) -> SilentService {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (s, a) = (stop.clone(), accepted.clone());
+        let thread = std::thread::spawn(move || {
+            // Kept open, never read, until the service ends.
+            let mut held = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        a.fetch_add(1, Ordering::Relaxed);
+                        conn.set_nonblocking(false).unwrap();
+                        if answer_bind {
+                            let _ = conn.write_all(&bind_reply_frame());
+                        }
+                        held.push(conn);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        SilentService {
+            stop,
+            thread: Some(thread),
+            accepted,
+        }
+    }
+}
+
+impl Drop for SilentService {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An IPC frame answering bind request 1 with success, service 1 and the
+/// `ProducerPort` methods (ids in Perfetto's declaration order).
+fn bind_reply_frame() -> Vec<u8> {
+    let methods = [
+        (1, "InitializeConnection"),
+        (2, "RegisterDataSource"),
+        (3, "UnregisterDataSource"),
+        (4, "CommitData"),
+        (5, "GetAsyncCommand"),
+        (6, "RegisterTraceWriter"),
+        (7, "UnregisterTraceWriter"),
+        (8, "NotifyDataSourceStarted"),
+        (9, "NotifyDataSourceStopped"),
+        (10, "ActivateTriggers"),
+        (11, "Sync"),
+        (12, "UpdateDataSource"),
+    ];
+    let mut reply = Vec::new();
+    uint(&mut reply, 1, 1);
+    uint(&mut reply, 2, 1);
+    for (id, name) in methods {
+        let mut m = Vec::new();
+        uint(&mut m, 1, id);
+        bytes(&mut m, 2, name.as_bytes());
+        bytes(&mut reply, 3, &m);
+    }
+    let mut frame = Vec::new();
+    uint(&mut frame, 2, 1); // request_id
+    bytes(&mut frame, 4, &reply); // msg_bind_service_reply
+    let mut out = (frame.len() as u32).to_le_bytes().to_vec();
+    out.extend(frame);
+    out
+}

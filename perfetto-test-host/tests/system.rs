@@ -5,7 +5,7 @@
 
 use perfetto_test_host::{
     assert_service_stats_clean, events_named, model, producer, producer_logging, scratch,
-    track_event_sources, Host, TraceConfig,
+    track_event_sources, Host, SilentService, TraceConfig,
 };
 use serde_json::Value;
 use std::collections::HashSet;
@@ -573,6 +573,126 @@ fn a_trigger_reaches_the_service_and_a_stop_tracing_session_stops() {
     assert_eq!(got, [1, 2], "what came before the trigger, nothing after");
     assert_eq!(triggers_in(&trace), ["slow-request"]);
     assert_eq!(p.command("quit"), "stopped 0");
+}
+
+/// The number after `key=` in an answer line.
+fn field(answer: &str, key: &str) -> u64 {
+    answer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {answer:?}"))
+}
+
+/// `triggers N BYTES VALID`'s answer: long names queued, short names
+/// queued, the longest `flush()` in ms.
+fn flood(p: &mut perfetto_test_host::LineChild, n: u64, valid: &str) -> (u64, u64, u64) {
+    let a = p.command(&format!("triggers {n} 102400 {valid}"));
+    let v: Vec<u64> = a
+        .strip_prefix("done ")
+        .unwrap_or_else(|| panic!("triggers: {a}"))
+        .split(' ')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    (v[0], v[1], v[2])
+}
+
+#[test]
+fn a_flood_of_triggers_is_bounded_and_a_valid_one_among_them_reaches_the_service() {
+    let dir = scratch("trigger-flood");
+    let mut host = Host::start(&dir, None);
+    let log = dir.join("producer.log");
+    let mut p = producer_logging(
+        PRODUCER,
+        host.producer_socket.to_str().unwrap(),
+        &[],
+        Some(&log),
+    );
+    let mut config = TraceConfig::categories(&["alpha"]);
+    config.triggers = Some((2, vec!["valid-trigger".into()], 60_000));
+    host.start_session("flood", &config);
+    assert_eq!(p.command("wait alpha on"), "ok");
+    assert_eq!(p.command("burst 1 10"), "done");
+    // 10,000 triggers, half of them with distinct names of 100 KiB, the
+    // others distinct and short, the session's own in the middle.
+    let (big, small, max_flush_ms) = flood(&mut p, 10_000, "valid-trigger");
+    assert!(
+        big > 0 && small > 0,
+        "names queued: {big} long, {small} short"
+    );
+    assert!(
+        max_flush_ms < 500,
+        "a flush took {max_flush_ms} ms among the triggers"
+    );
+    // The service got the valid name and stopped the session.
+    assert_eq!(p.command("wait alpha off"), "ok", "the session stopped");
+    let trace = dir.join("flood.pftrace");
+    host.stop_session("flood", &trace);
+    let m = model(&trace);
+    assert_service_stats_clean(&m);
+    assert_eq!(triggers_in(&trace), ["valid-trigger"]);
+    assert_eq!(tags(&m).first(), Some(&1), "what came before the trigger");
+    let a = p.command("quit-stats");
+    let dropped = field(&a, "triggers_dropped");
+    // Every long name refused; short ones beyond the queue's bound too.
+    assert!(
+        dropped >= big && dropped <= big + small,
+        "{dropped} dropped of {big} long and {small} short names: {a}"
+    );
+    assert!(field(&a, "stop_ms") < 1000, "{a}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(count(&text, "lost the connection"), 0, "stderr: {text}");
+    assert_eq!(count(&text, "trigger names not sent"), 1, "stderr: {text}");
+    assert!(text.contains("longer than 256 bytes"), "stderr: {text}");
+}
+
+#[test]
+fn a_service_that_never_reads_blocks_no_flush_and_no_stop() {
+    let dir = scratch("silent");
+    // First a service that never answers the handshake, then one that
+    // answers it and then never reads again.
+    for answer_bind in [false, true] {
+        let what = if answer_bind { "bind answered" } else { "mute" };
+        let socket = dir.join(format!("silent-{answer_bind}.sock"));
+        let service = SilentService::start(&socket, answer_bind);
+        let log = dir.join(format!("producer-{answer_bind}.log"));
+        let mut p = producer_logging(PRODUCER, socket.to_str().unwrap(), &[], Some(&log));
+        let until = Instant::now() + Duration::from_secs(10);
+        while service.accepted.load(std::sync::atomic::Ordering::Relaxed) == 0
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The producer's handshake goes out right after the bind's answer.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(p.command("trigger incident"), "done");
+        let ms: u64 = p.command("flush")["done ".len()..].parse().unwrap();
+        assert!(ms < 1000, "{what}: flush took {ms} ms");
+        let (big, small, max_flush_ms) = flood(&mut p, 2_000, "-");
+        assert!(
+            max_flush_ms < 1000,
+            "{what}: a flush took {max_flush_ms} ms among the triggers"
+        );
+        let a = p.command("quit-stats");
+        // Within the time shut-down gives queued names (200 ms), well
+        // under a send's timeout (2 s).
+        assert!(field(&a, "stop_ms") < 1000, "{what}: {a}");
+        let dropped = field(&a, "triggers_dropped");
+        if answer_bind {
+            // Every long name refused; the short ones went out (unread).
+            assert!(dropped >= big, "{what}: {dropped} dropped, {big} long: {a}");
+        } else {
+            // Never connected: not one name sent.
+            assert_eq!(dropped, 1 + big + small, "{what}: {a}");
+        }
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            count(&text, "trigger names not sent"),
+            1,
+            "{what}: stderr: {text}"
+        );
+        drop(service);
+    }
 }
 
 /// The CPU samples of a trace as the official schema resolves them

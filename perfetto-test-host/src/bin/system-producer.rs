@@ -14,9 +14,17 @@
 //!   before (its first use registers it, after the program connected); `done`
 //! - `trigger NAME`: `ringtrace::trigger(NAME)` (sent to the service as
 //!   `ActivateTriggers` by the flusher); `done` or `refused`
+//! - `triggers N BYTES VALID`: N `ringtrace::trigger` calls, every other
+//!   one with a distinct name of BYTES bytes, the others with distinct short
+//!   names, `ringtrace::flush()` after every 500 calls; halfway, `VALID`
+//!   (unless `-`) until it is queued; `done BIG SMALL MAX_FLUSH_MS`: the
+//!   long and short names queued, the longest flush
+//! - `flush`: `ringtrace::flush()`; `done MS`
 //! - `spin MS`: MS ms of this thread's CPU time in `spin_hot` (not
 //!   instrumented), inside alpha slices `spin`; `done TID`
 //! - `quit`: stops the session; `stopped LOST`
+//! - `quit-stats`: stops the session; `stopped triggers_dropped=N
+//!   captures_suppressed=N stop_ms=MS`
 //!
 //! Prints `ready` once the session runs. With `RINGTRACE_OUTPUT` set it
 //! starts through `init_from_env` instead of the builder (the builder also
@@ -118,6 +126,33 @@ fn spin(ms: u64) -> i64 {
     unsafe { libc::syscall(libc::SYS_gettid) }
 }
 
+/// `triggers N BYTES VALID`.
+fn triggers(n: u64, bytes: usize, valid: &str) -> String {
+    let mut big = "x".repeat(bytes.max(16));
+    let (mut queued_big, mut queued_small) = (0u64, 0u64);
+    let mut max_flush = Duration::ZERO;
+    for i in 0..n {
+        if i % 2 == 0 {
+            big.replace_range(..16, &format!("{i:016}"));
+            queued_big += ringtrace::trigger(&big) as u64;
+        } else {
+            queued_small += ringtrace::trigger(&format!("short-{i}")) as u64;
+        }
+        if i == n / 2 && valid != "-" {
+            let until = Instant::now() + Duration::from_secs(10);
+            while !ringtrace::trigger(valid) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if i % 500 == 499 {
+            let start = Instant::now();
+            ringtrace::flush();
+            max_flush = max_flush.max(start.elapsed());
+        }
+    }
+    format!("done {queued_big} {queued_small} {}", max_flush.as_millis())
+}
+
 fn main() {
     // Known categories are listed when the data source is registered
     // (delta is first used later: it is re-announced).
@@ -189,8 +224,27 @@ fn main() {
                 "refused"
             }
             .into(),
+            ["triggers", n, bytes, valid] => {
+                triggers(n.parse().unwrap(), bytes.parse().unwrap(), valid)
+            }
+            ["flush"] => {
+                let start = Instant::now();
+                ringtrace::flush();
+                format!("done {}", start.elapsed().as_millis())
+            }
             ["spin", ms] => format!("done {}", spin(ms.parse().unwrap())),
             ["quit"] => break,
+            ["quit-stats"] => {
+                let start = Instant::now();
+                let stats = guard.map(|g| g.stop().expect("stop")).unwrap_or_default();
+                println!(
+                    "stopped triggers_dropped={} captures_suppressed={} stop_ms={}",
+                    stats.triggers_dropped,
+                    stats.captures_suppressed,
+                    start.elapsed().as_millis()
+                );
+                return;
+            }
             _ => "error".into(),
         };
         println!("{answer}");

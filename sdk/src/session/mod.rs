@@ -452,10 +452,13 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     crate::sampling::stop();
     session.control.request_stop();
     let joined = session.handle.join();
+    let mut triggers_dropped = 0;
     if let Some((link, handle)) = session.producer {
         // After the flusher's last commits: now the connection may close.
         link.shut_down();
         let _ = handle.join();
+        // Every trigger name is now sent or counted.
+        triggers_dropped = link.triggers_dropped();
     }
     REGISTRY.close();
     match joined {
@@ -463,6 +466,7 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
             stats.spans_not_stored =
                 stats::spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
             (stats.roots_kept, stats.roots_skipped) = stats::take_sampled_roots();
+            stats.triggers_dropped = triggers_dropped;
             match error {
                 None => Ok(stats),
                 Some(e) => Err(Error::Incomplete {
@@ -652,10 +656,17 @@ fn capture_window(path: &Path, after: Option<Duration>) -> Result<Stats, Error> 
 /// [`capture_before`](Builder::capture_before) ago): in flight-recorder mode with
 /// [`capture_to`](Builder::capture_to) set, the flusher writes it into a new file; with
 /// system tracing, it also sends `ActivateTriggers` with `name` to the
-/// tracing service. Returns whether the capture was queued: `false` without
-/// a session, or if 16 are already waiting for the flusher (counted in
-/// [`Stats::captures_suppressed`](crate::Stats)). The calling thread only
-/// queues it and wakes the flusher.
+/// tracing service (also when the capture's file is suppressed: the service
+/// rate-limits triggers itself). Returns whether the capture was queued:
+/// `false` without a session, or if 16 are already waiting for the flusher
+/// (counted in [`Stats::captures_suppressed`](crate::Stats)). The calling
+/// thread only queues it and wakes the flusher, which never waits on the
+/// service for it: a thread of system tracing's connection sends the
+/// names. A name longer than 256 bytes is not sent (refused, not
+/// shortened); nor are names beyond 64 waiting to be sent, or those
+/// without a connection to the service: each is counted in
+/// [`Stats::triggers_dropped`](crate::Stats::triggers_dropped) and the
+/// first said on stderr (see the [system tracing guide](crate::guide::system_tracing)).
 ///
 /// # Examples
 ///

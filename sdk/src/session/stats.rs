@@ -125,6 +125,12 @@ pub struct Stats {
     /// a few each pass, in turn), so threads that recorded and wait cost a
     /// pass nothing; every ring is read on `flush()`, captures and stop.
     pub rings_visited: u64,
+    /// Trigger names ([`trigger`](crate::trigger), slow spans) that system
+    /// tracing did not send to Perfetto's tracing service: longer than 256
+    /// bytes (refused, not shortened), more than 64 waiting to be sent, no
+    /// connection at the time, a send that failed, or the session stopping
+    /// first. Said once on stderr. 0 without system tracing.
+    pub triggers_dropped: u64,
 }
 
 /// Readers of what the `tracing` bridge counts process-wide, which a session

@@ -62,11 +62,13 @@ pub(crate) struct SystemFeed {
 }
 
 impl SystemFeed {
-    /// Sends `ActivateTriggers` with `names` to the tracing service, if
-    /// connected (captures: `session::trigger`).
+    /// Hands `names` (captures: `session::trigger`) to the connection's
+    /// trigger thread, which sends them to the tracing service as
+    /// `ActivateTriggers`; returns at once, whatever the service does.
+    /// Bounded, and every name not sent counted (`system::triggers`).
     pub(crate) fn activate_triggers(&self, names: &[String]) {
         if !names.is_empty() {
-            self.link.activate_triggers(names);
+            self.link.queue_triggers(names);
         }
     }
 

@@ -8,7 +8,8 @@
 //! | `shm` | the shared memory buffer: fd receipt, mapping, atomic word access (the only `unsafe`: every other module forbids it) |
 //! | `chunks` | pages and chunks of the shared memory ABI, writers packing (and fragmenting) packets |
 //! | `data_source` | the `track_event` data source: categories per instance, record selection, when to re-announce its categories |
-//! | `producer` | the connection thread: connect with back-off, handshake, async commands; UpdateDataSource |
+//! | `producer` | the connection thread: connect with back-off, handshake, async commands; UpdateDataSource; the trigger thread beside it |
+//! | `triggers` | trigger names from the flusher to the trigger thread: a bounded queue, names refused or dropped counted |
 //! | `feed` | the flusher's side: an encoder per instance, commits, flush/stop/clear answers |
 //!
 //! The recording threads are untouched: they write their rings as always.
@@ -27,4 +28,5 @@ pub(crate) mod feed;
 pub(crate) mod producer;
 pub(crate) mod shm;
 pub(crate) mod transport;
+pub(crate) mod triggers;
 pub(crate) mod wire;

@@ -2,14 +2,17 @@
 //! it is absent or after it went away), binds `ProducerPort`, registers the
 //! `track_event` data source, and turns the service's async commands into
 //! controls for the flusher thread, which owns the data (see `feed`). Sends
-//! from both threads go through the [`Link`].
+//! from both threads go through the [`Link`]. Trigger names the flusher
+//! queues (`triggers`) go out from a second thread of the connection's, the
+//! trigger thread, so that no flusher pass waits on the service for them.
 
 #![forbid(unsafe_code)]
 
 use super::chunks::Memory;
 use super::shm::SharedMemory;
 use super::transport::{FrameReader, Stream};
-use super::wire::{self, Command, DataSourceConfig, Frame};
+use super::triggers::{Dropped, Triggers};
+use super::wire::{self, Command, DataSourceConfig, Frame, MAX_FRAME};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::io;
@@ -62,7 +65,9 @@ struct Conn {
 }
 
 impl Conn {
-    /// Calls `method` (which the service offers); an error ends the connection.
+    /// Calls `method` (which the service offers); an error ends the
+    /// connection, but for a frame over the protocol's limit, which is not
+    /// sent ([`Oversized`]: traced would drop the connection for it).
     fn call(&mut self, method: &str, args: &[u8], drop_reply: bool) -> io::Result<()> {
         let method_id = *self
             .methods
@@ -76,15 +81,52 @@ impl Conn {
             args,
             drop_reply,
         );
+        if frame.len() > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                Oversized(format!(
+                    "a {method} frame of {} bytes, over the protocol's {MAX_FRAME}",
+                    frame.len()
+                )),
+            ));
+        }
         self.stream.write_all(&frame)
     }
+
+    /// Ends the connection after `e`, unless `e` refused a frame before
+    /// sending it (the connection is intact).
+    fn failed(g: &mut Option<Conn>, e: &io::Error) {
+        if !e.get_ref().is_some_and(|r| r.is::<Oversized>()) {
+            if let Some(c) = g.take() {
+                c.stream.shutdown();
+            }
+        }
+    }
 }
+
+/// A frame `Conn::call` refused to send: over the protocol's limit.
+#[derive(Debug)]
+struct Oversized(String);
+
+impl std::fmt::Display for Oversized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Oversized {}
 
 /// Shared by the connection thread and the flusher.
 pub(crate) struct Link {
     pub(crate) address: String,
     producer_name: String,
     conn: Mutex<Option<Conn>>,
+    /// A handle on the socket of the connection being made or served, to
+    /// end it at shut-down without waiting for `conn`'s lock (a send may
+    /// hold it) and during the handshake (before `conn` is set).
+    closer: Mutex<Option<Stream>>,
+    /// Trigger names from the flusher, for the trigger thread.
+    triggers: Triggers,
     controls: Mutex<Vec<Control>>,
     /// Wakes the flusher (which takes the controls): all the connection
     /// thread needs of it.
@@ -102,6 +144,8 @@ const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// How long one send may block before the connection is given up.
 const SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long shut-down waits for trigger names still queued to go out.
+const TRIGGERS_AT_STOP: Duration = Duration::from_millis(200);
 const SDK_VERSION: &str = concat!("ringtrace ", env!("CARGO_PKG_VERSION"));
 
 impl Link {
@@ -110,6 +154,8 @@ impl Link {
             address,
             producer_name,
             conn: Mutex::new(None),
+            closer: Mutex::new(None),
+            triggers: Triggers::default(),
             controls: Mutex::new(Vec::new()),
             wake_flusher,
             shutdown: AtomicBool::new(false),
@@ -130,9 +176,8 @@ impl Link {
         if !c.methods.contains_key(method) {
             return false;
         }
-        if c.call(method, args, drop_reply).is_err() {
-            c.stream.shutdown();
-            *g = None;
+        if let Err(e) = c.call(method, args, drop_reply) {
+            Conn::failed(&mut g, &e);
             return false;
         }
         true
@@ -161,32 +206,39 @@ impl Link {
             return false;
         }
         let args = wire::track_event_descriptor(&categories);
-        if c.call("UpdateDataSource", &args, true).is_err() {
-            c.stream.shutdown();
-            *g = None;
+        if let Err(e) = c.call("UpdateDataSource", &args, true) {
+            Conn::failed(&mut g, &e);
             return false;
         }
         true
     }
 
-    /// `ActivateTriggers` with `names` on the live connection; false if
-    /// there is none or the service does not know the method.
-    pub(crate) fn activate_triggers(&self, names: &[String]) -> bool {
+    /// Hands trigger names to the trigger thread (the flusher: returns at
+    /// once). Bounded and counted: `triggers`.
+    pub(crate) fn queue_triggers(&self, names: &[String]) {
+        self.triggers.queue(names);
+    }
+
+    /// Trigger names that did not reach the service so far.
+    pub(crate) fn triggers_dropped(&self) -> u64 {
+        self.triggers.dropped()
+    }
+
+    /// `ActivateTriggers` with `names` on the live connection (the trigger
+    /// thread); why not, if they were not sent.
+    fn activate_triggers(&self, names: &[String]) -> Result<(), Dropped> {
         let mut g = self.conn.lock();
         let Some(c) = g.as_mut() else {
-            return false;
+            return Err(Dropped::NotConnected);
         };
         if !c.methods.contains_key("ActivateTriggers") {
-            return false;
+            return Err(Dropped::Unsupported);
         }
-        if c.call("ActivateTriggers", &wire::activate_triggers(names), true)
-            .is_err()
-        {
-            c.stream.shutdown();
-            *g = None;
-            return false;
+        if let Err(e) = c.call("ActivateTriggers", &wire::activate_triggers(names), true) {
+            Conn::failed(&mut g, &e);
+            return Err(Dropped::SendFailed);
         }
-        true
+        Ok(())
     }
 
     /// The controls queued since the last call.
@@ -199,14 +251,34 @@ impl Link {
         (self.wake_flusher)();
     }
 
-    /// Ends the connection thread (after the flusher's last commits).
+    /// Ends the connection thread (after the flusher's last commits):
+    /// trigger names still queued get [`TRIGGERS_AT_STOP`] to go out, then
+    /// the rest are dropped (counted) and the connection ends, even in the
+    /// middle of a send or of the handshake.
     pub(crate) fn shut_down(&self) {
+        self.triggers.drain(TRIGGERS_AT_STOP);
+        self.triggers.close();
         self.shutdown.store(true, Ordering::Release);
-        if let Some(c) = self.conn.lock().as_ref() {
-            c.stream.shutdown();
+        if let Some(s) = self.closer.lock().as_ref() {
+            s.shutdown();
         }
         let _g = self.sleep.lock();
         self.sleep_cv.notify_all();
+    }
+
+    /// Keeps a handle on `stream` for `shut_down`; an error if the session
+    /// is already shutting down (the stream is then ended).
+    fn closable(&self, stream: &Stream) -> io::Result<()> {
+        let handle = stream.try_clone()?;
+        let mut closer = self.closer.lock();
+        // `shut_down` sets the flag before it takes this lock: either it
+        // finds the handle, or the flag is seen here.
+        if self.shutdown.load(Ordering::Acquire) {
+            handle.shutdown();
+            return Err(io::Error::other("shutting down"));
+        }
+        *closer = Some(handle);
+        Ok(())
     }
 
     fn sleep(&self, d: Duration) {
@@ -217,8 +289,40 @@ impl Link {
     }
 }
 
-/// The connection thread's loop: connect, serve, back off, until shut down.
+/// The connection thread: runs the trigger thread beside its loop, and
+/// ends it when the loop ends.
 pub(crate) fn run(link: Arc<Link>) {
+    std::thread::scope(|s| {
+        let spawned = std::thread::Builder::new()
+            .name("ringtrace-triggers".into())
+            .spawn_scoped(s, || send_triggers(&link));
+        if let Err(e) = spawned {
+            eprintln!(
+                "ringtrace: cannot start the thread that sends trigger names to the Perfetto \
+                 tracing service: {e}; none is sent"
+            );
+            link.triggers.close();
+        }
+        connect_loop(&link);
+        link.triggers.close();
+    });
+}
+
+/// The trigger thread: sends the names the flusher queued, a frame at a
+/// time (at most `triggers::MAX_QUEUED`), counting those it cannot send.
+fn send_triggers(link: &Link) {
+    let mut names = Vec::new();
+    while link.triggers.take(&mut names) {
+        if let Err(why) = link.activate_triggers(&names) {
+            link.triggers.drop_names(names.len() as u64, why);
+        }
+        names.clear();
+        link.triggers.settled();
+    }
+}
+
+/// The connection thread's loop: connect, serve, back off, until shut down.
+fn connect_loop(link: &Link) {
     let mut backoff = BACKOFF_FIRST;
     let mut said_absent = false;
     while !link.shutdown.load(Ordering::Acquire) {
@@ -227,7 +331,10 @@ pub(crate) fn run(link: Arc<Link>) {
                 backoff = BACKOFF_FIRST;
                 said_absent = false;
                 let conn = link.next_conn.fetch_add(1, Ordering::Relaxed);
-                let result = serve(&link, stream, conn);
+                let result = link
+                    .closable(&stream)
+                    .and_then(|()| serve(link, stream, conn));
+                link.closer.lock().take();
                 link.conn.lock().take();
                 link.push(Control::Disconnected { conn });
                 if link.shutdown.load(Ordering::Acquire) {
@@ -428,4 +535,41 @@ fn command(
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_frame_over_the_limit_is_not_sent_and_the_connection_stays() {
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let mut g = Some(Conn {
+            id: 1,
+            stream: Stream::Unix(ours),
+            service_id: 1,
+            methods: HashMap::from([("M".to_string(), 1)]),
+            next_request: 0,
+            announced: 0,
+        });
+        let c = g.as_mut().unwrap();
+        let e = c.call("M", &vec![0; MAX_FRAME], true).unwrap_err();
+        assert!(e.to_string().contains("a M frame of"), "{e}");
+        Conn::failed(&mut g, &e);
+        let mut buf = [0u8; 64];
+        let nothing = theirs.read(&mut buf).unwrap_err();
+        assert_eq!(nothing.kind(), io::ErrorKind::WouldBlock, "nothing sent");
+        g.as_mut()
+            .expect("still connected")
+            .call("M", b"ok", true)
+            .unwrap();
+        assert!(
+            theirs.read(&mut buf).unwrap() > 0,
+            "the next frame goes out"
+        );
+        Conn::failed(&mut g, &io::Error::other("a failed send"));
+        assert!(g.is_none(), "any other error ends the connection");
+    }
 }
