@@ -453,7 +453,7 @@ impl Builder {
     /// Flight-recorder mode: where captures go ([`trigger`](crate::trigger),
     /// slow `tracing` spans: `TracingBuilder::capture_slow`), each a new
     /// complete file named from `pattern`: `{n}` is the capture's number
-    /// (from 1), `{name}` its name (characters other than ASCII letters,
+    /// (from 1), `{name}` its name (its first 64 characters; characters other than ASCII letters,
     /// digits, `-` and `_` made `_`); without `{n}` the number goes before
     /// the extension (`slow.pftrace` → `slow.1.pftrace`). The extension
     /// picks the format. Each capture is a new file: a number whose name is

@@ -311,11 +311,15 @@ impl Captures {
     }
 }
 
-/// The pattern's file name for capture `n` named `name` (`{n}`, `{name}`;
-/// without `{n}`, the number goes before the extension).
+/// The pattern's file name for capture `n` named `name` (`{n}`, `{name}`:
+/// its first 64 characters; without `{n}`, the number goes before the
+/// extension).
 fn file_name(pattern: &std::path::Path, n: u64, name: &str) -> PathBuf {
+    // At most 64 characters of the name: the file name stays within the
+    // file system's limit however long a capture's name is.
     let safe: String = name
         .chars()
+        .take(64)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
