@@ -4,7 +4,7 @@
 //! nanoseconds, the trace's time base, against calibration points it takes
 //! itself (a pair of TSC and BOOTTIME readings at each flush cycle).
 //!
-//! Set `RINGTRACE_CLOCK=boottime` to force the vDSO clock.
+//! Set `RINGTRACE_CLOCK=boottime` (any case) to force the vDSO clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -51,6 +51,31 @@ fn invariant_tsc() -> bool {
     false
 }
 
+/// Whether `RINGTRACE_CLOCK` asks for `boottime` (trimmed, any case).
+/// `init_from_env` rejects any other value set; a session started by the
+/// builder says once on stderr that it keeps the default clock.
+fn boottime_asked() -> bool {
+    let Some(v) = std::env::var_os("RINGTRACE_CLOCK") else {
+        return false;
+    };
+    let v = v.to_string_lossy();
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("boottime") {
+        return true;
+    }
+    if !v.is_empty() {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "ringtrace: RINGTRACE_CLOCK={} is not a clock ringtrace knows (expected \
+                 boottime); using the default clock",
+                v.chars().take(64).collect::<String>().escape_debug()
+            )
+        });
+    }
+    false
+}
+
 /// Tick-to-nanosecond conversion, owned by the flusher.
 #[derive(Debug, Clone)]
 pub(crate) struct Calibration {
@@ -85,11 +110,7 @@ const INITIAL_SPIN_NS: u64 = 2_000_000;
 impl Calibration {
     /// Chooses the clock mode for a new session and calibrates it.
     pub(crate) fn start(force_boottime: bool) -> Calibration {
-        let tsc = !force_boottime
-            && std::env::var("RINGTRACE_CLOCK")
-                .map(|v| v != "boottime")
-                .unwrap_or(true)
-            && invariant_tsc();
+        let tsc = !force_boottime && !boottime_asked() && invariant_tsc();
         if !tsc {
             USE_TSC.store(false, Ordering::Relaxed);
             let now = crate::sys::boottime_ns();

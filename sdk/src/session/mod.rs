@@ -55,6 +55,8 @@ mod waker;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub(crate) use builder::{slow_rule, Output, SlowRule};
 pub(crate) use env::env_config;
+#[cfg(feature = "tracing")]
+pub(crate) use env::env_sampling;
 pub use error::Error;
 pub use stats::Stats;
 
@@ -737,20 +739,27 @@ pub fn is_recording() -> bool {
 }
 
 /// Starts a session configured by environment variables, or does nothing if
-/// `RINGTRACE_OUTPUT` is unset or empty:
+/// `RINGTRACE_OUTPUT` is unset or empty (then no other variable is read):
 ///
-/// | variable | meaning |
-/// | --- | --- |
-/// | `RINGTRACE_OUTPUT` | output path; the extension picks the format; `system`: system tracing only ([`Builder::system_tracing`]) |
-/// | `RINGTRACE_SYSTEM` | `1`, `true`, `yes` or `on`: system tracing as well as the file |
-/// | `RINGTRACE_CATEGORIES` | comma-separated patterns to enable (default `*`); `-name` disables |
-/// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) |
-/// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`]) |
-/// | `RINGTRACE_OVERWRITE` | `1`, `true`, `yes` or `on`: flight-recorder mode |
-/// | `RINGTRACE_MAX_FILE_BYTES` | the file in parts of about this size ([`Builder::max_file_bytes`]) |
-/// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4; `1`: one file, a hard limit, events past it dropped and counted) |
-/// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only |
-/// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) |
+/// | variable | meaning | allowed |
+/// | --- | --- | --- |
+/// | `RINGTRACE_OUTPUT` | output path; the extension picks the format; `system`: system tracing only ([`Builder::system_tracing`]) | any path (any bytes) |
+/// | `RINGTRACE_SYSTEM` | system tracing as well as the file | a boolean |
+/// | `RINGTRACE_CATEGORIES` | patterns to enable (default `*`); `-pattern` disables | comma-separated `name`, `prefix*` or `*` (`*` only at the end); empty: none enabled |
+/// | `RINGTRACE_BUFFER_BYTES` | memory of all rings of the process ([`Builder::buffer_bytes`]) | 65536 (64 KiB) to 18446744073709551615 |
+/// | `RINGTRACE_BUFFER_BYTES_PER_THREAD` | largest ring of one thread ([`Builder::buffer_bytes_per_thread`], rounded up to a power of two of at least 512) | 0 to 1099511627776 (1 TiB) |
+/// | `RINGTRACE_OVERWRITE` | flight-recorder mode ([`Builder::overwrite`]) | a boolean |
+/// | `RINGTRACE_MAX_FILE_BYTES` | the file in parts of about this size ([`Builder::max_file_bytes`]) | 65536 (64 KiB, the smallest part) to 18446744073709551615 |
+/// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4) | 1 to 18446744073709551615; `1`: one file, a hard limit, events past it dropped and counted |
+/// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) | 0 (off) to 4294967295; the kernel's rate limit bounds it further |
+/// | `RINGTRACE_CLOCK` | `boottime`: timestamps from `CLOCK_BOOTTIME` rather than the CPU's time-stamp counter | `boottime` |
+/// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only | a ratio from 0 to 1; patterns |
+///
+/// A boolean is `1`, `true`, `yes` or `on`, or `0`, `false`, `no` or `off`
+/// (any case). Numbers are whole decimal numbers. Values are trimmed, and
+/// a value that is empty or only spaces is as if unset, except in the
+/// lists (`RINGTRACE_CATEGORIES`). With system tracing on,
+/// `PERFETTO_PRODUCER_SOCK_NAME` (the service's socket) must be text too.
 ///
 /// # Examples
 ///
@@ -762,10 +771,13 @@ pub fn is_recording() -> bool {
 ///
 /// # Errors
 ///
-/// As [`Builder::start`], and [`Error::InvalidConfig`] if
-/// `RINGTRACE_BUFFER_BYTES`, `RINGTRACE_BUFFER_BYTES_PER_THREAD`,
-/// `RINGTRACE_CPU_SAMPLING`, `RINGTRACE_MAX_FILE_BYTES` or
-/// `RINGTRACE_MAX_FILES` is not a number.
+/// [`Error::InvalidConfig`], naming the variable and what it allows, for
+/// any bad value of the table: a value that is not UTF-8 (but the path of
+/// `RINGTRACE_OUTPUT`), a number that is not one (`RINGTRACE_X=v is not a
+/// number`, hexadecimal and exponents included) or is out of its range
+/// (`RINGTRACE_X=v is out of range: at most N`, or at least: 0 for
+/// `RINGTRACE_MAX_FILES` included), a boolean or `RINGTRACE_CLOCK` that is
+/// none of its words, a malformed pattern. Then as [`Builder::start`].
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
     match env_config(builder())? {
         Some(b) => b.start().map(Some),

@@ -340,16 +340,23 @@ impl<T: TracingRecorder> TracingBuilder<T> {
     }
 
     /// Applies the environment's configuration over this builder's, as
-    /// [`init_from_env`](crate::init_from_env) reads it, plus
-    /// `RINGTRACE_SAMPLE` (a ratio for [`sample_ratio`](Self::sample_ratio))
-    /// and `RINGTRACE_SAMPLE_ROOTS` (comma-separated patterns for
-    /// [`sample_roots`](Self::sample_roots)). Returns `None` if
-    /// `RINGTRACE_OUTPUT` is unset or empty (record nothing).
+    /// [`init_from_env`](crate::init_from_env) reads it (its table), plus
+    /// `RINGTRACE_SAMPLE` (a ratio from 0 to 1 for
+    /// [`sample_ratio`](Self::sample_ratio), such as `0.01`) and
+    /// `RINGTRACE_SAMPLE_ROOTS` (comma-separated patterns for
+    /// [`sample_roots`](Self::sample_roots): `name`, `prefix*` or `*`; empty:
+    /// none, as unset). Returns `None` if `RINGTRACE_OUTPUT` is unset or
+    /// empty (record nothing; no other variable is read).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] if a number does not parse (a ratio outside
-    /// 0.0 to 1.0 included).
+    /// As [`init_from_env`](crate::init_from_env): [`Error::InvalidConfig`]
+    /// naming the variable and what it allows if a value is bad (not UTF-8,
+    /// not a number, out of range, not a boolean, a malformed pattern), and
+    /// also if `RINGTRACE_SAMPLE` is not a number (NaN included) or is
+    /// outside 0 to 1, or a pattern of `RINGTRACE_SAMPLE_ROOTS` is malformed
+    /// (`*` other than at the end, or a `-pattern`: roots are only listed).
+    /// Then as [`build`](Self::build).
     ///
     /// # Examples
     ///
@@ -370,24 +377,12 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         let Some(inner) = crate::session::env_config(inner)? else {
             return Ok(None);
         };
-        if let Ok(v) = std::env::var("RINGTRACE_SAMPLE") {
-            let ratio = v
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|r| (0.0..=1.0).contains(r))
-                .ok_or_else(|| {
-                    Error::InvalidConfig(format!("RINGTRACE_SAMPLE={v} is not a ratio from 0 to 1"))
-                })?;
-            sampling.ratio = Some(ratio);
+        let (ratio, roots) = crate::session::env_sampling()?;
+        if ratio.is_some() {
+            sampling.ratio = ratio;
         }
-        if let Ok(v) = std::env::var("RINGTRACE_SAMPLE_ROOTS") {
-            sampling.roots = v
-                .split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .map(str::to_owned)
-                .collect();
+        if let Some(roots) = roots {
+            sampling.roots = roots;
         }
         TracingBuilder {
             inner,

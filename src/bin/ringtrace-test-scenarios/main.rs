@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 mod accounting;
 mod cpu;
+mod env;
 mod faults;
 mod memory;
 mod phases;
@@ -80,6 +81,8 @@ fn main() {
         "cpu_flight" => cpu::flight(&trace, &args[4]),
         "cpu_capture" => cpu::capture(&trace, &args[4]),
         "faults" => faults::faults(&trace, &args[4]),
+        "env_check" => env::check(),
+        "env_check_tracing" => env::check_tracing(),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
