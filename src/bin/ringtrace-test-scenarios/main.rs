@@ -78,6 +78,7 @@ fn main() {
         "cpu_mlock" => cpu::mlock(&trace),
         "cpu_flight" => cpu::flight(&trace, &args[4]),
         "cpu_capture" => cpu::capture(&trace, &args[4]),
+        "cpu_bad_elf" => cpu::bad_elf(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
