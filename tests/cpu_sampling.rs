@@ -798,3 +798,56 @@ fn a_slow_scopes_json_capture_holds_the_samples_of_its_window() {
     assert_eq!(used.len(), frames.len(), "every stack frame is used");
     check_capture_samples(&expect, window, scope[0], &samples, &main);
 }
+
+/// A malformed ELF file mapped executable by the program (numbers that
+/// overflow: a segment's end, sections' ends, a symbol's end, a section
+/// past the file's end), with samples landing in its code: the sampler
+/// reads it, symbolizes and unwinds through it in a debug build without a
+/// panic; the session stops Ok with its samples, the sane files' symbols
+/// still resolve.
+#[test]
+fn a_malformed_elf_mapped_by_the_program_makes_no_panic() {
+    let (trace, expect, stderr) = run("cpu-bad-elf", "t.pftrace", "cpu_bad_elf", "");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("sampler failed"),
+        "the sampler panicked: {stderr}"
+    );
+    let samples = samples_model(&trace);
+    let all = samples["samples"].as_array().unwrap();
+    assert!(
+        expect["stats"]["cpu_samples"].as_u64().unwrap() > 0,
+        "{expect}"
+    );
+    assert_eq!(
+        all.len() as u64,
+        expect["stats"]["cpu_samples"].as_u64().unwrap(),
+        "every sample counted is in the file"
+    );
+    let tid = expect["tid"].as_i64().unwrap();
+    let elf = expect["elf"].as_str().unwrap();
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    // Samples in the malformed file's code: their leaf is in its mapping
+    // (named by nothing: its only symbol there is malformed).
+    let in_elf = mine
+        .iter()
+        .filter(|s| {
+            let frames = s["frames"].as_array().unwrap();
+            frames
+                .last()
+                .is_some_and(|f| f["mapping"].as_str() == Some(elf))
+        })
+        .count();
+    assert!(
+        in_elf >= 30,
+        "{in_elf} samples in the malformed file's code"
+    );
+    // The sane files are still read: the hot path is named.
+    let named = mine
+        .iter()
+        .filter(|s| names(s).iter().any(|n| n.contains("cpu::hot_checksum")))
+        .count();
+    assert!(named >= 30, "{named} samples name the hot path");
+}

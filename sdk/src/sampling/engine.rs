@@ -185,7 +185,7 @@ pub(crate) fn start(hz: u32, stacks: CpuStacks) {
     let s = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("ringtrace-sampler".into())
-        .spawn(move || Sampler::new(s, hz, stacks).run());
+        .spawn(move || guarded_run(s, hz, stacks));
     match spawned {
         Ok(thread) => {
             // The session's first moments are sampled too: back once every
@@ -198,6 +198,27 @@ pub(crate) fn start(hz: u32, stacks: CpuStacks) {
             *running = Some(Running { shared, thread });
         }
         Err(e) => eprintln!("ringtrace: CPU sampling off: cannot start its thread: {e}"),
+    }
+}
+
+/// Runs the sampler until the stop. Should its work ever panic (a bug:
+/// nothing it reads may make it panic), sampling ends there with one
+/// message, not the program: the panic unwinds through the sampler, whose
+/// threads' events close and give their memory back to the budget as they
+/// drop (`Watched`), and the session's start is not kept waiting.
+fn guarded_run(shared: Arc<Shared>, hz: u32, stacks: CpuStacks) {
+    let s = shared.clone();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        Sampler::new(s, hz, stacks).run()
+    }));
+    if let Err(panic) = run {
+        let why = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic");
+        eprintln!("ringtrace: CPU sampling stopped early: the sampler failed ({why})");
+        shared.ready.store(true, Ordering::Release);
     }
 }
 
@@ -268,8 +289,15 @@ struct Gone;
 /// One sampled thread.
 struct Watched {
     source: Source,
-    /// Budget bytes taken for its ring or buffers.
+    /// Budget bytes taken for its ring or buffers, given back when it is
+    /// dropped (its thread closed, the sampler's end, or a panic).
     bytes: u64,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        REGISTRY.budget.give_back(self.bytes);
+    }
 }
 
 /// Where a thread's samples come from.
@@ -468,9 +496,8 @@ impl Sampler {
             }
             self.wait(next_scan);
         }
-        for (_, w) in self.threads.drain() {
-            REGISTRY.budget.give_back(w.bytes);
-        }
+        // Their memory goes back to the budget as they drop.
+        self.threads.clear();
     }
 
     /// Refused: waits for the stop doing nothing.
@@ -525,7 +552,7 @@ impl Sampler {
             let mut sink = std::mem::take(&mut self.batch);
             self.drain_one(&mut w.source, &mut sink);
             self.publish(sink);
-            REGISTRY.budget.give_back(w.bytes);
+            // `w` drops here: its memory goes back to the budget.
         }
     }
 
@@ -591,6 +618,7 @@ impl Sampler {
                 return Ok(None);
             }
             return Ok(match timer::ThreadTimer::start(tid, self.hz) {
+                // The budget bytes now belong to the `Watched`.
                 Ok(t) => Some(Watched {
                     source: Source::Timer(t),
                     bytes: timer::SLOT_BYTES,

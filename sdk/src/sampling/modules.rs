@@ -5,6 +5,10 @@
 //! Names come from `.symtab` (and `.dynsym` where it is stripped): an
 //! address map built in milliseconds, never DWARF line tables (hundreds of
 //! milliseconds for a few addresses). Demangled at look-up, once per frame.
+//!
+//! Every number read from a file (addresses, sizes, offsets) is untrusted:
+//! a span that overflows, or data that does not match its header, is left
+//! out (a symbol, a section, a segment), never a panic.
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
@@ -23,7 +27,7 @@ pub(crate) struct Mapping {
 impl Mapping {
     /// `pc` relative to the mapped file (what offline symbolizers take).
     pub(crate) fn rel_pc(&self, pc: u64) -> u64 {
-        pc - self.start + self.pgoff
+        pc.wrapping_sub(self.start).wrapping_add(self.pgoff)
     }
 
     /// The ELF's address of `pc`.
@@ -62,39 +66,59 @@ pub(crate) struct UnwindSections {
     pub(crate) got: Option<std::ops::Range<u64>>,
 }
 
+/// `start..start + size`, or None if that overflows (a malformed file).
+fn span(start: u64, size: u64) -> Option<std::ops::Range<u64>> {
+    Some(start..start.checked_add(size)?)
+}
+
 impl ElfFile {
     pub(crate) fn read(path: &str) -> Option<ElfFile> {
         let data = FileMap::open(path)?;
-        let obj = object::File::parse(data.bytes()).ok()?;
+        Self::parse(data.bytes())
+    }
+
+    /// What is read from the ELF `bytes`; None if they are no ELF (or no
+    /// object file at all). Parts whose numbers do not add up are left out.
+    fn parse(bytes: &[u8]) -> Option<ElfFile> {
+        let obj = object::File::parse(bytes).ok()?;
         let build_id = obj.build_id().ok().flatten().unwrap_or_default().to_vec();
         // The executable segment's address minus its file offset.
         let load_bias = obj
             .segments()
             .find(|s| {
+                let Some(seg) = span(s.address(), s.size()) else {
+                    return false;
+                };
                 obj.sections().any(|sec| {
-                    sec.kind() == object::SectionKind::Text
-                        && sec.address() >= s.address()
-                        && sec.address() < s.address() + s.size()
+                    sec.kind() == object::SectionKind::Text && seg.contains(&sec.address())
                 })
             })
             .map_or(0, |s| s.address().wrapping_sub(s.file_range().0));
+        // A symbol whose end overflows is no function of a sane file.
         let mut symbols: Vec<(u64, u64, Box<str>)> = obj
             .symbols()
             .chain(obj.dynamic_symbols())
             .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter(|s| s.address().checked_add(s.size()).is_some())
             .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.into())))
             .collect();
         symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         symbols.dedup_by_key(|s| s.0);
+        // A section's address range, and its bytes where the unwinder reads
+        // them: left out if the range overflows or the bytes in the file
+        // are not as many as the header says.
         let section = |name: &str| {
             obj.section_by_name(name).and_then(|s| {
                 let d = s.data().ok()?;
-                Some((s.address()..s.address() + s.size(), Arc::from(d)))
+                if d.len() as u64 != s.size() {
+                    return None;
+                }
+                Some((span(s.address(), s.size())?, Arc::from(d)))
             })
         };
         let range = |name: &str| {
             obj.section_by_name(name)
-                .map(|s| s.address()..s.address() + s.size())
+                .and_then(|s| span(s.address(), s.size()))
         };
         let unwind = UnwindSections {
             eh_frame: section(".eh_frame"),
@@ -123,10 +147,10 @@ impl ElfFile {
             .symbols
             .partition_point(|s| s.0 <= svma)
             .checked_sub(1)?;
-        let (addr, size, name) = &self.symbols[i];
+        let (addr, size, name) = self.symbols.get(i)?;
         // A sized symbol must contain the address; an unsized one (some
-        // assembly) is taken up to the next symbol.
-        if *size > 0 && svma >= addr + size {
+        // assembly) is taken up to the next symbol. `svma >= addr` here.
+        if *size > 0 && svma - addr >= *size {
             return None;
         }
         Some(name)
@@ -187,7 +211,10 @@ fn frame_pointer_share(symbols: &[(u64, u64, Box<str>)], addr: u64, text: &[u8])
     let funcs: Vec<&[u8]> = symbols
         .iter()
         .filter(|s| s.1 >= 16 && s.0 >= addr)
-        .filter_map(|s| text.get((s.0 - addr) as usize..(s.0 - addr) as usize + 8))
+        .filter_map(|s| {
+            let at = usize::try_from(s.0 - addr).ok()?;
+            text.get(at..at.checked_add(8)?)
+        })
         .collect();
     if funcs.is_empty() {
         return 0.0;
@@ -293,7 +320,7 @@ impl Modules {
             .maps
             .partition_point(|m| m.start <= pc)
             .checked_sub(1)?;
-        (pc < self.maps[i].end).then_some(i)
+        (pc < self.maps.get(i)?.end).then_some(i)
     }
 
     /// Whether the program's own code keeps frame pointers (most of its
@@ -312,7 +339,7 @@ impl Modules {
 
     /// The demangled name of the function at `pc` in mapping `map`.
     pub(crate) fn function_name(&self, map: usize, pc: u64) -> Option<String> {
-        let m = &self.maps[map];
+        let m = self.maps.get(map)?;
         let svma = m.svma(pc)?;
         let name = m.file.as_ref()?.symbol(svma)?;
         Some(format!("{:#}", rustc_demangle::demangle(name)))
@@ -338,6 +365,168 @@ mod tests {
         assert!(name.ends_with("a_function_to_find"), "{name}");
         assert!(!m.maps[i].file.as_ref().unwrap().build_id.is_empty());
         assert_eq!(a_function_to_find(), 7);
+    }
+
+    /// A crafted ELF whose numbers overflow: a load segment whose end
+    /// passes 2^64 (before a sane one), a `.text` whose size does too (and
+    /// runs past the file), an `.eh_frame` and a `.got` whose ends pass
+    /// 2^64, an `.eh_frame_hdr` past the file's end, a function symbol `f`
+    /// whose end passes 2^64 beside a sane one, `g`.
+    fn malformed_elf() -> Vec<u8> {
+        const BASE: u64 = 0xffff_ffff_ffff_0000;
+        let mut f = vec![0u8; 0x500];
+        let put = |f: &mut Vec<u8>, at: usize, b: &[u8]| f[at..at + b.len()].copy_from_slice(b);
+        // ELF header: 64-bit, little-endian, ET_DYN, x86_64.
+        put(&mut f, 0, &[0x7f, b'E', b'L', b'F', 2, 1, 1]);
+        let mut h = Vec::new();
+        h.extend_from_slice(&3u16.to_le_bytes());
+        h.extend_from_slice(&62u16.to_le_bytes());
+        h.extend_from_slice(&1u32.to_le_bytes());
+        for w in [0u64, 0x40, 0x300] {
+            h.extend_from_slice(&w.to_le_bytes());
+        }
+        h.extend_from_slice(&0u32.to_le_bytes());
+        for w in [64u16, 56, 2, 64, 8, 7] {
+            h.extend_from_slice(&w.to_le_bytes());
+        }
+        put(&mut f, 16, &h);
+        // PT_LOAD R+X: the first's size overflows, the second is sane.
+        for (i, memsz) in [(0usize, 1u64 << 32), (1, 0x1000)] {
+            let mut p = Vec::new();
+            p.extend_from_slice(&1u32.to_le_bytes());
+            p.extend_from_slice(&5u32.to_le_bytes());
+            for w in [0u64, BASE, BASE, 0x500, memsz, 0x1000] {
+                p.extend_from_slice(&w.to_le_bytes());
+            }
+            put(&mut f, 0x40 + i * 56, &p);
+        }
+        // Symbols at 0x218 (null, f, g), their names at 0x260.
+        for (i, (name, value, size)) in [
+            (1u32, BASE + 0x100, 0xffff_0000u64),
+            (3, BASE + 0x180, 0x20),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut sym = Vec::new();
+            sym.extend_from_slice(&name.to_le_bytes());
+            sym.extend_from_slice(&[0x12, 0]); // STB_GLOBAL, STT_FUNC
+            sym.extend_from_slice(&1u16.to_le_bytes());
+            sym.extend_from_slice(&value.to_le_bytes());
+            sym.extend_from_slice(&size.to_le_bytes());
+            put(&mut f, 0x218 + (i + 1) * 24, &sym);
+        }
+        put(&mut f, 0x260, b"\0f\0g\0");
+        let names = b"\0.text\0.eh_frame\0.eh_frame_hdr\0.got\0.symtab\0.strtab\0.shstrtab\0";
+        put(&mut f, 0x270, names);
+        let name = |n: &str| {
+            let at = names
+                .windows(n.len() + 2)
+                .position(|w| w[0] == 0 && &w[1..=n.len()] == n.as_bytes() && w[n.len() + 1] == 0);
+            at.unwrap() as u32 + 1
+        };
+        // (name, type, flags, addr, offset, size, link, info, entsize)
+        let sections = [
+            (
+                ".text",
+                1u32,
+                6u64,
+                BASE + 0x100,
+                0x100u64,
+                1u64 << 48,
+                0u32,
+                0u32,
+                0u64,
+            ),
+            (".eh_frame", 1, 2, u64::MAX - 7, 0x200, 0x10, 0, 0, 0),
+            (".eh_frame_hdr", 1, 2, 0x1000, 0x10_0000, 0x10, 0, 0, 0),
+            (".got", 1, 3, u64::MAX, 0x210, 8, 0, 0, 0),
+            (".symtab", 2, 0, 0, 0x218, 72, 6, 1, 24),
+            (".strtab", 3, 0, 0, 0x260, 5, 0, 0, 0),
+            (".shstrtab", 3, 0, 0, 0x270, names.len() as u64, 0, 0, 0),
+        ];
+        for (i, (n, kind, flags, addr, off, size, link, info, entsize)) in
+            sections.into_iter().enumerate()
+        {
+            let mut sh = Vec::new();
+            sh.extend_from_slice(&name(n).to_le_bytes());
+            sh.extend_from_slice(&kind.to_le_bytes());
+            for w in [flags, addr, off, size] {
+                sh.extend_from_slice(&w.to_le_bytes());
+            }
+            sh.extend_from_slice(&link.to_le_bytes());
+            sh.extend_from_slice(&info.to_le_bytes());
+            sh.extend_from_slice(&1u64.to_le_bytes());
+            sh.extend_from_slice(&entsize.to_le_bytes());
+            put(&mut f, 0x300 + (i + 1) * 64, &sh);
+        }
+        f
+    }
+
+    #[test]
+    fn a_malformed_elf_gives_what_adds_up_and_no_panic() {
+        let bytes = malformed_elf();
+        // The crafted numbers are what the ELF reader sees.
+        let obj = object::File::parse(&*bytes).unwrap();
+        let addr = |n: &str| obj.section_by_name(n).map(|s| (s.address(), s.size()));
+        assert_eq!(addr(".eh_frame"), Some((u64::MAX - 7, 0x10)));
+        assert_eq!(addr(".got"), Some((u64::MAX, 8)));
+        assert_eq!(addr(".text"), Some((0xffff_ffff_ffff_0100, 1 << 48)));
+        assert!(obj.section_by_name(".eh_frame_hdr").is_some());
+        assert_eq!(
+            obj.segments().map(|s| s.size()).collect::<Vec<_>>(),
+            [1 << 32, 0x1000]
+        );
+        assert_eq!(obj.symbols().count(), 2);
+        let elf = ElfFile::parse(&bytes).expect("an ELF, however malformed");
+        // The sane segment gives the load bias; the overflowing one is
+        // skipped.
+        assert_eq!(elf.load_bias, 0xffff_ffff_ffff_0000);
+        // `f`'s end overflows: left out; `g` is kept and found.
+        assert_eq!(elf.symbols.len(), 1);
+        assert_eq!(elf.symbol(0xffff_ffff_ffff_0190), Some("g"));
+        assert_eq!(elf.symbol(0xffff_ffff_ffff_0100), None);
+        assert_eq!(elf.symbol(u64::MAX), None);
+        // No section whose range overflows or whose bytes are not there.
+        let u = &elf.unwind;
+        assert!(u.eh_frame.is_none() && u.eh_frame_hdr.is_none());
+        assert!(u.text.is_none() && u.got.is_none());
+        assert_eq!(elf.frame_pointer_share, 0.0);
+    }
+
+    #[test]
+    fn a_symbol_whose_end_overflows_is_looked_up_without_panic() {
+        let elf = ElfFile {
+            build_id: Vec::new(),
+            load_bias: 0,
+            symbols: vec![(u64::MAX - 0x10, 0x100, "f".into())],
+            unwind: UnwindSections::default(),
+            frame_pointer_share: 0.0,
+        };
+        assert_eq!(elf.symbol(u64::MAX - 1), Some("f"));
+        assert_eq!(elf.symbol(1), None);
+    }
+
+    #[test]
+    fn functions_past_the_text_bytes_are_not_looked_at() {
+        // A function at the top of the address space, `.text` at 0: its
+        // offset in the text plus 8 overflows.
+        let syms = [(u64::MAX - 3, 32, "f".into()), (0, 16, "g".into())];
+        let mut text = vec![0u8; 64];
+        text[..4].copy_from_slice(&[0x55, 0x48, 0x89, 0xe5]);
+        assert_eq!(frame_pointer_share(&syms, 0, &text), 1.0);
+    }
+
+    #[test]
+    fn a_mapping_below_its_offset_gives_a_relative_pc_without_panic() {
+        let m = Mapping {
+            start: 0x1000,
+            end: 0x2000,
+            pgoff: u64::MAX,
+            path: "/x".into(),
+            file: None,
+        };
+        assert_eq!(m.rel_pc(0x1001), 0);
     }
 
     #[test]

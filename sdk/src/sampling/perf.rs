@@ -91,8 +91,8 @@ pub(crate) enum PerfRecord<'a> {
     Lost(u64),
 }
 
-/// A sample as the kernel wrote it; borrows the ring's bytes (or the copy
-/// of a record that wrapped around its end).
+/// A sample as the kernel wrote it; borrows the copy of the ring's records
+/// `drain` made.
 pub(crate) struct RawSample<'a> {
     pub(crate) tid: i32,
     pub(crate) time_ns: u64,
@@ -129,8 +129,8 @@ pub(crate) struct PerfEvent {
     data_off: usize,
     data_size: usize,
     source: StackSource,
-    /// Scratch for records that wrap around the ring's end.
-    wrap: Vec<u8>,
+    /// The records of one `drain`, copied out of the ring.
+    copy: Vec<u8>,
 }
 
 // SAFETY: the mapping is owned by this value alone; the kernel is the only
@@ -228,7 +228,7 @@ impl PerfEvent {
             data_off: page,
             data_size,
             source,
-            wrap: Vec::new(),
+            copy: Vec::new(),
         };
         // SAFETY: an ioctl without argument on our open perf fd.
         if unsafe { libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) } < 0 {
@@ -275,46 +275,33 @@ impl PerfEvent {
         let (head_a, tail_a) = Self::head_tail(self.base);
         // Acquire: the records below `head` are written.
         let head = head_a.load(std::sync::atomic::Ordering::Acquire);
-        let mut tail = tail_a.load(std::sync::atomic::Ordering::Relaxed);
-        let size = self.data_size as u64;
-        // SAFETY: the data area is `data_size` bytes mapped at `data_off`
-        // for the life of `self`; the kernel does not write between `tail`
-        // and `head` until `data_tail` moves past them (below).
-        let data =
-            unsafe { std::slice::from_raw_parts(self.base.add(self.data_off), self.data_size) };
-        while head.wrapping_sub(tail) >= 8 {
-            let at = (tail % size) as usize;
-            let mut hdr = [0u8; 8];
-            copy_wrapped(data, at, &mut hdr);
-            let kind = u32::from_ne_bytes(hdr[0..4].try_into().unwrap());
-            let len = u16::from_ne_bytes(hdr[6..8].try_into().unwrap()) as usize;
-            if len < 8 || head.wrapping_sub(tail) < len as u64 {
-                break; // a torn header: never from a sane kernel; stop here
-            }
-            let rec: &[u8] = if at + len <= data.len() {
-                &data[at..at + len]
-            } else {
-                self.wrap.resize(len, 0);
-                copy_wrapped(data, at, &mut self.wrap);
-                &self.wrap
-            };
-            match kind {
-                RECORD_SAMPLE => {
-                    if let Some(s) = parse_sample(&rec[8..], self.source) {
-                        f(PerfRecord::Sample(s));
-                    }
-                }
-                RECORD_LOST if rec.len() >= 24 => {
-                    f(PerfRecord::Lost(u64::from_ne_bytes(
-                        rec[16..24].try_into().unwrap(),
-                    )));
-                }
-                _ => {}
-            }
-            tail = tail.wrapping_add(len as u64);
+        let tail = tail_a.load(std::sync::atomic::Ordering::Relaxed);
+        let written = head.wrapping_sub(tail);
+        if written == 0 {
+            return;
         }
-        // Release: we are done reading what lies below `tail`.
-        tail_a.store(tail, std::sync::atomic::Ordering::Release);
+        // More than the ring holds: never from a sane kernel; skipped.
+        if written <= self.data_size as u64 {
+            // SAFETY: the data area is `data_size` bytes mapped at
+            // `data_off` for the life of `self`, readable. Of it, only the
+            // `written` bytes from `tail` (wrapping) are read, and the kernel
+            // writes none of them until `data_tail` moves past them (the
+            // store below, after the copy): the bytes it may be writing
+            // meanwhile (the ring's free part) are never read, nor is any
+            // reference made over them.
+            unsafe {
+                copy_ring(
+                    self.base.add(self.data_off),
+                    self.data_size,
+                    tail,
+                    written as usize,
+                    &mut self.copy,
+                )
+            };
+            for_each_record(&self.copy, self.source, &mut f);
+        }
+        // Release: we are done reading what lies below `head`.
+        tail_a.store(head, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -329,12 +316,65 @@ impl Drop for PerfEvent {
     }
 }
 
-/// Copies `out.len()` bytes of the ring `data` starting at `at`, wrapping.
-fn copy_wrapped(data: &[u8], at: usize, out: &mut [u8]) {
-    let first = out.len().min(data.len() - at);
-    out[..first].copy_from_slice(&data[at..at + first]);
-    let rest = out.len() - first;
-    out[first..].copy_from_slice(&data[..rest]);
+/// Copies the `len` bytes of the ring of `size` bytes at `ring` that start
+/// at position `from` (taken modulo `size`, wrapping round its end) into
+/// `out` (replacing what it held).
+///
+/// # Safety
+///
+/// `ring` must be valid for reads of `size` bytes, `len <= size`, and
+/// nothing may write those `len` bytes during the call (the rest of the
+/// ring may be written: it is not read).
+unsafe fn copy_ring(ring: *const u8, size: usize, from: u64, len: usize, out: &mut Vec<u8>) {
+    out.clear();
+    if size == 0 || len > size {
+        return;
+    }
+    out.reserve(len);
+    let at = (from % size as u64) as usize;
+    let first = len.min(size - at);
+    // SAFETY: `at + first <= size` and `len - first <= at` (when the copy
+    // wraps, `first = size - at` and `len <= size`), so both source ranges
+    // lie in the `size` readable bytes at `ring`, within the `len` bytes the
+    // caller guarantees nothing writes; `out` has room for `len` bytes
+    // after `clear` and `reserve`, and is our own allocation, so it cannot
+    // overlap the ring. `set_len` covers exactly the bytes copied.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ring.add(at), out.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(ring, out.as_mut_ptr().add(first), len - first);
+        out.set_len(len);
+    }
+}
+
+/// Hands each record of `records` (a copy of the ring's written part, in
+/// order) to `f`; stops at a record whose header does not fit (never from a
+/// sane kernel).
+fn for_each_record(records: &[u8], source: StackSource, f: &mut impl FnMut(PerfRecord<'_>)) {
+    let mut rest = records;
+    while let Some(hdr) = rest.first_chunk::<8>() {
+        let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let len = u16::from_ne_bytes([hdr[6], hdr[7]]) as usize;
+        if len < 8 || len > rest.len() {
+            break;
+        }
+        let (rec, next) = rest.split_at(len);
+        match kind {
+            RECORD_SAMPLE => {
+                if let Some(s) = parse_sample(&rec[8..], source) {
+                    f(PerfRecord::Sample(s));
+                }
+            }
+            RECORD_LOST => {
+                if let Some(n) = rec.get(16..24) {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(n);
+                    f(PerfRecord::Lost(u64::from_ne_bytes(w)));
+                }
+            }
+            _ => {}
+        }
+        rest = next;
+    }
 }
 
 /// A cursor over a record's u64 words.
@@ -434,6 +474,76 @@ mod tests {
         assert_eq!(s.chain.pcs().collect::<Vec<_>>(), vec![0x4000, 0x5000]);
         // Cut short: no sample, no panic.
         assert!(parse_sample(&b[..50], StackSource::Callchain).is_none());
+    }
+
+    /// A `PERF_RECORD_LOST` record of `n` lost records.
+    fn lost_record(n: u64) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.extend_from_slice(&RECORD_LOST.to_ne_bytes());
+        r.extend_from_slice(&[0, 0]);
+        r.extend_from_slice(&24u16.to_ne_bytes());
+        r.extend_from_slice(&1u64.to_ne_bytes()); // id
+        r.extend_from_slice(&n.to_ne_bytes());
+        r
+    }
+
+    #[test]
+    fn records_wrapping_round_the_rings_end_are_copied_out_whole() {
+        // A ring of 64 bytes whose three records (72 bytes written, 24 at
+        // a time) start at position 40 of a tail that has gone round twice:
+        // the second record straddles the end. The bytes outside
+        // `tail..head` are the kernel's (0xee): never read.
+        let records: Vec<u8> = [1u64, 2, 3].iter().flat_map(|&n| lost_record(n)).collect();
+        let size = 64usize;
+        let tail = 2 * size as u64 + 40;
+        let len = 48; // the first two records
+        let mut ring = vec![0xeeu8; size];
+        for (i, b) in records[..len].iter().enumerate() {
+            ring[(40 + i) % size] = *b;
+        }
+        let mut out = vec![7u8; 3];
+        // SAFETY: `ring` is `size` readable bytes nothing else writes.
+        unsafe { copy_ring(ring.as_ptr(), size, tail, len, &mut out) };
+        assert_eq!(out, records[..len]);
+        let mut lost = Vec::new();
+        for_each_record(&out, StackSource::Callchain, &mut |r| {
+            if let PerfRecord::Lost(n) = r {
+                lost.push(n)
+            }
+        });
+        assert_eq!(lost, vec![1, 2]);
+        // Not wrapping, and the whole ring.
+        // SAFETY: as above.
+        unsafe { copy_ring(ring.as_ptr(), size, 0, 8, &mut out) };
+        assert_eq!(out, ring[..8]);
+        // SAFETY: as above.
+        unsafe { copy_ring(ring.as_ptr(), size, 17, size, &mut out) };
+        assert_eq!(out.len(), size);
+        assert_eq!(out[..size - 17], ring[17..]);
+        assert_eq!(out[size - 17..], ring[..17]);
+        // More than the ring holds: nothing.
+        // SAFETY: as above (nothing is read).
+        unsafe { copy_ring(ring.as_ptr(), size, 0, size + 1, &mut out) };
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_record_whose_length_runs_past_the_copy_ends_the_read() {
+        let mut records = lost_record(5);
+        let mut torn = lost_record(6);
+        torn[6..8].copy_from_slice(&200u16.to_ne_bytes());
+        records.extend_from_slice(&torn);
+        let mut zero = lost_record(7);
+        zero[6..8].copy_from_slice(&0u16.to_ne_bytes());
+        let mut lost = Vec::new();
+        for records in [&records[..], &zero[..], &records[..30]] {
+            for_each_record(records, StackSource::Callchain, &mut |r| {
+                if let PerfRecord::Lost(n) = r {
+                    lost.push(n)
+                }
+            });
+        }
+        assert_eq!(lost, vec![5, 5]);
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //! queues a `ChunksToMove` entry; traced copies and frees it when the
 //! CommitData arrives. Without shared memory (TCP) the same chunk bytes
 //! travel inside the CommitData instead.
+//!
+//! The page headers are traced's to write too: whatever they hold is
+//! untrusted. A chunk of ours that traced no longer shows as BeingWritten
+//! when we complete it is not ours any more: not committed, counted lost.
 
 #![forbid(unsafe_code)]
 
@@ -50,6 +54,9 @@ pub(crate) enum Memory {
 pub(crate) struct ChunkPool {
     mem: Memory,
     next_page: usize,
+    /// Chunks we were writing that traced took back (their state changed
+    /// under us): their packets are lost.
+    pub(crate) chunks_taken_back: u64,
 }
 
 /// A chunk being written (the page it holds in shared memory).
@@ -58,7 +65,11 @@ pub(crate) struct Slot(u32);
 
 impl ChunkPool {
     pub(crate) fn new(mem: Memory) -> ChunkPool {
-        ChunkPool { mem, next_page: 0 }
+        ChunkPool {
+            mem,
+            next_page: 0,
+            chunks_taken_back: 0,
+        }
     }
 
     pub(crate) fn page_size(&self) -> usize {
@@ -117,14 +128,16 @@ impl ChunkPool {
     }
 
     /// Publishes a chunk acquired as `slot`: its header and `payload`, then
-    /// Complete. Returns the commit entry naming it.
+    /// Complete. Returns the commit entry naming it; None if traced took
+    /// the chunk back meanwhile (its state is no longer BeingWritten:
+    /// counted in `chunks_taken_back`, the chunk is not committed).
     pub(crate) fn complete(
         &mut self,
         slot: Slot,
         header: ChunkHeader,
         payload: &[u8],
         target_buffer: u32,
-    ) -> ChunkToMove {
+    ) -> Option<ChunkToMove> {
         debug_assert!(payload.len() <= self.capacity());
         match &self.mem {
             Memory::Emulated { .. } => {
@@ -133,12 +146,12 @@ impl ChunkPool {
                 data.extend_from_slice(&header.writer_id.to_le_bytes());
                 data.extend_from_slice(&header.packets_word().to_le_bytes());
                 data.extend_from_slice(payload);
-                ChunkToMove {
+                Some(ChunkToMove {
                     page: 0,
                     chunk: 0,
                     target_buffer,
                     data: Some(data),
-                }
+                })
             }
             Memory::Shared(m) => {
                 let page = slot.0 as usize * m.page_size();
@@ -155,25 +168,35 @@ impl ChunkPool {
                 m.half(chunk + 6)
                     .store(header.packets_word(), Ordering::Release);
                 let bitmap = m.word(page);
-                // Only we change a BeingWritten chunk; the loop only guards
-                // against a spurious view of the word.
+                // A sane traced never changes a BeingWritten chunk; the loop
+                // only guards against a spurious view of the word. Any other
+                // state (traced freed the page, or wrote anything else
+                // there) means the chunk is no longer ours.
+                let mut completed = false;
                 for _ in 0..64 {
                     let cur = bitmap.load(Ordering::Acquire);
-                    debug_assert_eq!(cur & STATE_MASK, STATE_BEING_WRITTEN);
+                    if cur & STATE_MASK != STATE_BEING_WRITTEN {
+                        break;
+                    }
                     let next = (cur & !STATE_MASK) | STATE_COMPLETE;
                     if bitmap
                         .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok()
                     {
+                        completed = true;
                         break;
                     }
                 }
-                ChunkToMove {
+                if !completed {
+                    self.chunks_taken_back += 1;
+                    return None;
+                }
+                Some(ChunkToMove {
                     page: slot.0,
                     chunk: 0,
                     target_buffer,
                     data: None,
-                }
+                })
             }
         }
     }
@@ -243,7 +266,8 @@ impl Writer {
             count: c.count,
             flags: c.flags,
         };
-        commits.push(pool.complete(c.slot, header, &c.payload, self.target_buffer));
+        // A chunk traced took back is lost with its packets (counted).
+        commits.extend(pool.complete(c.slot, header, &c.payload, self.target_buffer));
     }
 
     /// Appends one packet, opening (and fragmenting over) as many chunks as
@@ -399,6 +423,44 @@ mod tests {
         }
         assert!(partial.is_none());
         out
+    }
+
+    #[test]
+    fn a_chunk_whose_state_traced_changed_is_not_committed_and_no_panic() {
+        let shm = Arc::new(SharedMemory::sealed_for_test());
+        let mut pool = ChunkPool::new(Memory::Shared(shm.clone()));
+        let mut w = Writer::new(1, 1);
+        let mut commits = Vec::new();
+        // What traced may write over our BeingWritten chunk's page header:
+        // the page freed, the chunk Free, Complete, or any word at all.
+        let edits = [0, LAYOUT_DIV1, LAYOUT_DIV1 | STATE_COMPLETE, 0xffff_fffe, 2];
+        for (i, &edit) in edits.iter().enumerate() {
+            w.write_packet(&mut pool, &[1, 2, 3], &mut commits).unwrap();
+            let page = w.open.as_ref().unwrap().slot.0 as usize;
+            let bitmap = shm.word(page * shm.page_size());
+            assert_eq!(
+                bitmap.load(Ordering::Relaxed),
+                LAYOUT_DIV1 | STATE_BEING_WRITTEN
+            );
+            bitmap.store(edit, Ordering::Relaxed);
+            w.finish_chunk(&mut pool, &mut commits);
+            assert!(
+                commits.is_empty(),
+                "edit {edit:#x}: not ours, not committed"
+            );
+            assert_eq!(pool.chunks_taken_back, i as u64 + 1);
+            // traced's word is left as it wrote it.
+            assert_eq!(bitmap.load(Ordering::Relaxed), edit);
+        }
+        // Left alone, a chunk is completed and committed.
+        w.write_packet(&mut pool, &[1, 2, 3], &mut commits).unwrap();
+        let page = w.open.as_ref().unwrap().slot.0;
+        w.finish_chunk(&mut pool, &mut commits);
+        assert_eq!(commits.len(), 1);
+        assert_eq!(commits[0].page, page);
+        let word = shm.word(page as usize * shm.page_size());
+        assert_eq!(word.load(Ordering::Relaxed), LAYOUT_DIV1 | STATE_COMPLETE);
+        assert_eq!(pool.chunks_taken_back, edits.len() as u64);
     }
 
     #[test]

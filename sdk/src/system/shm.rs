@@ -176,6 +176,15 @@ impl SharedMemory {
     }
 }
 
+#[cfg(test)]
+impl SharedMemory {
+    /// A sealed 64 KiB memfd mapped in 4 KiB pages, as traced gives one.
+    pub(crate) fn sealed_for_test() -> SharedMemory {
+        let sealed = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        SharedMemory::map(tests::memfd(sealed), 4096).expect("a sealed memfd maps")
+    }
+}
+
 impl Drop for SharedMemory {
     fn drop(&mut self) {
         // SAFETY: `base`/`size` are exactly the mapping made in `map`; no
@@ -192,7 +201,7 @@ mod tests {
     use std::os::fd::FromRawFd;
 
     /// A 64 KiB memfd that accepts seals, with `seals` added.
-    fn memfd(seals: libc::c_int) -> OwnedFd {
+    pub(super) fn memfd(seals: libc::c_int) -> OwnedFd {
         // SAFETY: memfd_create with a NUL-terminated name; the fd it returns
         // is owned by the OwnedFd alone.
         let fd = unsafe {
