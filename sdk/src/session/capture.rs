@@ -369,7 +369,7 @@ impl Windows {
         if let Some((mut target, reply)) = self.rotate.take() {
             self.swap_in(file, &mut target, ctx, out);
             let old = self.switch_file(target, lost);
-            let _ = reply.send(self.finish(old, ctx, out).map_err(|(_, e)| e));
+            let _ = reply.send(answer(self.finish(old, ctx, out)));
         }
         let closes =
             matches!(&self.dump, Some((_, until, _)) if stopping || Instant::now() >= *until);
@@ -385,7 +385,7 @@ impl Windows {
             let dump = self.switch_file(main.target, lost);
             self.lost_at_start = lost - main.lost;
             self.threads = main.threads;
-            let _ = reply.send(self.finish(dump, ctx, out).map_err(|(_, e)| e));
+            let _ = reply.send(answer(self.finish(dump, ctx, out)));
         }
         if !stopping && self.dump.is_none() {
             self.next_part(file, ctx, lost, out);
@@ -441,14 +441,12 @@ impl Windows {
         let Some((limit, _)) = self.disk.as_mut() else {
             return;
         };
-        let (written, ok) = match done {
-            Ok(s) => (s.bytes_written, true),
-            Err((s, Error::Io { source, .. })) => {
-                limit.part_failed(source);
-                (s.bytes_written, false)
-            }
-            Err((s, _)) => (s.bytes_written, false),
-        };
+        let (stats, error) = done;
+        let ok = error.is_none();
+        if let Some(Error::Io { source, .. }) = error {
+            limit.part_failed(source);
+        }
+        let written = stats.bytes_written;
         if let Some(path) = path {
             limit.finished(path, written, ok);
         }
@@ -472,10 +470,10 @@ impl Windows {
         mut done: FileDone,
         ctx: &mut Context<'_>,
         out: &mut Vec<u8>,
-    ) -> Result<Stats, (Stats, Error)> {
+    ) -> (Stats, Option<Error>) {
         let t = &mut done.target;
         let Some(f) = t.file.as_mut() else {
-            return Ok(Stats::default()); // there was no file
+            return (Stats::default(), None); // there was no file
         };
         let now = ctx.cal.now_ns();
         f.encoder.finish(ctx, now, out);
@@ -496,16 +494,11 @@ impl Windows {
         self.finished.unmatched_ends += stats.unmatched_ends;
         self.finished.bytes_written += stats.bytes_written;
         self.finished.events_dropped_disk += stats.events_dropped_disk;
-        match f.sink.take_error() {
-            Some(e) => Err((
-                stats,
-                Error::Io {
-                    path: t.path.clone(),
-                    source: e,
-                },
-            )),
-            None => Ok(stats),
-        }
+        let error = f.sink.take_error().map(|e| Error::Io {
+            path: t.path.clone(),
+            source: e,
+        });
+        (stats, error)
     }
 
     /// Makes `target` the output (its header written) and puts the current
@@ -526,6 +519,15 @@ impl Windows {
             f.encoder.header(ctx, out);
         }
         write_out(file, out);
+    }
+}
+
+/// A finished file's answer to `rotate_output` or `dump_to`: its totals, or
+/// its first error.
+fn answer((stats, error): (Stats, Option<Error>)) -> Result<Stats, Error> {
+    match error {
+        Some(e) => Err(e),
+        None => Ok(stats),
     }
 }
 
