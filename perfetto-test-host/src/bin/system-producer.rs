@@ -139,10 +139,18 @@ fn triggers(n: u64, bytes: usize, valid: &str) -> String {
             queued_small += ringtrace::trigger(&format!("short-{i}")) as u64;
         }
         if i == n / 2 && valid != "-" {
+            // The valid name goes in between two halves of the flood, when
+            // the names before it have been sent (or counted dropped): the
+            // queue toward the service is bounded, and a name that finds it
+            // full is dropped, whichever it is.
+            ringtrace::flush();
+            std::thread::sleep(Duration::from_millis(500));
             let until = Instant::now() + Duration::from_secs(10);
             while !ringtrace::trigger(valid) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(1));
             }
+            ringtrace::flush();
+            std::thread::sleep(Duration::from_millis(500));
         }
         if i % 500 == 499 {
             let start = Instant::now();
