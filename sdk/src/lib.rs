@@ -157,7 +157,7 @@ pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
 #[allow(deprecated)]
 pub use ringtrace_macros::{trace, traced};
 pub use sampling::CpuStacks;
-pub use session::sink::MemoryBuffer;
+pub use session::file::sink::MemoryBuffer;
 pub use session::Stats;
 pub use session::{
     builder, flush, init_from_env, is_recording, trigger, Builder, DisplayTimeUnit, Error, Format,

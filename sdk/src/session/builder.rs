@@ -216,7 +216,7 @@ pub fn builder() -> Builder {
         max_files: DEFAULT_MAX_FILES,
         capture: None,
         cpu_sampling: Default::default(),
-        file_mode: super::files::DEFAULT_MODE,
+        file_mode: super::file::create::DEFAULT_MODE,
     }
 }
 

@@ -1,13 +1,16 @@
 //! [`Control`]: what the session's handle and the flusher share: the stop
-//! flag, flush requests and their answers, the queue of capture requests,
-//! and the flusher's [`Waker`].
+//! flag, flush requests and their answers, the queue of [`Request`]s (a
+//! window's file, a capture), and the flusher's [`Waker`].
 
 #![forbid(unsafe_code)]
 
-use crate::session::capture::{self, Requests};
+use crate::session::error::Error;
+use crate::session::file::Target;
+use crate::session::stats::Stats;
 use crate::session::waker::Waker;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ pub(crate) struct Control {
     pub(crate) flush_requested: AtomicU64,
     flush_done: Mutex<u64>,
     flush_cv: Condvar,
-    /// Capture windows asked of the flusher (`capture`).
+    /// Windows and captures asked of the flusher.
     pub(crate) requests: Mutex<Requests>,
     pub(crate) waker: Arc<Waker>,
 }
@@ -64,7 +67,79 @@ impl Control {
     /// flush waiting is answered.
     pub(crate) fn close(&self) {
         self.waker.set_parked();
-        capture::close_requests(&self.requests);
+        close_requests(&self.requests);
         self.flushed(u64::MAX);
     }
+}
+
+pub(crate) type Reply = mpsc::Sender<Result<Stats, Error>>;
+
+/// What a caller asks of the flusher.
+pub(crate) enum Request {
+    /// Finish the current file, go on in this one.
+    Rotate(Target, Reply),
+    /// Write the rings and the next `after` into this file.
+    Dump(Target, Duration, Reply),
+    /// Write this window into a file of its own (`trigger`).
+    Capture(Capture),
+}
+
+impl Request {
+    pub(crate) fn refuse(self) {
+        if let Request::Rotate(_, reply) | Request::Dump(_, _, reply) = self {
+            let _ = reply.send(Err(Error::NotRecording));
+        }
+    }
+}
+
+/// The queue of requests; closed when the flusher has finished.
+#[derive(Default)]
+pub(crate) struct Requests {
+    pub(crate) queue: Vec<Request>,
+    pub(crate) closed: bool,
+    /// A dump's window is open: nothing queued is taken until it closes,
+    /// so what waits is no reason for the flusher to wake.
+    pub(crate) held: bool,
+}
+
+impl Requests {
+    /// Whether a request waits that the flusher can take now.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.held && !self.queue.is_empty()
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Captures queued.
+    pub(crate) fn captures(&self) -> usize {
+        self.queue
+            .iter()
+            .filter(|r| matches!(r, Request::Capture(_)))
+            .count()
+    }
+
+    pub(crate) fn push(&mut self, r: Request) {
+        self.queue.push(r);
+    }
+}
+
+/// The flusher is done, however it ended (`Control::close`, a panic
+/// included): no more requests; those still queued fail, so no caller of
+/// `rotate_output`/`dump_to` waits for an answer that will not come.
+pub(crate) fn close_requests(requests: &Mutex<Requests>) {
+    let queued = {
+        let mut requests = requests.lock();
+        requests.closed = true;
+        std::mem::take(&mut requests.queue)
+    };
+    queued.into_iter().for_each(Request::refuse);
+}
+
+/// A window to capture (`trigger`): raw clock ticks of its start and end.
+pub(crate) struct Capture {
+    pub(crate) name: String,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }

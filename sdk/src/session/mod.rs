@@ -37,20 +37,17 @@
 mod builder;
 pub(crate) mod capture;
 mod control;
-mod disk;
 mod env;
 mod error;
-mod file;
-mod files;
+pub(crate) mod file;
+mod file_output;
 pub(crate) mod flusher;
 mod output;
 mod recorder;
 pub(crate) mod signals;
-pub(crate) mod sink;
-mod slow;
 pub(crate) mod stats;
-mod trigger;
 mod waker;
+mod window;
 
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub(crate) use builder::{slow_rule, Output, SlowRule};
@@ -66,11 +63,12 @@ use crate::record::callsite::{self, CategoryFilter};
 use crate::record::clock::Calibration;
 use crate::record::registry::{RingConfig, REGISTRY};
 use crate::session::control::Control;
-use crate::session::file::FileOutput;
+use crate::session::file::sink::{Sink, Units};
+use crate::session::file::{File, Formats};
+use crate::session::file_output::FileOutput;
 use crate::session::flusher::{Env, Flusher};
-use crate::session::output::{File, Outputs};
+use crate::session::output::Outputs;
 use crate::session::recorder::Recorder;
-use crate::session::sink::{Sink, Units};
 use crate::system::feed::SystemFeed;
 use crate::system::producer::Link;
 use once_cell::sync::Lazy;
@@ -179,10 +177,11 @@ impl Builder {
                     Some(f) => f,
                     None => return Err(Error::UnknownFormat(p)),
                 };
-                let file = files::create_named(&p, self.file_mode).map_err(|e| Error::Io {
-                    path: Some(p.clone()),
-                    source: e,
-                })?;
+                let file =
+                    file::create::create_named(&p, self.file_mode).map_err(|e| Error::Io {
+                        path: Some(p.clone()),
+                        source: e,
+                    })?;
                 let units = Units::of(format);
                 (
                     Some(Sink::file(file, p.display().to_string(), units)),
@@ -191,7 +190,7 @@ impl Builder {
                 )
             }
         };
-        let formats = capture::Formats {
+        let formats = Formats {
             perfetto: PerfettoOptions {
                 source_locations: self.source_locations,
                 omit_needs_flag: self.compact_packets,
@@ -279,11 +278,11 @@ impl Builder {
                 },
             )
         });
-        let mut windows = capture::Windows::new(path.clone(), output.is_some());
+        let mut windows = window::Windows::new(path.clone(), output.is_some());
         match (&path, self.max_file_bytes) {
             (Some(_), Some(max)) if self.max_files == 1 => windows = windows.with_hard_limit(max),
             (Some(p), Some(max)) => {
-                let limit = disk::DiskLimit::new(p.clone(), max, self.max_files, format);
+                let limit = file::parts::DiskLimit::new(p.clone(), max, self.max_files, format);
                 windows = windows.with_disk_limit(limit, formats.clone());
             }
             _ => {}
@@ -295,7 +294,7 @@ impl Builder {
         let file = FileOutput::new(
             output,
             windows,
-            captures.then(|| trigger::Captures::new(self.capture.clone(), formats.clone())),
+            captures.then(|| capture::Captures::new(self.capture.clone(), formats.clone())),
             // A flight recorder writes into the file: none without one.
             (self.overwrite && file_output).then(|| Recorder::new(recorder_bytes)),
             system.is_some(),
@@ -303,7 +302,7 @@ impl Builder {
         );
         let slow_scopes = self.capture.as_ref().and_then(|c| c.slow_scopes.clone());
         let file = match slow_scopes {
-            Some((patterns, t)) => file.with_slow_scopes(slow::SlowScopes::new(patterns, t)),
+            Some((patterns, t)) => file.with_slow_scopes(capture::SlowScopes::new(patterns, t)),
             None => file,
         };
         let mut outputs = Outputs::default();
@@ -406,7 +405,7 @@ struct Session {
     handle: JoinHandle<(Stats, Option<std::io::Error>)>,
     path: Option<PathBuf>,
     /// How new files of capture windows are written.
-    formats: capture::Formats,
+    formats: Formats,
     /// System tracing's connection thread, if on.
     producer: Option<(Arc<Link>, JoinHandle<()>)>,
     /// `trigger` queues captures (a capture file pattern or system tracing).
@@ -651,7 +650,7 @@ fn capture_window(path: &Path, after: Option<Duration>) -> Result<Stats, Error> 
         let s = slot.as_ref().ok_or(Error::NotRecording)?;
         (s.control.clone(), s.formats.clone())
     };
-    capture::ask(&control.requests, &control.waker, &formats, path, after)
+    window::ask(&control.requests, &control.waker, &formats, path, after)
 }
 
 /// Asks for a capture named `name` of the window ending now (from
@@ -701,7 +700,7 @@ pub(crate) fn queue_capture(capture: capture::Capture) -> bool {
         Some(s) if s.captures => s.control.clone(),
         _ => return false,
     };
-    trigger::queue(&control.requests, &control.waker, capture)
+    capture::queue(&control.requests, &control.waker, capture)
 }
 
 /// Slow-span captures set together with whole-request sampling: a request

@@ -16,10 +16,9 @@
 
 #![forbid(unsafe_code)]
 
-use crate::encode::{Batch, Context, Encoder};
+use crate::encode::{Batch, Context};
 use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
-use crate::session::sink::Sink;
 use crate::session::stats::Stats;
 use crate::system::feed::SystemFeed;
 
@@ -241,82 +240,6 @@ impl Outputs {
             error = error.or(e);
         }
         error
-    }
-}
-
-/// One file being written: its encoder and where its bytes go. The
-/// session's file and every capture window's file is one.
-pub(crate) struct File {
-    pub(crate) encoder: Box<dyn Encoder>,
-    pub(crate) sink: Sink,
-    /// The encoder's count of events at the last write that succeeded:
-    /// those encoded after it are in the file only once a write carries
-    /// them (none is after a write failed).
-    durable: u64,
-}
-
-impl File {
-    pub(crate) fn new(encoder: Box<dyn Encoder>, sink: Sink) -> File {
-        File {
-            encoder,
-            sink,
-            durable: 0,
-        }
-    }
-
-    /// Writes and clears `out`, which holds every event encoded since the
-    /// last write.
-    pub(crate) fn write(&mut self, out: &mut Vec<u8>) {
-        let events = self.encoder.stats().events;
-        self.sink.write(out);
-        if !self.sink.failed() {
-            self.durable = events;
-        }
-    }
-
-    /// A write the caller made (borrowing the encoder meanwhile) succeeded
-    /// with every event up to the encoder's count `events`.
-    pub(crate) fn wrote(&mut self, events: u64) {
-        self.durable = events;
-    }
-
-    pub(crate) fn flush(&mut self) {
-        self.sink.flush();
-    }
-
-    /// Events in the file: carried by writes that succeeded.
-    pub(crate) fn events_in_file(&self) -> u64 {
-        self.durable
-    }
-
-    /// Events encoded that no write carried into the file (a write failed).
-    pub(crate) fn events_unwritten(&self) -> u64 {
-        self.encoder.stats().events - self.durable
-    }
-}
-
-/// Bytes the flusher lets pile up before it writes them out: large enough
-/// for few system calls (one per 256 KiB: tens of microseconds against the
-/// milliseconds of encoding them), small enough to stay in cache on their
-/// way out. This and the sink's copy laid out in pages are most of the
-/// flusher's working memory, which is not in the budget: at 1 MiB, with
-/// 10,000 threads on a 4 MiB budget, recording grew peak RSS by the budget
-/// plus 1.05 to 1.1 MiB whatever the number of threads (the same from 2,000
-/// to 10,000 threads); at 256 KiB by the budget plus about 0.6 MiB.
-pub(crate) const WRITE_AT: usize = 256 << 10;
-
-/// Writes `out` out once it holds [`WRITE_AT`] bytes.
-pub(crate) fn write_if_full(file: &mut Option<File>, out: &mut Vec<u8>) {
-    if out.len() >= WRITE_AT {
-        write_out(file, out);
-    }
-}
-
-/// Writes `out` to the file, if any (else drops it).
-pub(crate) fn write_out(file: &mut Option<File>, out: &mut Vec<u8>) {
-    match file {
-        Some(f) => f.write(out),
-        None => out.clear(),
     }
 }
 

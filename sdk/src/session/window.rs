@@ -25,15 +25,13 @@
 
 #![forbid(unsafe_code)]
 
-use crate::encode::json::{JsonEncoder, JsonOptions};
-use crate::encode::perfetto::{PerfettoEncoder, PerfettoOptions};
-use crate::encode::{Context, Encoder};
-use crate::session::builder::Format;
-use crate::session::disk::{DiskLimit, HardLimit};
+use crate::encode::Context;
+use crate::session::capture::Capture;
+use crate::session::control::{Reply, Request, Requests};
 use crate::session::error::Error;
-use crate::session::files;
-use crate::session::output::{write_out, File};
-use crate::session::sink::{Sink, Units};
+use crate::session::file::guard::HardLimit;
+use crate::session::file::parts::DiskLimit;
+use crate::session::file::{write_out, File, Formats, Target};
 use crate::session::stats::Stats;
 use crate::session::waker::Waker;
 use parking_lot::Mutex;
@@ -41,132 +39,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// How the session writes a file: what a new output needs besides its path.
-#[derive(Clone)]
-pub(crate) struct Formats {
-    pub(crate) perfetto: PerfettoOptions,
-    pub(crate) json: JsonOptions,
-    pub(crate) compressed_packets: bool,
-    /// The session is in flight-recorder (overwrite) mode.
-    pub(crate) overwrite: bool,
-    /// The mode of the files the session creates (`files`).
-    pub(crate) mode: u32,
-}
-
-impl Formats {
-    pub(crate) fn encoder(&self, format: Format) -> Box<dyn Encoder> {
-        match format {
-            Format::Perfetto => Box::new(PerfettoEncoder::new(self.perfetto)),
-            Format::Json => Box::new(JsonEncoder::with_options(self.json.clone())),
-        }
-    }
-
-    /// Creates (or truncates) the file the user named at `path` and what
-    /// writes it (`rotate_output`, `dump_to`).
-    pub(crate) fn target(&self, path: &Path) -> Result<Target, Error> {
-        let format =
-            Format::from_path(path).ok_or_else(|| Error::UnknownFormat(path.to_path_buf()))?;
-        let file = files::create_named(path, self.mode).map_err(|e| Error::Io {
-            path: Some(path.to_path_buf()),
-            source: e,
-        })?;
-        Ok(self.writing(path, file, format, false))
-    }
-
-    /// What writes `file`, created at `path`, in `format`: laid out as the
-    /// session's own file (a kill leaves whole events). `own`: the
-    /// session's own output (or a part of it).
-    pub(crate) fn writing(
-        &self,
-        path: &Path,
-        file: std::fs::File,
-        format: Format,
-        own: bool,
-    ) -> Target {
-        let mut sink = Sink::file(file, path.display().to_string(), Units::of(format));
-        if self.compressed_packets && format == Format::Perfetto {
-            sink.compress_perfetto_packets();
-        }
-        Target {
-            file: Some(File::new(self.encoder(format), sink)),
-            path: Some(path.to_path_buf()),
-            own,
-        }
-    }
-}
-
-/// A file and where it is.
-pub(crate) struct Target {
-    /// `None`: no file, as a session with system tracing only.
-    pub(crate) file: Option<File>,
-    /// The file (`None`: the session's writer).
-    pub(crate) path: Option<PathBuf>,
-    /// The session's own output or a part of it (not a file
-    /// `rotate_output` or `dump_to` named): the disk bound and its guard
-    /// apply.
-    pub(crate) own: bool,
-}
-
-type Reply = mpsc::Sender<Result<Stats, Error>>;
-
-/// What a caller asks of the flusher.
-pub(crate) enum Request {
-    /// Finish the current file, go on in this one.
-    Rotate(Target, Reply),
-    /// Write the rings and the next `after` into this file.
-    Dump(Target, Duration, Reply),
-    /// Write this window into a file of its own (`trigger`).
-    Capture(Capture),
-}
-
-/// A window to capture (`trigger`): raw clock ticks of its start and end.
-pub(crate) struct Capture {
-    pub(crate) name: String,
-    pub(crate) start: u64,
-    pub(crate) end: u64,
-}
-
-impl Request {
-    fn refuse(self) {
-        if let Request::Rotate(_, reply) | Request::Dump(_, _, reply) = self {
-            let _ = reply.send(Err(Error::NotRecording));
-        }
-    }
-}
-
-/// The queue of requests; closed when the flusher has finished.
-#[derive(Default)]
-pub(crate) struct Requests {
-    queue: Vec<Request>,
-    closed: bool,
-    /// A dump's window is open: nothing queued is taken until it closes,
-    /// so what waits is no reason for the flusher to wake.
-    held: bool,
-}
-
-impl Requests {
-    /// Whether a request waits that the flusher can take now.
-    pub(crate) fn waiting(&self) -> bool {
-        !self.held && !self.queue.is_empty()
-    }
-
-    pub(crate) fn closed(&self) -> bool {
-        self.closed
-    }
-
-    /// Captures queued.
-    pub(crate) fn captures(&self) -> usize {
-        self.queue
-            .iter()
-            .filter(|r| matches!(r, Request::Capture(_)))
-            .count()
-    }
-
-    pub(crate) fn push(&mut self, r: Request) {
-        self.queue.push(r);
-    }
-}
 
 /// Opens the file, queues the request with `requests`, wakes the flusher
 /// and waits for its answer (`rotate_output`, `dump_to`: `formats` and the
@@ -529,18 +401,6 @@ fn answer((stats, error): (Stats, Option<Error>)) -> Result<Stats, Error> {
         Some(e) => Err(e),
         None => Ok(stats),
     }
-}
-
-/// The flusher is done, however it ended (`Control::close`, a panic
-/// included): no more requests; those still queued fail, so no caller of
-/// `rotate_output`/`dump_to` waits for an answer that will not come.
-pub(crate) fn close_requests(requests: &Mutex<Requests>) {
-    let queued = {
-        let mut requests = requests.lock();
-        requests.closed = true;
-        std::mem::take(&mut requests.queue)
-    };
-    queued.into_iter().for_each(Request::refuse);
 }
 
 /// A file taken out of service, waiting to be finished.

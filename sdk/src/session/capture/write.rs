@@ -1,54 +1,24 @@
-//! Captures: in flight-recorder mode, a window of the recent past written
-//! into a file of its own when something asks for it ([`trigger`](crate::trigger), or a
-//! slow `tracing` span: `TracingBuilder::capture_slow`).
-//!
-//! The caller only queues a [`Capture`] (the window's ends as raw clock
-//! ticks) with the session's other requests and wakes the flusher. The
-//! flusher drains every ring into the flight recorder's store, then copies
-//! the records of the window (from [`Builder::capture_before`] before its
-//! start to its end; nothing is taken out of the store) into a new complete
-//! file named from [`Builder::capture_to`]'s pattern, at most one per
-//! [`Builder::capture_interval`] (later ones are counted as suppressed),
-//! the oldest of more than [`Builder::capture_files`] removed. With system
-//! tracing, each capture also sends `ActivateTriggers` with its name to the
-//! tracing service, so a tracing session configured with that trigger
-//! (`STOP_TRACING`, `CLONE_SNAPSHOT`, ...) reacts.
-//!
-//! With CPU sampling on, a capture file also holds the samples of its
-//! window, of every thread (the question a slow scope's capture answers,
-//! "where did its time go", may lead to a thread it waited for): those the
-//! flight recorder holds beside its records (`sampling::held`), none taken
-//! out, encoded a chunk at a time into memory taken from the budget (when
-//! it refuses, the window's samples are dropped, counted in
-//! `Stats::cpu_samples_lost` and, in Perfetto, marked in the file); the file interns
-//! afresh only the mappings, frames and call stacks they use. A queued
-//! capture wakes the sampler to read its rings, and while it runs a capture
-//! waits until [`SAMPLES_LAG`] after its window's end before it is written.
+//! The captures' writer (the flusher's side): captures waiting for the pass
+//! that drains the rings, their rules (at most one per interval, so many
+//! files kept), the files written, the counts.
 
 #![forbid(unsafe_code)]
 
+use super::{Capture, REFUSED};
 use crate::encode::{Context, Encoder};
 use crate::record::registry::REGISTRY;
 use crate::sampling::held::HeldSamples;
 use crate::sampling::tables::{Sample, Tables};
 use crate::sampling::SampleView;
-use crate::session::capture::{Capture, Formats, Request, Requests};
-use crate::session::files;
+use crate::session::builder::{CaptureOptions, Format};
+use crate::session::file::create;
+use crate::session::file::sink::Sink;
+use crate::session::file::Formats;
 use crate::session::recorder::Recorder;
-use crate::session::sink::Sink;
-use crate::session::waker::Waker;
-use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-#[allow(unused_imports)] // rustdoc links
-use crate::session::builder::Builder;
-use crate::session::builder::{CaptureOptions, Format};
-
-/// Captures queued and not yet taken by the flusher, at most.
-const MAX_QUEUED: usize = 16;
 
 /// How long after its window's end a capture waits while the session
 /// samples: the sampler reads the kernel's rings when a capture is queued
@@ -58,28 +28,6 @@ pub(crate) const SAMPLES_LAG: std::time::Duration = std::time::Duration::from_mi
 /// Samples of a capture's window encoded at once (their copy is taken
 /// from the budget while the capture is written).
 const SAMPLES_AT_ONCE: usize = 4096;
-
-/// Captures refused before reaching the flusher (too many queued).
-static REFUSED: AtomicU64 = AtomicU64::new(0);
-
-/// Queues `capture` with the session's `requests` and wakes the flusher;
-/// false once the flusher has ended or when too many wait.
-pub(crate) fn queue(requests: &Mutex<Requests>, waker: &Waker, capture: Capture) -> bool {
-    {
-        let mut requests = requests.lock();
-        if requests.closed() {
-            return false;
-        }
-        if requests.captures() >= MAX_QUEUED {
-            REFUSED.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        requests.push(Request::Capture(capture));
-    }
-    waker.wake();
-    crate::sampling::read_now();
-    true
-}
 
 /// The flusher's side: captures waiting for the pass that drains the rings,
 /// the files written, the counts.
@@ -193,7 +141,7 @@ impl Captures {
     ) -> Result<(), (PathBuf, std::io::Error)> {
         // A new file: a name taken (an earlier run's capture, a file or a
         // symlink planted there) is skipped, never followed or replaced.
-        let (path, file) = files::create_numbered(&mut self.next, self.formats.mode, |n| {
+        let (path, file) = create::create_numbered(&mut self.next, self.formats.mode, |n| {
             file_name(&opts.pattern, n, &c.name)
         })
         .map_err(|e| (file_name(&opts.pattern, self.next, &c.name), e))?;
@@ -201,7 +149,7 @@ impl Captures {
         let mut sink = Sink::file(
             file,
             path.display().to_string(),
-            crate::session::sink::Units::of(format),
+            crate::session::file::sink::Units::of(format),
         );
         let mut encoder = self.formats.encoder(format);
         let from = ctx
@@ -332,7 +280,7 @@ fn file_name(pattern: &std::path::Path, n: u64, name: &str) -> PathBuf {
     if text.contains("{n}") {
         PathBuf::from(text.replace("{n}", &n.to_string()).replace("{name}", &safe))
     } else {
-        crate::session::disk::part_path(&PathBuf::from(text.replace("{name}", &safe)), n)
+        crate::session::file::parts::part_path(&PathBuf::from(text.replace("{name}", &safe)), n)
     }
 }
 

@@ -15,13 +15,14 @@ use crate::record::callsite;
 use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
 use crate::sampling::held::HeldSamples;
-use crate::session::capture::Windows;
+use crate::session::capture::Captures;
+use crate::session::capture::SlowScopes;
 use crate::session::control::Control;
-use crate::session::output::{write_if_full, write_out, File, Output, Pass, Tally, WRITE_AT};
+use crate::session::file::{write_if_full, write_out, File, WRITE_AT};
+use crate::session::output::{Output, Pass, Tally};
 use crate::session::recorder::Recorder;
-use crate::session::slow::SlowScopes;
 use crate::session::stats::Stats;
-use crate::session::trigger::Captures;
+use crate::session::window::Windows;
 use crate::system::data_source::RecordFilter;
 use std::sync::Arc as StdArc;
 
@@ -241,7 +242,7 @@ impl Output for FileOutput {
             match self.captures.as_mut().filter(|_| self.dump) {
                 Some(c) => c.suppressed += found.len() as u64,
                 None => found.for_each(|c| {
-                    crate::session::trigger::queue(&self.control.requests, &self.control.waker, c);
+                    crate::session::capture::queue(&self.control.requests, &self.control.waker, c);
                 }),
             }
         }

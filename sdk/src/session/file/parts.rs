@@ -4,7 +4,7 @@
 //!
 //! A part ends after a flusher pass that brings it within one pass's output
 //! (the largest seen so far) of the limit; the switch is the one
-//! `rotate_output` makes (`capture::Windows`): the next part is a new
+//! `rotate_output` makes (`window::Windows`): the next part is a new
 //! complete file, its encoder fresh (Perfetto sequences restart with their
 //! incremental state cleared and descriptors sent again; a JSON part is a
 //! document of its own), and every event is in exactly one part. After each
@@ -12,177 +12,18 @@
 //! whole next part would exceed `max_file_bytes * max_files`; so the parts
 //! on disk never exceed that bound plus one pass's output (the current
 //! part's last).
-
 //!
-//! With one file (`max_files(1)`) the limit is hard instead ([`HardLimit`]):
-//! the file is never cut; once it holds `max_file_bytes`, later records are
-//! dropped, counted in `Stats::events_dropped_disk` and marked (an
-//! events-lost instant on the process track with `reason = "disk limit"`,
-//! at the drop's start and, for the rest, at the end), and the file is
-//! closed as usual at stop, so it stays a complete trace.
+//! What goes into a part, and what is dropped when it cannot take more, is
+//! the guard's (`guard`).
 
 #![forbid(unsafe_code)]
 
-use crate::encode::{Batch, Context};
-use crate::record::header::{header_kind, header_len};
-use crate::record::layout::{KIND_FLOW, KIND_LOST};
 use crate::session::builder::Format;
-use crate::session::capture::Target;
-use crate::session::files;
-use crate::session::output::File;
+use crate::session::file::create;
+use crate::session::file::Target;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// The `reason` of the mark where records were dropped at the hard limit.
-pub(crate) const DISK_LIMIT_REASON: &str = "disk limit";
-
-/// Records encoded at a time near the hard limit (1 KiB): what the file
-/// can pass it by is this much input's encoding (an instant with two int
-/// args, 32 bytes in: Perfetto about 30 bytes out, JSON about 117; so
-/// about 1 KiB and 4 KiB; more for a name's first use).
-const NEAR_LIMIT_WORDS: usize = 128;
-/// Far from the limit a whole batch goes at once: the rest of the room is
-/// over this many bytes out per byte in (JSON's largest is under 4).
-const FAR: u64 = 8;
-
-/// What may go into the session's own file (the flusher's): the hard
-/// limit of `max_files(1)`, and with every other output a guard that
-/// counts, rather than loses, the records that cannot be written: once the
-/// file's writes fail (a full disk, a size limit), or while the disk bound
-/// has no next part to go on in, records are dropped and counted
-/// (`Stats::events_dropped_disk`) and marked in the next file that can
-/// take a mark.
-pub(crate) struct HardLimit {
-    max_bytes: u64,
-    /// Records dropped since the session started, and those already
-    /// marked in a file.
-    pub(crate) dropped: u64,
-    marked: u64,
-    /// The current file takes no more records (the disk bound has no next
-    /// part for it), whatever its size.
-    closed: bool,
-    /// The current file has dropped records: nothing later goes in, so
-    /// its mark is where the drop began.
-    dropping: bool,
-}
-
-impl HardLimit {
-    /// A limit of `max_bytes` (`u64::MAX`: only the guard).
-    pub(crate) fn new(max_bytes: u64) -> HardLimit {
-        HardLimit {
-            max_bytes,
-            dropped: 0,
-            marked: 0,
-            closed: false,
-            dropping: false,
-        }
-    }
-
-    /// Whether the file takes nothing more: it reached the limit, its
-    /// writes failed, or it was closed.
-    pub(crate) fn full(&self, f: &File, out: &[u8]) -> bool {
-        self.closed
-            || self.dropping
-            || f.sink.failed()
-            || f.sink.bytes_written() + out.len() as u64 >= self.max_bytes
-    }
-
-    /// The current file takes no more records until [`reopen`](Self::reopen).
-    pub(crate) fn close(&mut self) {
-        self.closed = true;
-    }
-
-    /// A new file is the output: it takes records again.
-    pub(crate) fn reopen(&mut self) {
-        self.closed = false;
-        self.dropping = false;
-    }
-
-    /// Encodes `batch` into `out` while the file takes it, in small pieces
-    /// near the limit; drops and counts the rest, and marks the first drop
-    /// where it happens.
-    pub(crate) fn batch(
-        &mut self,
-        f: &mut File,
-        ctx: &mut Context<'_>,
-        batch: &Batch<'_>,
-        out: &mut Vec<u8>,
-    ) {
-        let mut words = batch.words;
-        let mut overwritten = batch.overwritten;
-        while !words.is_empty() {
-            if self.full(f, out) {
-                let first = !self.dropping;
-                self.dropping = true;
-                self.dropped += events_in(words);
-                if first {
-                    self.mark(f, ctx, out);
-                }
-                return;
-            }
-            let room = self.max_bytes - (f.sink.bytes_written() + out.len() as u64);
-            // Far from the limit: the whole rest at once (the common case).
-            let take = if (words.len() as u64) * 8 * FAR < room {
-                words.len()
-            } else {
-                record_boundary(words, NEAR_LIMIT_WORDS)
-            };
-            let (now, rest) = words.split_at(take);
-            let piece = Batch {
-                thread: batch.thread,
-                words: now,
-                overwritten: std::mem::take(&mut overwritten),
-            };
-            f.encoder.batch(ctx, &piece, out);
-            words = rest;
-        }
-    }
-
-    /// Marks the records dropped and not yet marked, at the current time
-    /// (not into a file whose writes fail: the next file marks them).
-    pub(crate) fn mark(&mut self, f: &mut File, ctx: &mut Context<'_>, out: &mut Vec<u8>) {
-        let count = self.dropped - self.marked;
-        if count == 0 || f.sink.failed() {
-            return;
-        }
-        self.marked = self.dropped;
-        let now = ctx.cal.now_ns();
-        f.encoder
-            .note_lost_process(ctx, now, count, DISK_LIMIT_REASON, out);
-    }
-}
-
-/// Events in drained `words` as `Stats` counts them: one per record, loss
-/// markers and flow records (part of the slice they precede) aside.
-fn events_in(words: &[u64]) -> u64 {
-    let (mut pos, mut n) = (0, 0);
-    while let Some(&hdr) = words.get(pos) {
-        let len = header_len(hdr) as usize;
-        if len < 2 {
-            break;
-        }
-        if !matches!(header_kind(hdr), KIND_LOST | KIND_FLOW) {
-            n += 1;
-        }
-        pos += len;
-    }
-    n
-}
-
-/// The length of the whole records in `words` that fit in `max` words (at
-/// least one record).
-fn record_boundary(words: &[u64], max: usize) -> usize {
-    let mut pos = 0;
-    while let Some(&hdr) = words.get(pos) {
-        let len = (header_len(hdr) as usize).max(1);
-        if pos > 0 && pos + len > max {
-            break;
-        }
-        pos = (pos + len).min(words.len());
-    }
-    pos
-}
 
 /// The limit and the parts written so far (the flusher's).
 pub(crate) struct DiskLimit {
@@ -261,7 +102,7 @@ impl DiskLimit {
         mode: u32,
     ) -> Option<Target> {
         let base = self.base.clone();
-        match files::create_numbered(&mut self.next, mode, |n| part_path(&base, n)) {
+        match create::create_numbered(&mut self.next, mode, |n| part_path(&base, n)) {
             Ok((path, file)) => Some(create(&path, file)),
             Err(e) => {
                 let path = part_path(&self.base, self.next);
@@ -365,21 +206,6 @@ pub(crate) fn part_path(base: &Path, n: u64) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn near_the_hard_limit_records_are_counted_and_cut_whole() {
-        use crate::record::header::make_header;
-        use crate::record::layout::KIND_INSTANT;
-        let mut w = Vec::new();
-        for i in 0..100 {
-            w.extend([make_header(KIND_INSTANT, 3, 1), 10, i]);
-        }
-        w.extend([make_header(KIND_FLOW, 3, 0), 11, 5]);
-        assert_eq!(events_in(&w), 100, "a flow record is not an event");
-        assert_eq!(record_boundary(&w, 128), 126, "42 whole records of 3 words");
-        assert_eq!(record_boundary(&w, 1), 3, "at least one record");
-        assert_eq!(record_boundary(&w[..6], 128), 6);
-    }
 
     #[test]
     fn parts_are_numbered_before_the_extension() {
