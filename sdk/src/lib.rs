@@ -135,6 +135,7 @@ pub mod log;
 mod record;
 mod sampling;
 mod session;
+mod stats;
 mod sys;
 // System tracing: a producer for Perfetto's tracing service (`traced`).
 mod system;

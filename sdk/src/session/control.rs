@@ -6,8 +6,8 @@
 
 use crate::session::error::Error;
 use crate::session::file::Target;
-use crate::session::stats::Stats;
 use crate::session::waker::Waker;
+use crate::stats::Stats;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;

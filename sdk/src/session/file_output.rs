@@ -21,8 +21,8 @@ use crate::session::control::Control;
 use crate::session::file::{write_if_full, write_out, File, WRITE_AT};
 use crate::session::output::{Output, Pass, Tally};
 use crate::session::recorder::Recorder;
-use crate::session::stats::Stats;
 use crate::session::window::Windows;
+use crate::stats::Stats;
 use crate::system::data_source::RecordFilter;
 use std::sync::Arc as StdArc;
 

@@ -24,7 +24,7 @@ use crate::record::ring::{ANNOUNCED, GROWTH};
 use crate::record::sync::Arc;
 use crate::session::control::Control;
 use crate::session::output::{Outputs, Pass, Tally};
-use crate::session::stats::Stats;
+use crate::stats::Stats;
 use std::sync::atomic::Ordering;
 use std::sync::Arc as StdArc;
 use std::time::{Duration, Instant};

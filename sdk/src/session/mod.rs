@@ -45,17 +45,17 @@ pub(crate) mod flusher;
 mod output;
 mod recorder;
 pub(crate) mod signals;
-pub(crate) mod stats;
 mod waker;
 mod window;
 
+use crate::stats::counters;
+pub use crate::stats::Stats;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub(crate) use builder::{slow_rule, Output, SlowRule};
 pub(crate) use env::env_config;
 #[cfg(feature = "tracing")]
 pub(crate) use env::env_sampling;
 pub use error::Error;
-pub use stats::Stats;
 
 use crate::encode::perfetto::PerfettoOptions;
 use crate::encode::ProcessInfo;
@@ -358,7 +358,7 @@ impl Builder {
         } else {
             CategoryFilter::none()
         });
-        let spans_not_stored_at_start = stats::spans_not_stored();
+        let spans_not_stored_at_start = counters::spans_not_stored();
         callsite::set_active(true);
         // CPU sampling (`sampling`), off unless asked for.
         crate::sampling::start(self.cpu_sampling);
@@ -465,8 +465,8 @@ fn stop_session(id: u64) -> Result<Stats, Error> {
     match joined {
         Ok((mut stats, error)) => {
             stats.spans_not_stored =
-                stats::spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
-            (stats.roots_kept, stats.roots_skipped) = stats::take_sampled_roots();
+                counters::spans_not_stored().saturating_sub(session.spans_not_stored_at_start);
+            (stats.roots_kept, stats.roots_skipped) = counters::take_sampled_roots();
             stats.triggers_dropped = triggers_dropped;
             match error {
                 None => Ok(stats),

@@ -19,7 +19,7 @@
 use crate::encode::{Batch, Context};
 use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
-use crate::session::stats::Stats;
+use crate::stats::Stats;
 use crate::system::feed::SystemFeed;
 
 /// What starts a pass, as outputs see it.

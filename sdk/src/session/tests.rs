@@ -174,7 +174,6 @@ fn a_session_stocks_the_pool_and_gives_the_budget_back_at_stop() {
 #[cfg(all(feature = "enable", feature = "tracing"))]
 #[test]
 fn spans_not_stored_during_a_session_are_in_its_stats() {
-    crate::tracing::register_counters(); // as building a layer or subscriber does
     let _one = SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
     crate::tracing::count_span_not_stored(); // before: not this session's
     let guard = crate::builder()

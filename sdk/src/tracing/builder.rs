@@ -419,7 +419,6 @@ impl<T: TracingRecorder> TracingBuilder<T> {
         crate::session::warn_captures_with_sampling(self.slow.is_some(), s.ratio, hook);
         let sampler = (s.ratio.is_some() || !s.roots.is_empty() || s.decide.is_some())
             .then(|| Arc::new(Sampler::new(s.ratio.unwrap_or(1.0), s.roots, s.decide)));
-        super::register_counters();
         let guard = self.inner.start()?;
         if let Some(sampler) = &sampler {
             super::sample::announce(sampler);

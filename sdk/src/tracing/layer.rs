@@ -46,7 +46,7 @@ impl RingtraceLayer {
         note = "every loss is in `Stats`: read `Stats::spans_not_stored`, returned by `TraceGuard::stop`"
     )]
     pub fn spans_not_stored() -> u64 {
-        super::spans_not_stored()
+        crate::stats::counters::spans_not_stored()
     }
 }
 

@@ -108,22 +108,6 @@ pub use builder::{
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 
-/// Spans the span table had no room for, process-wide (the layer's and the
-/// subscriber's: one table holds both); the session reports its share in
-/// `Stats::spans_not_stored`.
-pub(crate) fn spans_not_stored() -> u64 {
-    span_table::SPAN_STATES.not_stored()
-}
-
-/// Hands the session the readers of the bridge's process-wide counts
-/// (before a layer's or subscriber's session starts).
-pub(crate) fn register_counters() {
-    crate::session::stats::set_bridge_counters(crate::session::stats::BridgeCounters {
-        spans_not_stored,
-        take_sampled_roots: sample::roots,
-    });
-}
-
 /// Counts one span the table had no room for, as a full table does (tests
 /// of the session's count: filling the process-wide table takes 10^9 spans).
 #[cfg(test)]

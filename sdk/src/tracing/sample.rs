@@ -142,23 +142,6 @@ fn seed() -> u64 {
     (z ^ (z >> 31)) | 1
 }
 
-/// Root counts in shards of their own cache lines: threads deciding roots
-/// at once do not share a line.
-const SHARDS: usize = 16;
-
-#[repr(align(128))]
-struct Counts {
-    kept: AtomicU64,
-    skipped: AtomicU64,
-}
-
-static COUNTS: [Counts; SHARDS] = [const {
-    Counts {
-        kept: AtomicU64::new(0),
-        skipped: AtomicU64::new(0),
-    }
-}; SHARDS];
-
 #[inline]
 fn count(keep: bool) {
     let shard = SHARD
@@ -166,45 +149,21 @@ fn count(keep: bool) {
             let mut i = s.get();
             if i == usize::MAX {
                 static NEXT: AtomicU64 = AtomicU64::new(0);
-                i = NEXT.fetch_add(1, Ordering::Relaxed) as usize % SHARDS;
+                i = NEXT.fetch_add(1, Ordering::Relaxed) as usize;
                 s.set(i);
             }
             i
         })
         .unwrap_or(0);
-    let c = &COUNTS[shard];
-    let n = if keep { &c.kept } else { &c.skipped };
-    n.fetch_add(1, Ordering::Relaxed);
+    crate::stats::counters::count_root(shard, keep);
 }
 
-fn totals() -> (u64, u64) {
-    COUNTS.iter().fold((0, 0), |(k, s), c| {
-        (
-            k + c.kept.load(Ordering::Relaxed),
-            s + c.skipped.load(Ordering::Relaxed),
-        )
-    })
-}
-
-/// The totals when the last sampled session started.
-static BASE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
-
-/// Roots kept and skipped since the last sampled session started (or
-/// since the last call: a session's stop takes them, so the next session
-/// does not count them again).
-pub(crate) fn roots() -> (u64, u64) {
-    let (k, s) = totals();
-    let base = std::mem::replace(&mut *BASE.lock().unwrap_or_else(|e| e.into_inner()), (k, s));
-    (k.saturating_sub(base.0), s.saturating_sub(base.1))
-}
-
-/// The category of what ringtrace says about its own recording.
 static RINGTRACE: crate::events::Category = crate::events::Category::new("ringtrace");
 
 /// A session sampled by `sampler` started: its counts start from here, and
 /// the trace says how it is sampled (a process-wide instant).
 pub(crate) fn announce(sampler: &Sampler) {
-    *BASE.lock().unwrap_or_else(|e| e.into_inner()) = totals();
+    crate::stats::counters::take_sampled_roots();
     let roots = if sampler.roots.is_empty() {
         "*".to_owned()
     } else {

@@ -115,6 +115,7 @@ impl<T> SpanTable<T> {
     }
 
     /// Spans not stored because the table was full (see `insert`).
+    #[cfg(test)]
     pub(crate) fn not_stored(&self) -> u64 {
         self.not_stored.load(Ordering::Relaxed)
     }
@@ -264,6 +265,7 @@ impl<T> SpanTable<T> {
     #[inline(never)]
     pub(super) fn full(&self) {
         self.not_stored.fetch_add(1, Ordering::Relaxed);
+        crate::stats::counters::SPANS_NOT_STORED.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Runs `f` on the live span `id`; `None` if there is none (closed, or

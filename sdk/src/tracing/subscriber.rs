@@ -62,7 +62,7 @@ impl RingtraceSubscriber {
         note = "every loss is in `Stats`: read `Stats::spans_not_stored`, returned by `TraceGuard::stop`"
     )]
     pub fn spans_not_stored() -> u64 {
-        super::spans_not_stored()
+        crate::stats::counters::spans_not_stored()
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`Stats`]: the totals a session reports at stop, and a capture window for
-//! the file it finished. Every loss is counted here.
+//! the file it finished. Every loss is counted here; `counters`: what the
+//! ways in count process-wide for it.
 
 #![forbid(unsafe_code)]
 
@@ -133,34 +134,65 @@ pub struct Stats {
     pub triggers_dropped: u64,
 }
 
-/// Readers of what the `tracing` bridge counts process-wide, which a session
-/// reads at its start and stop. `tracing` builds on `session`, so it hands
-/// these over (before it starts its first session) and `session` needs
-/// nothing of `tracing`: no import runs back up.
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // made by `tracing` only
-pub(crate) struct BridgeCounters {
-    /// Spans the span table had no room for, so far.
-    pub(crate) spans_not_stored: fn() -> u64,
-    /// Roots kept and skipped by sampling since the last call.
-    pub(crate) take_sampled_roots: fn() -> (u64, u64),
-}
+/// What the ways in count process-wide, read by a session at its start and
+/// stop: written by `tracing` (above), read by `session` (beside it), so
+/// neither imports the other for them.
+pub(crate) mod counters {
+    use std::sync::atomic::{AtomicU64, Ordering};
 
-static BRIDGE: std::sync::OnceLock<BridgeCounters> = std::sync::OnceLock::new();
+    /// `tracing` spans the span table had no room for, so far.
+    pub(crate) static SPANS_NOT_STORED: AtomicU64 = AtomicU64::new(0);
 
-/// Hands the bridge's readers over; the first call wins (they never change).
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-pub(crate) fn set_bridge_counters(counters: BridgeCounters) {
-    let _ = BRIDGE.set(counters);
-}
+    /// Root counts in shards of their own cache lines: threads deciding
+    /// roots at once do not share a line.
+    const SHARDS: usize = 16;
 
-/// `tracing` spans not stored so far, process-wide (0 before a layer or
-/// subscriber was built: nothing could have been lost through one).
-pub(crate) fn spans_not_stored() -> u64 {
-    BRIDGE.get().map_or(0, |b| (b.spans_not_stored)())
-}
+    #[repr(align(128))]
+    struct Counts {
+        kept: AtomicU64,
+        skipped: AtomicU64,
+    }
 
-/// Roots kept and skipped since the last call (0 and 0 without a layer or
-/// subscriber).
-pub(crate) fn take_sampled_roots() -> (u64, u64) {
-    BRIDGE.get().map_or((0, 0), |b| (b.take_sampled_roots)())
+    static COUNTS: [Counts; SHARDS] = [const {
+        Counts {
+            kept: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+        }
+    }; SHARDS];
+
+    /// Counts a root sampling kept or skipped, in the shard of the calling
+    /// thread (`shard`, any number: it is taken modulo the shards).
+    #[inline]
+    pub(crate) fn count_root(shard: usize, keep: bool) {
+        let c = &COUNTS[shard % SHARDS];
+        let n = if keep { &c.kept } else { &c.skipped };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn totals() -> (u64, u64) {
+        COUNTS.iter().fold((0, 0), |(k, s), c| {
+            (
+                k + c.kept.load(Ordering::Relaxed),
+                s + c.skipped.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// The totals when they were last taken (a sampled session's start, a
+    /// session's stop).
+    static BASE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
+
+    /// Roots kept and skipped since the last call (a sampled session's
+    /// start and every session's stop take them, so no session counts
+    /// another's).
+    pub(crate) fn take_sampled_roots() -> (u64, u64) {
+        let (k, s) = totals();
+        let base = std::mem::replace(&mut *BASE.lock().unwrap_or_else(|e| e.into_inner()), (k, s));
+        (k.saturating_sub(base.0), s.saturating_sub(base.1))
+    }
+
+    /// `tracing` spans not stored so far, process-wide.
+    pub(crate) fn spans_not_stored() -> u64 {
+        SPANS_NOT_STORED.load(Ordering::Relaxed)
+    }
 }
