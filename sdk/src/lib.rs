@@ -132,6 +132,7 @@ mod encode;
 pub mod events;
 #[cfg(feature = "log")]
 pub mod log;
+mod output;
 mod record;
 mod sampling;
 mod session;

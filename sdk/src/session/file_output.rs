@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 use crate::encode::{Batch, Context, IdMap};
+use crate::output::{Asked, Item, Output, Pass, Tally, Wants};
 use crate::record::callsite;
 use crate::record::registry::ThreadRing;
 use crate::record::sync::Arc;
@@ -19,7 +20,6 @@ use crate::session::capture::Captures;
 use crate::session::capture::SlowScopes;
 use crate::session::control::Control;
 use crate::session::file::{write_if_full, write_out, File, WRITE_AT};
-use crate::session::output::{Output, Pass, Tally};
 use crate::session::recorder::Recorder;
 use crate::session::window::Windows;
 use crate::stats::Stats;
@@ -155,7 +155,8 @@ impl FileOutput {
     }
 }
 
-impl Output for FileOutput {
+/// The steps of a pass ([`Output`]'s items, in their order).
+impl FileOutput {
     fn open(&mut self, ctx: &mut Context<'_>) {
         if let Some(f) = self.file.as_mut() {
             f.encoder.header(ctx, &mut self.out);
@@ -302,7 +303,7 @@ impl Output for FileOutput {
 
     /// A thread the recorder still holds records of is finished when they
     /// are written out or forgotten.
-    fn thread_exited(&mut self, thread: &ThreadRing) -> bool {
+    fn exited(&mut self, thread: &ThreadRing) -> bool {
         if let Some(f) = self.filter.as_mut() {
             f.0.forget_thread(thread.seq_id);
         }
@@ -433,7 +434,7 @@ impl Output for FileOutput {
     /// written, suppressed and failed, with the first error of each kind of
     /// file. Returns the error of the session's own file (none with parts:
     /// a part's failure is counted as the part's).
-    fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
+    fn add_totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
         let done = &self.windows.finished;
         stats.events_written += done.events_written;
         stats.unmatched_ends += done.unmatched_ends;
@@ -469,6 +470,49 @@ impl Output for FileOutput {
         }
         stats.first_part_error = part_error.as_ref().map(std::io::Error::kind);
         error
+    }
+}
+
+impl Output for FileOutput {
+    /// The captures queued at the head of the queue are this pass's; a
+    /// window asked for is taken.
+    fn plan(&mut self, ctx: &mut Context<'_>, asked: &Asked) -> Wants {
+        let capture = self.take_captures();
+        let full = self.begin_pass(ctx, &asked.pass(capture), asked.lost);
+        Wants {
+            capture,
+            full,
+            defer_no_ring_marks: self.defers_marks(),
+        }
+    }
+
+    fn take(&mut self, ctx: &mut Context<'_>, item: Item<'_>, tally: &mut Tally) {
+        match item {
+            Item::Open => self.open(ctx),
+            Item::Held => self.before_drain(ctx, tally),
+            Item::Batch(thread, batch) => self.batch(ctx, thread, batch, tally),
+            Item::Lost(thread, count) => self.note_lost(ctx, thread, count),
+            Item::ThreadDone(thread, pending) => self.thread_done(ctx, thread, pending),
+            Item::LostNoRing { now_ns, count } => self.note_lost_no_ring(ctx, now_ns, count),
+            Item::Samples(view) => self.samples(ctx, view),
+            Item::Tick => self.tick(ctx),
+            Item::Close { now_ns } => self.finish(ctx, now_ns),
+        }
+    }
+
+    fn thread_exited(&mut self, thread: &ThreadRing) -> bool {
+        self.exited(thread)
+    }
+
+    fn end(&mut self, ctx: &mut Context<'_>, pass: &Pass, lost: u64, tally: &mut Tally) {
+        self.after_pass(ctx, pass, lost, tally);
+        if !pass.stopping {
+            self.end_pass(ctx);
+        }
+    }
+
+    fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
+        self.add_totals(stats)
     }
 }
 

@@ -18,12 +18,12 @@
 #![forbid(unsafe_code)]
 
 use crate::encode::{Batch, Context, IdMap, ProcessInfo, Sites};
+use crate::output::{Asked, Item, Outputs, Pass, Tally};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
 use crate::record::ring::{ANNOUNCED, GROWTH};
 use crate::record::sync::Arc;
 use crate::session::control::Control;
-use crate::session::output::{Outputs, Pass, Tally};
 use crate::stats::Stats;
 use std::sync::atomic::Ordering;
 use std::sync::Arc as StdArc;
@@ -82,6 +82,9 @@ pub(crate) struct Flusher {
     last_in_use: (Option<u32>, u64),
     /// Events of threads without a ring counted and not yet marked.
     no_ring_pending: u64,
+    /// This pass leaves losses of threads without a ring for a later one
+    /// (an output said so when the pass was planned).
+    defer_no_ring_marks: bool,
     rings: RingSet,
     /// The rings of this pass (kept for its allocation).
     visit: Vec<Arc<ThreadRing>>,
@@ -303,6 +306,7 @@ impl Flusher {
             },
             last_in_use: (None, u64::MAX),
             no_ring_pending: 0,
+            defer_no_ring_marks: false,
             rings: RingSet::default(),
             visit: Vec::new(),
             state: IdMap::default(),
@@ -320,7 +324,7 @@ impl Flusher {
             self.wait_for_work();
             let pass = self.begin_pass();
             self.outputs
-                .before_drain(&mut self.env.ctx(), &mut self.tally);
+                .take(&mut self.env.ctx(), &Item::Held, &mut self.tally);
             self.tend_memory(&pass);
             self.drain_rings(&pass);
             self.write_samples();
@@ -329,20 +333,21 @@ impl Flusher {
             self.snapshot_clock(&pass);
             let lost = self.stats.events_lost + self.stats.events_oversized;
             self.outputs
-                .after_pass(&mut self.env.ctx(), &pass.outputs, lost, &mut self.tally);
+                .end(&mut self.env.ctx(), &pass.outputs, lost, &mut self.tally);
             self.activate_triggers();
             if pass.outputs.stopping {
                 self.finish_outputs();
                 break;
             }
-            self.end_pass(&pass);
+            self.answer_flush(&pass);
         }
         self.totals()
     }
 
     /// Opens the outputs (the file's header) and arms the growth doorbell.
     fn open(&mut self) {
-        self.outputs.open(&mut self.env.ctx());
+        self.outputs
+            .take(&mut self.env.ctx(), &Item::Open, &mut self.tally);
         let start_at = Instant::now();
         self.next_full = start_at.checked_add(self.interval);
         self.next_snapshot = start_at.checked_add(CLOCK_SNAPSHOT_PERIOD);
@@ -369,19 +374,19 @@ impl Flusher {
     /// a stop or flush, which writes the store out, waits for the next pass.
     fn begin_pass(&mut self) -> PassPlan {
         let at = Instant::now();
-        let capture = self.outputs.take_captures();
-        let stopping = !capture && self.control.stop.load(Ordering::Acquire);
-        let flush_req = if capture {
-            self.flush_seen
-        } else {
-            self.control.flush_requested.load(Ordering::Acquire)
-        };
-        let pass = Pass {
-            stopping,
+        let flush_req = self.control.flush_requested.load(Ordering::Acquire);
+        let asked = Asked {
+            stop: self.control.stop.load(Ordering::Acquire),
             flush: flush_req != self.flush_seen,
+            lost: self.stats.events_lost + self.stats.events_oversized,
         };
-        let lost = self.stats.events_lost + self.stats.events_oversized;
-        let asked = self.outputs.begin_pass(&mut self.env.ctx(), &pass, lost);
+        let wants = self.outputs.plan(&mut self.env.ctx(), &asked);
+        self.defer_no_ring_marks = wants.defer_no_ring_marks;
+        let capture = wants.capture;
+        // A capture's pass serves no flush: the next one does.
+        let flush_req = if capture { self.flush_seen } else { flush_req };
+        let pass = asked.pass(capture);
+        let asked = wants.full;
         let full = capture
             || asked
             || pass.stopping
@@ -486,7 +491,8 @@ impl Flusher {
                 words: &self.words,
                 overwritten: d.overwritten,
             };
-            self.outputs.batch(&mut ctx, tr, &batch, &mut self.tally);
+            self.outputs
+                .take(&mut ctx, &Item::Batch(tr, &batch), &mut self.tally);
             if !stopping {
                 self.spares.tend_if_grown(&mut self.rings, false, false);
             }
@@ -501,7 +507,8 @@ impl Flusher {
             let n = oversized - st.reported_oversized;
             st.reported_oversized = oversized;
             self.stats.events_oversized += n;
-            self.outputs.note_lost(&mut ctx, tr, n);
+            self.outputs
+                .take(&mut ctx, &Item::Lost(tr, n), &mut self.tally);
         }
     }
 
@@ -520,8 +527,8 @@ impl Flusher {
     /// CPU stack samples taken since the last pass (`sampling`), to the
     /// outputs.
     fn write_samples(&mut self) {
-        let (outputs, env) = (&mut self.outputs, &mut self.env);
-        crate::sampling::take_pending(|v| outputs.samples(&mut env.ctx(), v));
+        let (outputs, env, tally) = (&mut self.outputs, &mut self.env, &mut self.tally);
+        crate::sampling::take_pending(|v| outputs.take(&mut env.ctx(), &Item::Samples(v), tally));
     }
 
     /// Threads the outputs held back and have let go of.
@@ -537,7 +544,11 @@ impl Flusher {
         self.stats.threads += 1;
         self.stats.events_lost += tr.ring.dropped();
         let pending = tr.ring.pending_lost();
-        self.outputs.thread_done(&mut self.env.ctx(), tr, pending);
+        self.outputs.take(
+            &mut self.env.ctx(),
+            &Item::ThreadDone(tr, pending),
+            &mut self.tally,
+        );
     }
 
     /// Events of threads the budget had no ring for: no stream of theirs
@@ -546,12 +557,15 @@ impl Flusher {
     /// out).
     fn mark_lost_without_ring(&mut self) {
         self.no_ring_pending += REGISTRY.no_memory_dropped.swap(0, Ordering::Relaxed);
-        if self.no_ring_pending > 0 && !self.outputs.defers_marks() {
+        if self.no_ring_pending > 0 && !self.defer_no_ring_marks {
             let count = std::mem::take(&mut self.no_ring_pending);
             self.stats.events_no_memory += count;
-            let now = self.env.cal.now_ns();
-            self.outputs
-                .note_lost_no_ring(&mut self.env.ctx(), now, count);
+            let now_ns = self.env.cal.now_ns();
+            self.outputs.take(
+                &mut self.env.ctx(),
+                &Item::LostNoRing { now_ns, count },
+                &mut self.tally,
+            );
         }
     }
 
@@ -559,7 +573,8 @@ impl Flusher {
     fn snapshot_clock(&mut self, pass: &PassPlan) {
         if self.next_snapshot.is_some_and(|due| pass.at >= due) {
             self.next_snapshot = pass.at.checked_add(CLOCK_SNAPSHOT_PERIOD);
-            self.outputs.tick(&mut self.env.ctx());
+            self.outputs
+                .take(&mut self.env.ctx(), &Item::Tick, &mut self.tally);
         }
     }
 
@@ -573,13 +588,16 @@ impl Flusher {
                 self.thread_finished(tr);
             }
         }
-        let now = self.env.cal.now_ns();
-        self.outputs.finish(&mut self.env.ctx(), now);
+        let now_ns = self.env.cal.now_ns();
+        self.outputs.take(
+            &mut self.env.ctx(),
+            &Item::Close { now_ns },
+            &mut self.tally,
+        );
     }
 
-    /// What the pass made goes out; a `flush()` it served is answered.
-    fn end_pass(&mut self, pass: &PassPlan) {
-        self.outputs.end_pass(&mut self.env.ctx());
+    /// A `flush()` the pass served is answered (its output is out).
+    fn answer_flush(&mut self, pass: &PassPlan) {
         if pass.flush_req != self.flush_seen {
             self.flush_seen = pass.flush_req;
             self.control.flushed(pass.flush_req);

@@ -521,3 +521,67 @@ fn count_events(stream: &[u8]) -> u64 {
     let _ = wire::for_each_packet(stream, &mut Vec::new(), |_, p| n += dropped(p).0);
     n
 }
+
+/// System tracing as one of the session's outputs: every item goes to each
+/// live tracing session's encoder, whose packets go to `traced`'s shared
+/// memory.
+impl crate::output::Output for SystemFeed {
+    /// A flush or stop the service asked for needs every ring drained.
+    fn plan(
+        &mut self,
+        ctx: &mut Context<'_>,
+        _asked: &crate::output::Asked,
+    ) -> crate::output::Wants {
+        crate::output::Wants {
+            full: self.begin_cycle(ctx),
+            ..Default::default()
+        }
+    }
+
+    fn take(
+        &mut self,
+        ctx: &mut Context<'_>,
+        item: crate::output::Item<'_>,
+        _tally: &mut crate::output::Tally,
+    ) {
+        use crate::output::Item;
+        match item {
+            Item::Open | Item::Held => {}
+            Item::Batch(_, batch) => self.batch(ctx, batch),
+            Item::Lost(thread, count) => self.note_lost(ctx, thread, count),
+            Item::ThreadDone(thread, pending) => {
+                if pending > 0 {
+                    self.note_lost(ctx, thread, pending);
+                }
+                self.thread_done(ctx, thread.seq_id);
+            }
+            Item::LostNoRing { now_ns, count } => self.note_lost_no_ring(ctx, now_ns, count),
+            Item::Samples(view) => self.samples(ctx, view),
+            Item::Tick => self.tick(ctx),
+            Item::Close { now_ns } => self.finish(ctx, now_ns),
+        }
+    }
+
+    fn end(
+        &mut self,
+        ctx: &mut Context<'_>,
+        pass: &crate::output::Pass,
+        _lost: u64,
+        _tally: &mut crate::output::Tally,
+    ) {
+        if !pass.stopping {
+            let now = ctx.cal.now_ns();
+            self.end_cycle(ctx, now);
+        }
+    }
+
+    fn activate_triggers(&mut self, names: &[String]) {
+        SystemFeed::activate_triggers(self, names);
+    }
+
+    fn totals(&mut self, stats: &mut crate::stats::Stats) -> Option<std::io::Error> {
+        stats.events_lost += self.stats().events_dropped;
+        stats.cpu_samples_lost += self.stats().samples_dropped;
+        None
+    }
+}
