@@ -33,30 +33,44 @@ pub(crate) struct FileOutput {
     /// Encoded bytes not written out yet (at [`WRITE_AT`], and after each
     /// pass).
     out: Vec<u8>,
-    /// With system tracing on: the file's own categories, and the filter
-    /// generation they were selected at.
-    filter: Option<(RecordFilter, u64)>,
-    filtered: Vec<u64>,
-    recorder: Option<Recorder>,
-    /// This pass writes the recorder out (stop, flush, a capture window).
-    dump: bool,
-    /// This pass's records go straight to the file, past the recorder.
-    straight: bool,
-    /// Threads the recorder let go of, finished or handed back: its
-    /// scratch list.
-    finished: Vec<(Arc<ThreadRing>, u64)>,
-    /// Losses the recorder counted for threads it let go of and had no
-    /// record of left to mark them next to: marked when they are done.
-    unmarked: IdMap<u32, u64>,
+    /// With system tracing on: the file's own categories.
+    filter: Option<OwnFilter>,
+    /// The flight recorder in front of the file (overwrite mode).
+    stage: Stage,
+    /// Which file is written now: the session's own, a window's, a part.
     windows: Windows,
-    /// Captures (`trigger`): `None` if the session takes none.
-    captures: Option<Captures>,
+    /// Captures and the slow scopes that fire them.
+    captures: CaptureRoom,
     /// Where capture requests are queued.
     control: StdArc<Control>,
-    /// Slow scopes to capture (`capture_slow_scopes`), found in the
-    /// records drained.
-    slow: Option<SlowScopes>,
-    /// With the recorder: the CPU samples held beside it.
+}
+
+/// The file's own categories with system tracing on (call sites then also
+/// record categories only a tracing session wants).
+struct OwnFilter {
+    filter: RecordFilter,
+    /// The filter generation they were selected at.
+    generation: u64,
+    /// The records of a batch the file keeps: scratch.
+    selected: Vec<u64>,
+}
+
+/// The flight recorder's stage: the store of the most recent records and
+/// the CPU samples held beside it, what a pass does with them (write them
+/// out, or hold this pass's records too), and the threads it lets go of.
+/// Windows and captures read from it.
+struct Stage {
+    store: Option<Recorder>,
+    /// This pass writes the store out (stop, flush, a capture window).
+    dump: bool,
+    /// This pass's records go straight to the file, past the store.
+    straight: bool,
+    /// Threads the store let go of, finished or handed back: scratch.
+    finished: Vec<(Arc<ThreadRing>, u64)>,
+    /// Losses the store counted for threads it let go of and had no
+    /// record of left to mark them next to: marked when they are done.
+    unmarked: IdMap<u32, u64>,
+    /// The CPU samples held beside the store.
     held: HeldSamples,
     /// A write-out's window: the time (ns) of the oldest record it wrote.
     written_from: Option<u64>,
@@ -64,6 +78,14 @@ pub(crate) struct FileOutput {
     /// The sampler has handed samples over: captures wait for their
     /// window's last ones.
     sampled: bool,
+}
+
+/// Captures (`trigger`): `captures` is `None` if the session takes none;
+/// `slow`, the slow scopes to capture (`capture_slow_scopes`), found in
+/// the records drained.
+struct CaptureRoom {
+    captures: Option<Captures>,
+    slow: Option<SlowScopes>,
 }
 
 impl FileOutput {
@@ -80,29 +102,36 @@ impl FileOutput {
         FileOutput {
             file,
             out: Vec::with_capacity(WRITE_AT * 2),
-            filter: filtered.then(|| (RecordFilter::default(), u64::MAX)),
-            filtered: Vec::new(),
-            recorder,
-            dump: false,
-            straight: true,
-            finished: Vec::new(),
-            unmarked: IdMap::default(),
+            filter: filtered.then(|| OwnFilter {
+                filter: RecordFilter::default(),
+                generation: u64::MAX,
+                selected: Vec::new(),
+            }),
+            stage: Stage {
+                store: recorder,
+                dump: false,
+                straight: true,
+                finished: Vec::new(),
+                unmarked: IdMap::default(),
+                held: HeldSamples::default(),
+                written_from: None,
+                held_scratch: Vec::new(),
+                sampled: false,
+            },
             windows,
-            captures,
+            captures: CaptureRoom {
+                captures,
+                slow: None,
+            },
             control,
-            slow: None,
-            held: HeldSamples::default(),
-            written_from: None,
-            held_scratch: Vec::new(),
-            sampled: false,
         }
     }
 
     /// Slices matching the rule and longer than its threshold are
     /// captured (with captures on: a flight recorder and a pattern).
     pub(crate) fn with_slow_scopes(mut self, slow: SlowScopes) -> Self {
-        if self.recorder.is_some() && self.captures.is_some() {
-            self.slow = Some(slow);
+        if self.stage.store.is_some() && self.captures.captures.is_some() {
+            self.captures.slow = Some(slow);
         }
         self
     }
@@ -114,22 +143,28 @@ impl FileOutput {
     }
 
     fn capture_pending(&self) -> bool {
-        self.captures.as_ref().is_some_and(Captures::pending)
+        self.captures
+            .captures
+            .as_ref()
+            .is_some_and(Captures::pending)
     }
 
     /// A write-out's samples: those held from the oldest record written on
     /// (every held one if no record was), encoded with the whole tables
     /// (the file's encoder writes the entries it has not written yet).
     fn write_held(&mut self, ctx: &mut Context<'_>) {
-        if self.held.is_empty() {
+        if self.stage.held.is_empty() {
             return;
         }
-        let lost = self.held.take(self.written_from, &mut self.held_scratch);
+        let lost = self
+            .stage
+            .held
+            .take(self.stage.written_from, &mut self.stage.held_scratch);
         if self.full() {
-            self.held.aged_out += self.held_scratch.len() as u64;
+            self.stage.held.aged_out += self.stage.held_scratch.len() as u64;
             return;
         }
-        let (Some(f), samples, out) = (self.file.as_mut(), &self.held_scratch, &mut self.out)
+        let (Some(f), samples, out) = (self.file.as_mut(), &self.stage.held_scratch, &mut self.out)
         else {
             return;
         };
@@ -146,9 +181,9 @@ impl FileOutput {
     /// Threads the recorder let go of: their unmarked losses kept here,
     /// the threads handed to the flusher.
     fn let_go(&mut self, tally: &mut Tally) {
-        for (thread, unmarked) in self.finished.drain(..) {
+        for (thread, unmarked) in self.stage.finished.drain(..) {
             if unmarked > 0 {
-                self.unmarked.insert(thread.seq_id, unmarked);
+                self.stage.unmarked.insert(thread.seq_id, unmarked);
             }
             tally.let_go.push(thread);
         }
@@ -168,7 +203,7 @@ impl FileOutput {
     /// other request: the next pass takes that).
     fn take_captures(&mut self) -> bool {
         let mut refused = Vec::new();
-        let into = match self.captures.as_mut() {
+        let into = match self.captures.captures.as_mut() {
             Some(c) => c.pending_mut(),
             None => &mut refused, // `trigger` queues none: not reached
         };
@@ -187,23 +222,24 @@ impl FileOutput {
                 lost,
                 &mut self.out,
             );
-        self.dump = pass.stopping || window || pass.flush;
-        self.written_from = None;
+        self.stage.dump = pass.stopping || window || pass.flush;
+        self.stage.written_from = None;
         // While a dump's window is open, records go straight to its file.
-        self.straight = self.recorder.is_none() || self.dump || self.windows.dumping();
-        self.dump
+        self.stage.straight =
+            self.stage.store.is_none() || self.stage.dump || self.windows.dumping();
+        self.stage.dump
     }
 
     /// What the recorder holds is older than what the rings hold: it goes
     /// first, then this pass drains the rings straight into the file.
     fn before_drain(&mut self, ctx: &mut Context<'_>, tally: &mut Tally) {
-        if !self.dump {
+        if !self.stage.dump {
             return;
         }
-        let (Some(rec), Some(f)) = (self.recorder.as_mut(), self.file.as_mut()) else {
+        let (Some(rec), Some(f)) = (self.stage.store.as_mut(), self.file.as_mut()) else {
             return;
         };
-        self.written_from = rec.oldest_ticks().map(|t| ctx.cal.to_ns(t));
+        self.stage.written_from = rec.oldest_ticks().map(|t| ctx.cal.to_ns(t));
         // As `write_if_full`: the store can hold tens of MiB of records.
         let mut carried = None;
         let sink = &mut f.sink;
@@ -220,7 +256,7 @@ impl FileOutput {
             ctx,
             &mut self.out,
             spill,
-            &mut self.finished,
+            &mut self.stage.finished,
         );
         if let Some(events) = carried {
             f.wrote(events);
@@ -235,12 +271,12 @@ impl FileOutput {
         batch: &Batch<'_>,
         tally: &mut Tally,
     ) {
-        if let Some(slow) = self.slow.as_mut() {
+        if let Some(slow) = self.captures.slow.as_mut() {
             slow.scan(ctx, batch.thread.seq_id, batch.words);
             // A pass that writes the store out (stop, flush, a dump) leaves
             // no window to copy: such captures are counted suppressed.
             let found = slow.found.drain(..);
-            match self.captures.as_mut().filter(|_| self.dump) {
+            match self.captures.captures.as_mut().filter(|_| self.stage.dump) {
                 Some(c) => c.suppressed += found.len() as u64,
                 None => found.for_each(|c| {
                     crate::session::capture::queue(&self.control.requests, &self.control.waker, c);
@@ -252,7 +288,11 @@ impl FileOutput {
             self.windows.wrote(tr.seq_id);
             let mine = match self.filter.as_mut() {
                 None => batch.words,
-                Some((filter, generation)) => {
+                Some(OwnFilter {
+                    filter,
+                    generation,
+                    selected,
+                }) => {
                     let now = callsite::filter_generation();
                     if *generation != now {
                         *generation = now;
@@ -263,18 +303,19 @@ impl FileOutput {
                         batch.words,
                         &callsite::category_enabled,
                         ctx.sites,
-                        &mut self.filtered,
+                        selected,
                     );
-                    &self.filtered
+                    &*selected
                 }
             };
-            match self.recorder.as_mut().filter(|_| !self.straight) {
+            match self.stage.store.as_mut().filter(|_| !self.stage.straight) {
                 Some(rec) => {
-                    tally.lost += rec.push(thread, mine, batch.overwritten, &mut self.finished);
+                    tally.lost +=
+                        rec.push(thread, mine, batch.overwritten, &mut self.stage.finished);
                 }
                 None => {
-                    if self.dump && self.recorder.is_some() {
-                        note_oldest(&mut self.written_from, ctx, mine);
+                    if self.stage.dump && self.stage.store.is_some() {
+                        note_oldest(&mut self.stage.written_from, ctx, mine);
                     }
                     let mine = Batch {
                         words: mine,
@@ -305,12 +346,17 @@ impl FileOutput {
     /// are written out or forgotten.
     fn exited(&mut self, thread: &ThreadRing) -> bool {
         if let Some(f) = self.filter.as_mut() {
-            f.0.forget_thread(thread.seq_id);
+            f.filter.forget_thread(thread.seq_id);
         }
-        match self.recorder.as_mut().map(|rec| rec.thread_exited(thread)) {
+        match self
+            .stage
+            .store
+            .as_mut()
+            .map(|rec| rec.thread_exited(thread))
+        {
             None | Some(Some(0)) => true,
             Some(Some(unmarked)) => {
-                self.unmarked.insert(thread.seq_id, unmarked);
+                self.stage.unmarked.insert(thread.seq_id, unmarked);
                 true
             }
             Some(None) => false,
@@ -318,13 +364,13 @@ impl FileOutput {
     }
 
     fn thread_done(&mut self, ctx: &mut Context<'_>, thread: &ThreadRing, pending: u64) {
-        if let Some(slow) = self.slow.as_mut() {
+        if let Some(slow) = self.captures.slow.as_mut() {
             slow.thread_done(thread.seq_id);
         }
         // Losses the flight recorder counted and had no record of the
         // thread left to mark them next to.
-        let unmarked = match self.recorder {
-            Some(_) => self.unmarked.remove(&thread.seq_id).unwrap_or(0),
+        let unmarked = match self.stage.store {
+            Some(_) => self.stage.unmarked.remove(&thread.seq_id).unwrap_or(0),
             None => 0,
         };
         if let Some(f) = self.file.as_mut() {
@@ -339,7 +385,7 @@ impl FileOutput {
     /// A flight recorder marks losses of threads without a ring when it
     /// writes out.
     fn defers_marks(&self) -> bool {
-        self.recorder.is_some() && !self.dump
+        self.stage.store.is_some() && !self.stage.dump
     }
 
     fn note_lost_no_ring(&mut self, ctx: &mut Context<'_>, now_ns: u64, count: u64) {
@@ -355,16 +401,17 @@ impl FileOutput {
     /// With the recorder, samples are held until a write-out (this pass's
     /// too: `after_pass` writes them with its window known).
     fn samples(&mut self, ctx: &mut Context<'_>, view: &crate::sampling::SampleView<'_>) {
-        self.sampled = true;
+        self.stage.sampled = true;
         if let Some(rec) = self
-            .recorder
+            .stage
+            .store
             .as_ref()
-            .filter(|_| !self.straight || self.dump)
+            .filter(|_| !self.stage.straight || self.stage.dump)
         {
-            self.held.push(view.samples, view.lost);
-            if !self.dump {
+            self.stage.held.push(view.samples, view.lost);
+            if !self.stage.dump {
                 if let Some(t) = rec.oldest_ticks() {
-                    self.held.forget_before(ctx.cal.to_ns(t));
+                    self.stage.held.forget_before(ctx.cal.to_ns(t));
                 }
             }
             return;
@@ -390,14 +437,14 @@ impl FileOutput {
     /// recorder's store), then finishes a rotation, a dump whose window has
     /// closed, or a part at the disk bound.
     fn after_pass(&mut self, ctx: &mut Context<'_>, pass: &Pass, lost: u64, tally: &mut Tally) {
-        if self.dump && self.recorder.is_some() {
+        if self.stage.dump && self.stage.store.is_some() {
             self.write_held(ctx);
         }
-        if let Some(c) = self.captures.as_mut().filter(|c| c.pending()) {
+        if let Some(c) = self.captures.captures.as_mut().filter(|c| c.pending()) {
             // At the stop the sampler has read its rings a last time.
             let sampling =
-                self.sampled && !self.control.stop.load(std::sync::atomic::Ordering::Acquire);
-            c.write(self.recorder.as_ref(), &self.held, sampling, ctx);
+                self.stage.sampled && !self.control.stop.load(std::sync::atomic::Ordering::Acquire);
+            c.write(self.stage.store.as_ref(), &self.stage.held, sampling, ctx);
             tally.triggers.append(&mut c.to_service);
         }
         self.windows.after_pass(
@@ -443,14 +490,14 @@ impl FileOutput {
         let (files_removed, parts_failed, part_error) = self.windows.disk_report();
         stats.files_removed += files_removed;
         stats.parts_failed += parts_failed;
-        if let Some(c) = self.captures.as_mut() {
+        if let Some(c) = self.captures.captures.as_mut() {
             stats.captures_fired += c.fired;
             stats.captures_suppressed += c.suppressed + c.refused();
             stats.captures_failed += c.failed;
             stats.cpu_samples_lost += c.samples_dropped;
             stats.first_capture_error = c.error.as_ref().map(std::io::Error::kind);
         }
-        stats.cpu_samples_aged_out += self.held.aged_out;
+        stats.cpu_samples_aged_out += self.stage.held.aged_out;
         let mut error = None;
         if let Some(f) = self.file.as_mut() {
             stats.events_written += f.events_in_file();
