@@ -208,7 +208,12 @@ impl FileOutput {
             None => &mut refused, // `trigger` queues none: not reached
         };
         self.windows.take_captures(&self.control.requests, into);
-        self.capture_pending()
+        // Slow scopes found by the last pass, unless a dump's window is
+        // open (its records go straight to its file, not into the store).
+        match self.captures.captures.as_mut() {
+            Some(c) if !self.windows.dumping() => c.take_found(),
+            _ => self.capture_pending(),
+        }
     }
 
     /// Takes a capture request; a dump's file becomes the output now, so
@@ -273,14 +278,15 @@ impl FileOutput {
     ) {
         if let Some(slow) = self.captures.slow.as_mut() {
             slow.scan(ctx, batch.thread.seq_id, batch.words);
-            // A pass that writes the store out (stop, flush, a dump) leaves
-            // no window to copy: such captures are counted suppressed.
             let found = slow.found.drain(..);
-            match self.captures.captures.as_mut().filter(|_| self.stage.dump) {
-                Some(c) => c.suppressed += found.len() as u64,
-                None => found.for_each(|c| {
-                    crate::session::capture::queue(&self.control.requests, &self.control.waker, c);
-                }),
+            if let Some(c) = self.captures.captures.as_mut() {
+                // A pass that writes the store out (stop, flush, a dump)
+                // leaves no window to copy: such captures are counted
+                // suppressed.
+                match self.stage.dump {
+                    true => c.suppressed += found.len() as u64,
+                    false => found.for_each(|f| c.found(f)),
+                }
             }
         }
         if let Some(f) = self.file.as_mut() {

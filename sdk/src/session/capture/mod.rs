@@ -42,7 +42,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Captures queued and not yet taken by the flusher, at most.
-const MAX_QUEUED: usize = 16;
+pub(super) const MAX_QUEUED: usize = 16;
 
 /// Captures refused before reaching the flusher (too many queued).
 static REFUSED: AtomicU64 = AtomicU64::new(0);

@@ -36,6 +36,10 @@ pub(crate) struct Captures {
     opts: Option<CaptureOptions>,
     formats: Formats,
     pending: Vec<Capture>,
+    /// Slow scopes found in this pass's records: captured by the next
+    /// pass, which drains every ring first (their windows' records on
+    /// other threads may still be in rings).
+    found: Vec<Capture>,
     last: Option<Instant>,
     kept: VecDeque<PathBuf>,
     next: u64,
@@ -57,6 +61,7 @@ impl Captures {
             opts,
             formats,
             pending: Vec::new(),
+            found: Vec::new(),
             last: None,
             kept: VecDeque::new(),
             next: 1,
@@ -77,6 +82,26 @@ impl Captures {
 
     pub(crate) fn pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// A slow scope found in the records drained: captured at the next
+    /// pass, as a `trigger` queued now would be (at most as many wait; the
+    /// rest are suppressed).
+    pub(crate) fn found(&mut self, capture: Capture) {
+        if self.found.len() >= super::MAX_QUEUED {
+            self.suppressed += 1;
+            return;
+        }
+        self.found.push(capture);
+        // The sampler reads its rings: the window's last samples come in.
+        crate::sampling::read_now();
+    }
+
+    /// The slow scopes found since the last pass become this pass's
+    /// captures; true if any waits.
+    pub(crate) fn take_found(&mut self) -> bool {
+        self.pending.append(&mut self.found);
+        self.pending()
     }
 
     /// Captures refused before the flusher saw them.
