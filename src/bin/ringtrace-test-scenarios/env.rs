@@ -17,10 +17,12 @@ pub fn check() -> ! {
     report(result)
 }
 
-/// `ringtrace::subscriber().init_from_env()` (the `tracing` builder, which
-/// also reads `RINGTRACE_SAMPLE` and `RINGTRACE_SAMPLE_ROOTS`).
+/// `ringtrace::builder().from_env()` finished by `.subscriber()` (which
+/// records `tracing` spans, sampled by `RINGTRACE_SAMPLE` and
+/// `RINGTRACE_SAMPLE_ROOTS`).
 pub fn check_tracing() -> ! {
-    let result = match ringtrace::subscriber().init_from_env() {
+    let configured = ringtrace::builder().from_env();
+    let result = match configured.and_then(|b| b.map(|b| b.subscriber()).transpose()) {
         Ok(None) => Ok("off"),
         Ok(Some((subscriber, guard))) => {
             tracing::subscriber::with_default(subscriber, || {
