@@ -67,10 +67,10 @@ impl Builder {
     /// * The macros (`trace_scope!`, ...), `#[traced]` and the typed event
     ///   API are not sampled: they record as always.
     ///
-    /// Recorded by the layer or subscriber of [`layer`](Self::layer) or
-    /// [`subscriber`](Self::subscriber) (a session [`start`](Self::start)ed
-    /// alone has no `tracing` spans to sample). Needs the `tracing` feature
-    /// (on by default). Also set by `RINGTRACE_SAMPLE` in
+    /// In effect for the layer or subscriber the builder is finished with
+    /// ([`layer`](Self::layer), [`subscriber`](Self::subscriber)); a
+    /// session [`start`](Self::start)ed alone records no `tracing` spans
+    /// to sample. Needs the `tracing` feature (on by default). Also set by `RINGTRACE_SAMPLE` in
     /// [`from_env`](Self::from_env).
     ///
     /// # Examples
