@@ -48,26 +48,25 @@ fn main() -> Result<(), ringtrace::Error> {
         path: Some(dir.clone()),
         source: e,
     })?;
-    let builder = ringtrace::subscriber().output(dir.join("service.pftrace"));
+    let builder = ringtrace::builder().output(dir.join("service.pftrace"));
     let builder = if mode == "bounded" {
-        builder.configure(|b| b.max_file_bytes(1 << 20).max_files(1))
+        builder.max_file_bytes(1 << 20).max_files(1)
     } else if sample {
         builder
             .sample_ratio(0.01)
             .sample_roots(["request"])
-            .configure(|b| b.max_file_bytes(1 << 20).max_files(3))
+            .max_file_bytes(1 << 20)
+            .max_files(3)
     } else {
         builder
             .capture_slow(["request"], Duration::from_millis(20))
-            .configure(|b| {
-                b.overwrite(true)
-                    .capture_to(dir.join("slow-{name}-{n}.pftrace"))
-                    .capture_before(Duration::from_millis(5))
-                    .capture_interval(Duration::from_millis(100))
-                    .capture_files(5)
-            })
+            .overwrite(true)
+            .capture_to(dir.join("slow-{name}-{n}.pftrace"))
+            .capture_before(Duration::from_millis(5))
+            .capture_interval(Duration::from_millis(100))
+            .capture_files(5)
     };
-    let (subscriber, trace) = builder.build()?;
+    let (subscriber, trace) = builder.subscriber()?;
     tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
 
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -8,7 +8,7 @@
 //! (default `info,shop=trace`).
 //!
 //! With `--subscriber`, the same program records through ringtrace's own
-//! subscriber instead (`ringtrace::subscriber()`: no registry, about a third
+//! subscriber instead (`ringtrace::builder().subscriber()`: no registry, about a third
 //! of the cost per span, but no other layer such as the console logger can
 //! be added to it): `cargo run --example tracing_layer -- --subscriber`.
 
@@ -56,11 +56,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // complete when the guard drops (or at exit, or on a panic in main).
     let session = ringtrace::builder().output(&path).process_name("shop");
     let trace = if own_subscriber {
-        let (subscriber, trace) = ringtrace::SubscriberBuilder::from(session).build()?;
+        let (subscriber, trace) = session.subscriber()?;
         subscriber.with(filter).init();
         trace
     } else {
-        let (ringtrace_layer, trace) = ringtrace::LayerBuilder::from(session).build()?;
+        let (ringtrace_layer, trace) = session.layer()?;
         tracing_subscriber::registry()
             .with(ringtrace_layer.with_filter(filter))
             .with(

@@ -1,5 +1,5 @@
-//! Environment values: `init_from_env` and `TracingBuilder::init_from_env`
-//! report each bad value as an `InvalidConfig` naming the variable and what
+//! Environment values: `init_from_env` and `Builder::from_env` (finished by
+//! `.subscriber()`) report each bad value as an `InvalidConfig` naming the variable and what
 //! it allows, and no value of any `RINGTRACE_*` variable makes them abort,
 //! panic or hang. Each case runs in a child process (the scenarios
 //! `env_check` and `env_check_tracing`, which print `ok`, `off` or the
@@ -99,8 +99,8 @@ fn with_output(vars: &[(&'static str, OsString)]) -> Vec<(&'static str, OsString
     envs
 }
 
-/// The scenario that reads `var`: the `tracing` builder's for the sampling
-/// variables (only it reads them), else `init_from_env`.
+/// The scenario that reads `var`: a `tracing` subscriber's for the sampling
+/// variables (the ones that sample), else `init_from_env`.
 fn scenario_for(var: &str) -> &'static str {
     if var.starts_with("RINGTRACE_SAMPLE") {
         "env_check_tracing"
@@ -410,7 +410,44 @@ fn patterns_ratios_and_the_clock_are_checked() {
     expect_ok(&dir, &[("RINGTRACE_CLOCK", os("BootTime"))]);
 }
 
-/// Every variable the two `init_from_env` read.
+/// A layer from the environment: `Builder::from_env` applies
+/// `RINGTRACE_SAMPLE` and `RINGTRACE_SAMPLE_ROOTS` over the builder's own
+/// sampling (ratio 1), and the layer it is finished with samples by them.
+#[test]
+fn the_environment_samples_a_layer() {
+    let dir = common::scratch("env_layer");
+    let cases: [(&[(&'static str, OsString)], &str); 4] = [
+        // The builder's own ratio: every root decided and kept.
+        (&[], "kept 11 skipped 0"),
+        (&[("RINGTRACE_SAMPLE", os("0"))], "kept 0 skipped 11"),
+        // Only the roots named: `health` is neither decided nor counted.
+        (
+            &[
+                ("RINGTRACE_SAMPLE", os("0")),
+                ("RINGTRACE_SAMPLE_ROOTS", os("req*")),
+            ],
+            "kept 0 skipped 10",
+        ),
+        // Set and empty: as unset, the builder's own ratio.
+        (&[("RINGTRACE_SAMPLE", os(""))], "kept 11 skipped 0"),
+    ];
+    for (vars, want) in cases {
+        let run = run("env_layer", &dir, &with_output(vars));
+        assert_eq!(
+            (run.code, run.stdout.trim_end()),
+            (Some(0), want),
+            "{vars:?}: {run:?}"
+        );
+    }
+    let run = run("env_layer", &dir, &[("RINGTRACE_SAMPLE", os("0"))]);
+    assert_eq!(
+        (run.code, run.stdout.as_str()),
+        (Some(0), "off\n"),
+        "{run:?}"
+    );
+}
+
+/// Every variable `Builder::from_env` reads.
 const VARIABLES: &[&str] = &[
     "RINGTRACE_OUTPUT",
     "RINGTRACE_SYSTEM",
@@ -586,13 +623,11 @@ fn fuzz_every_variable_with_bad_values() {
                 };
                 for scenario in ["env_check", "env_check_tracing"] {
                     let run = run(scenario, &dir, &envs);
-                    // A variable only the tracing builder reads is not read by
-                    // `init_from_env`, so one case may be fine for one and an
-                    // error for the other: both are checked the same way.
+                    // Both read every variable, the sampling ones included; a
+                    // case is checked the same way for both.
                     // The error of one bad variable names it (but the output's:
                     // I/O or format errors of the path).
                     let named = run.code != Some(2)
-                        || (scenario == "env_check" && first.starts_with("RINGTRACE_SAMPLE"))
                         || first == "RINGTRACE_OUTPUT"
                         || case.vars.len() > 1
                         || run.stdout.starts_with(&format!("{INVALID}{first}"));

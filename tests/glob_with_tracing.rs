@@ -3,13 +3,9 @@
 //! every name below resolves to one item. A name added to the root that
 //! `tracing` also has makes this file fail to build (an ambiguous glob
 //! import is an error for macros, a denied future-compatibility lint for
-//! types).
-//!
-//! One exception until it is removed: the deprecated attribute
-//! `ringtrace::trace` (now `traced`) still meets `tracing::trace!`, so this
-//! file does not call `trace!` unqualified.
+//! types). `tracing`'s `trace!` is called unqualified: ringtrace's
+//! attribute is `traced`, and no `trace` is left at its root.
 #![deny(ambiguous_glob_imports)]
-#![allow(deprecated)] // the glob brings the deprecated aliases too
 
 use ringtrace::*;
 use tracing::*;
@@ -48,7 +44,7 @@ fn ringtrace_and_tracing_names_resolve_together() {
         .start()
         .unwrap();
     dispatcher::with_default(&Dispatch::new(no_subscriber), || {
-        tracing::trace!("tracing's trace!");
+        trace!("tracing's trace!");
         debug!("d");
         info!("i");
         warn!("w");

@@ -155,7 +155,7 @@ fn a_tokio_blocking_pool_of_512_threads_stays_within_the_budget() {
     assert_eq!(records_in(&events), 3 * 513);
 }
 
-/// Through `ringtrace::subscriber()`: 5,000 threads alive at once (more
+/// Through `ringtrace::builder().subscriber()`: 5,000 threads alive at once (more
 /// than the 4,096 `tracing-subscriber`'s registry allows), every event kept,
 /// the rings and each thread's site cache (1 KiB, on the heap) within the
 /// budget. What the subscriber holds outside it is per span alive, not per

@@ -142,7 +142,7 @@ fn disabled_events_do_not_allocate_either() {
     .unwrap();
 }
 
-/// Through `ringtrace::subscriber()`: spans without fields live in the
+/// Through `ringtrace::builder().subscriber()`: spans without fields live in the
 /// subscriber's span table and events format into a reused buffer, so after
 /// the first iteration neither allocates.
 #[inline(never)]
@@ -213,22 +213,22 @@ fn no_alloc_through(
 }
 
 fn subscriber_dispatch() -> (tracing::Dispatch, ringtrace::TraceGuard) {
-    let (subscriber, guard) = ringtrace::subscriber()
+    let (subscriber, guard) = ringtrace::builder()
         .writer(ringtrace::MemoryBuffer::new())
         .buffer_bytes_per_thread(64 << 20)
         .buffer_bytes(256 << 20)
-        .build()
+        .subscriber()
         .expect("start a session");
     (tracing::Dispatch::new(subscriber), guard)
 }
 
 fn layer_dispatch() -> (tracing::Dispatch, ringtrace::TraceGuard) {
     use tracing_subscriber::prelude::*;
-    let (layer, guard) = ringtrace::layer()
+    let (layer, guard) = ringtrace::builder()
         .writer(ringtrace::MemoryBuffer::new())
         .buffer_bytes_per_thread(64 << 20)
         .buffer_bytes(256 << 20)
-        .build()
+        .layer()
         .expect("start a session");
     (
         tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),

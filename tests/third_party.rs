@@ -1,8 +1,8 @@
 //! A published, third-party program instrumented with `tracing`: mini-redis
 //! (a tokio server and its clients, `#[instrument]` on the connection
 //! handler, the commands and the client calls, `Debug` frames in events),
-//! driven on loopback with bounded loops through `ringtrace::layer()` and
-//! `ringtrace::subscriber()`, both formats. A plain `tracing_subscriber`
+//! driven on loopback with bounded loops through `ringtrace::builder()`'s
+//! `.layer()` and `.subscriber()`, both formats. A plain `tracing_subscriber`
 //! layer beside ringtrace counts what the program produced; the trace,
 //! decoded with the official Perfetto schema or serde_json, must hold it all
 //! (written + lost = produced, every span's enters as slices, every span
@@ -175,11 +175,7 @@ fn child(api: &str, ring: usize, trace: &Path) {
     };
     let guard = match api {
         "layer" => {
-            let (layer, guard) = ringtrace::layer()
-                .output(trace)
-                .configure(sized)
-                .build()
-                .unwrap();
+            let (layer, guard) = sized(ringtrace::builder().output(trace)).layer().unwrap();
             tracing_subscriber::registry()
                 .with(layer)
                 .with(Counting(tally.clone()))
@@ -187,10 +183,8 @@ fn child(api: &str, ring: usize, trace: &Path) {
             guard
         }
         "subscriber" => {
-            let (sub, guard) = ringtrace::subscriber()
-                .output(trace)
-                .configure(sized)
-                .build()
+            let (sub, guard) = sized(ringtrace::builder().output(trace))
+                .subscriber()
                 .unwrap();
             tracing::subscriber::set_global_default(sub.with(Counting(tally.clone()))).unwrap();
             guard

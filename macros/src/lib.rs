@@ -133,21 +133,6 @@ pub fn traced(
     expand(attr.into(), item.into()).into()
 }
 
-/// The old name of [`#[traced]`](macro@traced): the same attribute. Renamed
-/// because `trace` is also `tracing`'s `trace!` macro, and a module that
-/// glob-imports both crates could not use either.
-#[deprecated(
-    since = "0.1.0",
-    note = "renamed `#[ringtrace::traced]` (`trace` meets `tracing::trace!` in glob imports)"
-)]
-#[proc_macro_attribute]
-pub fn trace(
-    attr: proc_macro::TokenStream,
-    item: proc_macro::TokenStream,
-) -> proc_macro::TokenStream {
-    expand(attr.into(), item.into()).into()
-}
-
 /// The whole attribute: the instrumented function, the function unchanged
 /// (feature `enable` off), or `compile_error!`s followed by the item as
 /// written (so that its uses don't add errors of their own).

@@ -18,8 +18,8 @@
 //!   slow ones captured, the disk bounded (in parts, or a hard limit).
 //!
 //! The `log` bridge is documented in its module, `ringtrace::log` (feature
-//! `log`); `tracing` integration in [`layer()`](crate::layer) and
-//! [`subscriber()`](crate::subscriber) (feature `tracing`, default).
+//! `log`); `tracing` integration in [`Builder::layer`](crate::Builder::layer) and
+//! [`Builder::subscriber`](crate::Builder::subscriber) (feature `tracing`, default).
 
 pub mod memory {
     #![doc = include_str!("../docs/memory.md")]

@@ -68,7 +68,7 @@
 //! | `trace_instant!` | INSTANT on the thread track | `i` with `"s":"t"` |
 //! | `trace_counter!` | COUNTER on a process counter track | `C` |
 //! | `#[traced]` on `async fn` | slice on an async track + a slice per poll | `b`/`e` (`id2.local`) + `X` per poll |
-//! | `tracing` spans / events (`layer()`, feature `tracing`) | slices on the thread (+ an async track for spans that move) / INSTANT | `X` (+ `b`/`e`) / `i` |
+//! | `tracing` spans / events (`Builder::layer`, feature `tracing`) | slices on the thread (+ an async track for spans that move) / INSTANT | `X` (+ `b`/`e`) / `i` |
 //! | thread/process names | TrackDescriptor | `M` thread_name / process_name |
 //! | lost events | `previous_packet_dropped` + instant with the count | instant with the count |
 //!
@@ -119,7 +119,7 @@
 //! | feature | default | what it adds |
 //! | --- | --- | --- |
 //! | `enable` | on | the instrumentation itself; off, every macro and `#[traced]` expand to nothing |
-//! | `tracing` | on | [`layer()`] and [`subscriber()`]: `tracing` spans and events recorded by ringtrace |
+//! | `tracing` | on | [`Builder::layer`] and [`Builder::subscriber`]: `tracing` spans and events recorded by ringtrace; the builder's options of `tracing` spans ([`Builder::sample_ratio`], [`Builder::sample_roots`], [`Builder::sample_with`], [`Builder::capture_slow`]) |
 //! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -127,7 +127,6 @@
 #![warn(missing_docs)]
 
 pub mod archive;
-mod deprecated;
 mod encode;
 pub mod events;
 #[cfg(feature = "log")]
@@ -144,20 +143,12 @@ mod system;
 mod tracing;
 
 #[cfg(feature = "tracing")]
-pub use crate::tracing::{
-    layer, subscriber, LayerBuilder, RingtraceLayer, RingtraceSubscriber, SubscriberBuilder,
-    TracingBuilder, TracingRecorder,
-};
-// The typed event API has one path, `ringtrace::events::*`; its old paths at
-// the root are deprecated aliases (`deprecated`).
-#[allow(deprecated)]
-pub use deprecated::*;
+pub use crate::tracing::{RingtraceLayer, RingtraceSubscriber};
 pub use events::values::LogLevel;
 pub use record::args::TraceValue;
 pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};
-#[allow(deprecated)]
-pub use ringtrace_macros::{trace, traced};
+pub use ringtrace_macros::traced;
 pub use sampling::CpuStacks;
 pub use session::file::sink::MemoryBuffer;
 pub use session::Stats;

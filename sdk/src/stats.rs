@@ -69,7 +69,7 @@ pub struct Stats {
     /// Threads that could not be sampled (memory budget, perf refused).
     pub cpu_threads_unsampled: u64,
     /// Root spans kept by whole-request sampling
-    /// ([`TracingBuilder::sample_ratio`](crate::TracingBuilder::sample_ratio)),
+    /// ([`Builder::sample_ratio`](crate::Builder::sample_ratio)),
     /// with everything under them; 0 without sampling.
     pub roots_kept: u64,
     /// Root spans not kept by whole-request sampling, with everything under

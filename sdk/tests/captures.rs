@@ -34,24 +34,22 @@ fn start(
     let threshold = Duration::from_millis(20);
     match via {
         Via::Layer => {
-            let (layer, guard) = ringtrace::layer()
-                .output(dir.join(format!("main.{ext}")))
-                .configure(session)
-                .capture_slow(["request"], threshold)
-                .build()
-                .unwrap();
+            let (layer, guard) =
+                session(ringtrace::builder().output(dir.join(format!("main.{ext}"))))
+                    .capture_slow(["request"], threshold)
+                    .layer()
+                    .unwrap();
             (
                 Dispatch::new(tracing_subscriber::registry().with(layer)),
                 guard,
             )
         }
         Via::Subscriber => {
-            let (sub, guard) = ringtrace::subscriber()
-                .output(dir.join(format!("main.{ext}")))
-                .configure(session)
-                .capture_slow(["request"], threshold)
-                .build()
-                .unwrap();
+            let (sub, guard) =
+                session(ringtrace::builder().output(dir.join(format!("main.{ext}"))))
+                    .capture_slow(["request"], threshold)
+                    .subscriber()
+                    .unwrap();
             (Dispatch::new(sub), guard)
         }
     }

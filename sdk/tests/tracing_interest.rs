@@ -54,7 +54,7 @@ fn category_change_from_a_thread_without_the_subscriber() {
     let _s = serial();
     within_a_minute("scoped-switch", || {
         let trace = scratch("scoped").join("t.json");
-        let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
+        let (subscriber, guard) = ringtrace::builder().output(&trace).subscriber().unwrap();
         let dispatch = Dispatch::new(subscriber);
         let (ran_one, first_done) = mpsc::channel::<()>();
         let (go_on, switched) = mpsc::channel::<()>();
@@ -99,9 +99,9 @@ impl<S: Subscriber> Layer<S> for AsksRingtrace {
 fn session_start_with_a_layer_that_asks_ringtrace() {
     let _s = serial();
     within_a_minute("start-with-asking-layer", || {
-        let (subscriber, guard) = ringtrace::subscriber()
+        let (subscriber, guard) = ringtrace::builder()
             .writer(ringtrace::MemoryBuffer::new())
-            .build()
+            .subscriber()
             .unwrap();
         let dispatch = Dispatch::new(subscriber.with(AsksRingtrace));
         tracing::dispatcher::with_default(&dispatch, || {

@@ -19,19 +19,19 @@ const REQUESTS: u64 = 400;
 fn start_sampled(
     trace: &Path,
     via: Via,
-    f: impl FnOnce(ringtrace::LayerBuilder) -> ringtrace::LayerBuilder,
-    g: impl FnOnce(ringtrace::SubscriberBuilder) -> ringtrace::SubscriberBuilder,
+    f: impl FnOnce(ringtrace::Builder) -> ringtrace::Builder,
+    g: impl FnOnce(ringtrace::Builder) -> ringtrace::Builder,
 ) -> (Dispatch, ringtrace::TraceGuard) {
     match via {
         Via::Layer => {
-            let (layer, guard) = f(ringtrace::layer().output(trace)).build().unwrap();
+            let (layer, guard) = f(ringtrace::builder().output(trace)).layer().unwrap();
             (
                 Dispatch::new(tracing_subscriber::registry().with(layer)),
                 guard,
             )
         }
         Via::Subscriber => {
-            let (sub, guard) = g(ringtrace::subscriber().output(trace)).build().unwrap();
+            let (sub, guard) = g(ringtrace::builder().output(trace)).subscriber().unwrap();
             (Dispatch::new(sub), guard)
         }
     }

@@ -19,7 +19,7 @@ fn subscriber_frees_every_span() {
     // than their own: every slot comes back (the table does not grow).
     let _s = serial();
     let trace = scratch("sub-free").join("free.pftrace");
-    let (subscriber, guard) = ringtrace::subscriber().output(&trace).build().unwrap();
+    let (subscriber, guard) = ringtrace::builder().output(&trace).subscriber().unwrap();
     let dispatch = Dispatch::new(subscriber);
     let round = || {
         let mut handles = Vec::new();

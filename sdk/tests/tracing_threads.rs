@@ -365,11 +365,11 @@ fn layer_spans_past_its_map_in_place_made_entered_and_closed_on_two_threads() {
     // Every span is recorded once, with its own fields, none left unstored.
     let _s = serial();
     let trace = scratch("layer-many").join("many.pftrace");
-    let (layer, guard) = ringtrace::layer()
+    let (layer, guard) = ringtrace::builder()
         .output(&trace)
         .buffer_bytes_per_thread(16 << 20)
         .buffer_bytes(256 << 20)
-        .build()
+        .layer()
         .unwrap();
     let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
     const THREADS: u64 = 6;

@@ -172,10 +172,10 @@ fn per_layer_filters_compose() {
     // Targets: app at INFO and up, other at WARN; ringtrace's own category
     // filter takes app::quiet out.
     let trace = dir.join("targets.pftrace");
-    let (layer, guard) = ringtrace::layer()
+    let (layer, guard) = ringtrace::builder()
         .output(&trace)
         .disable_categories(["app::quiet"])
-        .build()
+        .layer()
         .unwrap();
     let counting = Counting::default();
     let filter = Targets::new()
@@ -211,7 +211,7 @@ fn per_layer_filters_compose() {
 
     // EnvFilter, JSON output.
     let trace = dir.join("env.json");
-    let (layer, guard) = ringtrace::layer().output(&trace).build().unwrap();
+    let (layer, guard) = ringtrace::builder().output(&trace).layer().unwrap();
     let filter = EnvFilter::new("app=debug,app::noisy=off,other=off");
     let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer.with_filter(filter)));
     on_thread("layer-env", &dispatch, filtered_workload);
@@ -256,10 +256,10 @@ fn subscriber_spans_events_and_records_json() {
 fn subscriber_composes_with_filters_and_tracks_the_current_span() {
     let _s = serial();
     let trace = scratch("sub-filters").join("env.pftrace");
-    let (subscriber, guard) = ringtrace::subscriber()
+    let (subscriber, guard) = ringtrace::builder()
         .output(&trace)
         .disable_categories(["app::quiet"])
-        .build()
+        .subscriber()
         .unwrap();
     let filter = EnvFilter::new("app=debug,app::noisy=off,other=warn");
     let dispatch = Dispatch::new(subscriber.with(filter));
@@ -435,10 +435,10 @@ fn categories_switched_while_running_reach_every_call_site() {
         let trace = dir.join(file);
         let (dispatch, guard) = match via {
             Via::Layer => {
-                let (layer, guard) = ringtrace::layer()
+                let (layer, guard) = ringtrace::builder()
                     .output(&trace)
                     .disable_categories(["app::late"])
-                    .build()
+                    .layer()
                     .unwrap();
                 (
                     Dispatch::new(tracing_subscriber::registry().with(layer)),
@@ -446,10 +446,10 @@ fn categories_switched_while_running_reach_every_call_site() {
                 )
             }
             Via::Subscriber => {
-                let (subscriber, guard) = ringtrace::subscriber()
+                let (subscriber, guard) = ringtrace::builder()
                     .output(&trace)
                     .disable_categories(["app::late"])
-                    .build()
+                    .subscriber()
                     .unwrap();
                 (Dispatch::new(subscriber), guard)
             }

@@ -176,13 +176,13 @@ fn main() {
                 .buffer_bytes_per_thread(8 << 20)
                 .buffer_bytes(32 << 20);
             let (d, guard) = if own_subscriber {
-                let (sub, guard) = ringtrace::SubscriberBuilder::from(session)
-                    .build()
+                let (sub, guard) = session
+                    .subscriber()
                     .expect("start a ringtrace session");
                 (Dispatch::new(sub), guard)
             } else {
-                let (layer, guard) = ringtrace::LayerBuilder::from(session)
-                    .build()
+                let (layer, guard) = session
+                    .layer()
                     .expect("start a ringtrace session");
                 (
                     Dispatch::new(tracing_subscriber::registry().with(layer)),

@@ -210,13 +210,13 @@ fn main() {
                 }
                 Session::Subscriber | Session::Layer => {
                     let (d, guard) = if kind == Session::Subscriber {
-                        let (sub, guard) = ringtrace::SubscriberBuilder::from(session)
-                            .build()
+                        let (sub, guard) = session
+                            .subscriber()
                             .expect("start a ringtrace session");
                         (Dispatch::new(sub), guard)
                     } else {
-                        let (layer, guard) = ringtrace::LayerBuilder::from(session)
-                            .build()
+                        let (layer, guard) = session
+                            .layer()
                             .expect("start a ringtrace session");
                         (
                             Dispatch::new(tracing_subscriber::registry().with(layer)),

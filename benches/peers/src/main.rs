@@ -514,10 +514,10 @@ mod tr {
                 .buffer_bytes(512 << 20) // two threads' rings, and what they outgrew
                 .flush_interval(Duration::from_secs(3600));
             let (dispatch, guard) = if own_subscriber {
-                let (sub, guard) = ringtrace::SubscriberBuilder::from(session).build().unwrap();
+                let (sub, guard) = session.subscriber().unwrap();
                 (tracing::Dispatch::new(sub.with(info())), guard)
             } else {
-                let (layer, guard) = ringtrace::LayerBuilder::from(session).build().unwrap();
+                let (layer, guard) = session.layer().unwrap();
                 let registry = tracing_subscriber::registry().with(layer.with_filter(info()));
                 (tracing::Dispatch::new(registry), guard)
             };
@@ -537,10 +537,10 @@ mod tr {
                 .buffer_bytes_per_thread(16 << 20)
                 .buffer_bytes(64 << 20);
             let (dispatch, guard) = if own_subscriber {
-                let (sub, guard) = ringtrace::SubscriberBuilder::from(session).build().unwrap();
+                let (sub, guard) = session.subscriber().unwrap();
                 (tracing::Dispatch::new(sub), guard)
             } else {
-                let (layer, guard) = ringtrace::LayerBuilder::from(session).build().unwrap();
+                let (layer, guard) = session.layer().unwrap();
                 (
                     tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
                     guard,

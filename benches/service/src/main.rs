@@ -456,7 +456,7 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
         | Mode::Subscriber10
         | Mode::Subscriber1
         | Mode::Subscriber0 => {
-            let mut b = ringtrace::subscriber()
+            let mut b = ringtrace::builder()
                 .output(path)
                 .buffer_bytes_per_thread(ring);
             if mode == Mode::SubscriberOff {
@@ -465,12 +465,12 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             if let Some(ratio) = mode.ratio() {
                 b = b.sample_ratio(ratio);
             }
-            let (sub, guard) = b.build().expect("ringtrace session");
+            let (sub, guard) = b.subscriber().expect("ringtrace session");
             tracing::subscriber::set_global_default(sub).unwrap();
             Tracer::Ringtrace(guard)
         }
         Mode::Layer | Mode::LayerOff | Mode::Layer10 | Mode::Layer1 | Mode::Layer0 => {
-            let mut b = ringtrace::layer()
+            let mut b = ringtrace::builder()
                 .output(path)
                 .buffer_bytes_per_thread(ring);
             if mode == Mode::LayerOff {
@@ -479,7 +479,7 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             if let Some(ratio) = mode.ratio() {
                 b = b.sample_ratio(ratio);
             }
-            let (layer, guard) = b.build().expect("ringtrace session");
+            let (layer, guard) = b.layer().expect("ringtrace session");
             tracing_subscriber::registry().with(layer).init();
             Tracer::Ringtrace(guard)
         }

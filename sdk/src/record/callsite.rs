@@ -291,16 +291,9 @@ impl CategoryFilter {
         self.rules
             .iter()
             .rev()
-            .find(|(p, _)| matches(p, category))
+            .find(|(p, _)| super::pattern::matches(p, category))
             .map(|&(_, on)| on)
             .unwrap_or(false)
-    }
-}
-
-fn matches(pattern: &str, category: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => category.starts_with(prefix),
-        None => pattern == category,
     }
 }
 

@@ -6,10 +6,15 @@
 //!
 //! Set `RINGTRACE_CLOCK=boottime` (any case) to force the vDSO clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// True while the hot path reads the TSC.
 static USE_TSC: AtomicBool = AtomicBool::new(false);
+/// The TSC's rate the last session's start measured, in ticks per
+/// nanosecond (an `f64`'s bits; 0: none measured yet), for
+/// [`ticks_in`].
+static TICKS_PER_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Raw ticks of the current clock mode.
 #[inline(always)]
@@ -21,6 +26,20 @@ pub(crate) fn ticks() -> u64 {
         }
     }
     crate::sys::boottime_ns()
+}
+
+/// `d` in ticks of the current clock mode, from the rate the session's
+/// calibration measured at its start (no measurement of its own): what a
+/// threshold compared with tick differences on the recording path (a slow
+/// span's) is set to. Without the TSC, ticks are nanoseconds.
+pub(crate) fn ticks_in(d: Duration) -> u64 {
+    let ns = d.as_nanos().min(u64::MAX as u128) as u64;
+    let rate = f64::from_bits(TICKS_PER_NS.load(Ordering::Relaxed));
+    if !USE_TSC.load(Ordering::Relaxed) || rate <= 0.0 || !rate.is_finite() {
+        return ns;
+    }
+    // Saturates at u64::MAX (a float-to-int cast clamps).
+    (ns as f64 * rate) as u64
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -129,6 +148,7 @@ impl Calibration {
             last = Self::point();
         }
         let ns_per_tick = (last.1 - first.1) as f64 / (last.0 - first.0).max(1) as f64;
+        TICKS_PER_NS.store((1.0 / ns_per_tick).to_bits(), Ordering::Relaxed);
         USE_TSC.store(true, Ordering::Relaxed);
         let (int, frac) = fixed_point(ns_per_tick);
         Calibration {
@@ -247,6 +267,20 @@ mod tests {
                 t + 50_000 >= before && t <= after + 50_000,
                 "{before} {t} {after}"
             );
+        }
+    }
+
+    /// A duration put in ticks from the start's calibration converts back
+    /// to itself (within 1%), with no measurement of its own.
+    #[test]
+    fn durations_in_ticks_follow_the_calibration() {
+        let cal = Calibration::start(false);
+        let t0 = ticks();
+        for ms in [1, 20, 1000] {
+            let d = std::time::Duration::from_millis(ms);
+            let ns = cal.to_ns(t0 + ticks_in(d)) - cal.to_ns(t0);
+            let want = d.as_nanos() as u64;
+            assert!(ns.abs_diff(want) <= want / 100, "{ms} ms: {ns} ns");
         }
     }
 

@@ -13,7 +13,8 @@
 //!   the flusher (`session`) hands them to an encoder (`encode`); the meaning
 //!   of a record (header, layouts, EVENT codes) is defined here, and the
 //!   encoders take it from here;
-//! - imports go one way: `segment`, `header`, `event` and `sync` are leaves;
+//! - imports go one way: `segment`, `header`, `event`, `pattern` (the one
+//!   matcher of `prefix*` patterns) and `sync` are leaves;
 //!   `budget` (its byte count and its pool) uses `segment`; `ring` uses
 //!   `budget`, `segment` and `header`; `layout` the ring; `registry` the
 //!   ring and the budget; `scope` all of them. No module here imports one
@@ -38,6 +39,7 @@ pub(crate) mod clock;
 pub(crate) mod event;
 pub(crate) mod header;
 pub(crate) mod layout;
+pub(crate) mod pattern;
 pub(crate) mod registry;
 pub(crate) mod ring;
 pub(crate) mod scope;

@@ -200,17 +200,3 @@ impl crate::Builder {
         self
     }
 }
-
-#[cfg(feature = "tracing")]
-impl<T: crate::TracingRecorder> crate::TracingBuilder<T> {
-    /// As [`Builder::cpu_sampling`](crate::Builder::cpu_sampling): CPU
-    /// stack samples of every thread beside the spans.
-    pub fn cpu_sampling(self, hz: u32) -> Self {
-        self.configure(|b| b.cpu_sampling(hz))
-    }
-
-    /// As [`Builder::cpu_sampling_stacks`](crate::Builder::cpu_sampling_stacks).
-    pub fn cpu_sampling_stacks(self, stacks: CpuStacks) -> Self {
-        self.configure(|b| b.cpu_sampling_stacks(stacks))
-    }
-}

@@ -70,22 +70,58 @@ pub(crate) struct CaptureOptions {
     pub(crate) slow_scopes: Option<SlowRule>,
 }
 
-/// A slow-slice rule: the patterns (`prefix*` or a whole name) and the
-/// threshold, as `Builder::capture_slow_scopes` and
-/// `TracingBuilder::capture_slow` keep them.
-pub(crate) type SlowRule = (Vec<String>, Duration);
+/// A slow-slice rule: the patterns (`prefix*`, a whole name or `*`,
+/// matched by `record::pattern`) and the threshold, as
+/// [`Builder::capture_slow_scopes`] and `Builder::capture_slow` (spans)
+/// keep it. The threshold is compared with tick differences, in the
+/// flusher (scopes) as on the recording thread (spans): in ticks from the
+/// session's clock calibration ([`calibrated`](SlowRule::calibrated), once
+/// the session started).
+#[derive(Clone, Debug)]
+pub(crate) struct SlowRule {
+    patterns: Vec<String>,
+    threshold: Duration,
+    /// `threshold` in clock ticks (set by `calibrated`).
+    ticks: u64,
+}
 
-/// The rule those two options take as any strings, owned.
-pub(crate) fn slow_rule<I, S>(patterns: I, threshold: Duration) -> SlowRule
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
-    let patterns = patterns
-        .into_iter()
-        .map(|p| p.as_ref().to_owned())
-        .collect();
-    (patterns, threshold)
+impl SlowRule {
+    /// The rule of `patterns` (any strings, owned) and `threshold`.
+    pub(crate) fn new<I, S>(patterns: I, threshold: Duration) -> SlowRule
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let patterns = patterns
+            .into_iter()
+            .map(|p| p.as_ref().to_owned())
+            .collect();
+        SlowRule {
+            patterns,
+            threshold,
+            ticks: crate::record::clock::ticks_in(threshold),
+        }
+    }
+
+    /// The rule with its threshold in ticks of the running session's clock
+    /// (its calibration at start, no measurement of its own).
+    pub(crate) fn calibrated(mut self) -> SlowRule {
+        self.ticks = crate::record::clock::ticks_in(self.threshold);
+        self
+    }
+
+    /// Whether `name` (a slice's name, category or target) matches.
+    #[inline]
+    pub(crate) fn matches(&self, name: &str) -> bool {
+        crate::record::pattern::any_matches(&self.patterns, name)
+    }
+
+    /// Whether a slice from tick `begin` to tick `end` lasted longer than
+    /// the threshold.
+    #[inline]
+    pub(crate) fn is_slow(&self, begin: u64, end: u64) -> bool {
+        end.saturating_sub(begin) > self.ticks
+    }
 }
 
 /// The capture options before any is set: files `capture-{n}.pftrace`.
@@ -105,7 +141,10 @@ const DEFAULT_MAX_FILES: u64 = 4;
 const MIN_FILE_BYTES: u64 = 64 << 10;
 
 /// Configures a session. Made by [`builder()`]; every option takes and
-/// returns the builder, and [`Builder::start`] starts recording.
+/// returns the builder. [`Builder::start`] starts recording;
+/// [`Builder::layer`] and [`Builder::subscriber`] (feature `tracing`) start
+/// it and also return what records `tracing` spans into it. The
+/// environment's configuration is applied with [`Builder::from_env`].
 ///
 /// # Examples
 ///
@@ -151,6 +190,10 @@ pub struct Builder {
     pub(crate) cpu_sampling: crate::sampling::Options,
     /// The mode of the files the session creates.
     pub(super) file_mode: u32,
+    /// The options of `tracing` spans (`tracing`: their builder methods
+    /// and the finishers `layer` and `subscriber` are there).
+    #[cfg(feature = "tracing")]
+    pub(crate) spans: crate::tracing::Options,
 }
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
@@ -217,6 +260,8 @@ pub fn builder() -> Builder {
         capture: None,
         cpu_sampling: Default::default(),
         file_mode: super::file::create::DEFAULT_MODE,
+        #[cfg(feature = "tracing")]
+        spans: Default::default(),
     }
 }
 
@@ -451,7 +496,7 @@ impl Builder {
     }
 
     /// Flight-recorder mode: where captures go ([`trigger`](crate::trigger),
-    /// slow `tracing` spans: `TracingBuilder::capture_slow`), each a new
+    /// slow `tracing` spans: `Builder::capture_slow`), each a new
     /// complete file named from `pattern`: `{n}` is the capture's number
     /// (from 1), `{name}` its name (its first 64 characters; characters other than ASCII letters,
     /// digits, `-` and `_` made `_`); without `{n}` the number goes before
@@ -471,7 +516,7 @@ impl Builder {
     /// suppressed. Without [`overwrite`](Builder::overwrite)`(true)` no
     /// file is written.
     ///
-    /// With whole-request sampling (`TracingBuilder::sample_ratio` below 1,
+    /// With whole-request sampling (`Builder::sample_ratio` below 1,
     /// root patterns or a hook), a request sampling did not keep is not
     /// recorded: it is never captured, however slow, and a capture's window
     /// holds only the kept requests' spans (the macros' scopes are not
@@ -510,7 +555,7 @@ impl Builder {
     /// [`events`](crate::events) slices (`Category::scope`, matched by the
     /// slice's name or its category) and `tracing` spans' entries (for a
     /// span's whole life, from creation to close, use
-    /// `TracingBuilder::capture_slow`).
+    /// `Builder::capture_slow`).
     ///
     /// The flusher finds them in the records it drains, so the recording
     /// thread pays nothing for the rule; a capture is written at the
@@ -549,7 +594,7 @@ impl Builder {
         S: AsRef<str>,
     {
         self.capture.get_or_insert_with(default_capture).slow_scopes =
-            Some(slow_rule(patterns, threshold));
+            Some(SlowRule::new(patterns, threshold));
         self
     }
 

@@ -1,6 +1,7 @@
 //! The options environment variables set (`init_from_env`'s table),
-//! applied over a builder: `init_from_env`'s, or the one
-//! `TracingBuilder::init_from_env` starts from.
+//! applied over a builder: [`Builder::from_env`], which `init_from_env`
+//! starts a session with, and which a `tracing` layer or subscriber is
+//! finished from.
 //!
 //! Every value is checked, and a bad one is an [`Error::InvalidConfig`]
 //! naming the variable and what it allows, never ignored: the messages of
@@ -27,10 +28,59 @@ const SHOWN_CHARS: usize = 64;
 const TRUE_WORDS: [&str; 4] = ["1", "true", "yes", "on"];
 const FALSE_WORDS: [&str; 4] = ["0", "false", "no", "off"];
 
-/// `b` with the environment's configuration (`init_from_env`'s table)
-/// applied over it; `None` if `RINGTRACE_OUTPUT` is unset or empty (then
-/// no other variable is read).
-pub(crate) fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
+impl Builder {
+    /// Applies the environment's configuration over this builder's (the
+    /// variables of [`init_from_env`](crate::init_from_env)'s table, each
+    /// set one replacing the builder's option), for any finisher:
+    /// [`start`](Builder::start), or with the `tracing` feature
+    /// [`layer`](Builder::layer) and [`subscriber`](Builder::subscriber),
+    /// for which it also reads `RINGTRACE_SAMPLE` (a ratio from 0 to 1 for
+    /// [`sample_ratio`](Builder::sample_ratio), such as `0.01`) and
+    /// `RINGTRACE_SAMPLE_ROOTS` (comma-separated patterns for
+    /// [`sample_roots`](Builder::sample_roots): `name`, `prefix*` or `*`;
+    /// empty: none, as unset). Returns `None` if `RINGTRACE_OUTPUT` is
+    /// unset or empty: record nothing (no other variable is read).
+    /// [`init_from_env`](crate::init_from_env) is
+    /// `builder().from_env()?.map(Builder::start)`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the variable and what it allows if a
+    /// value is bad (as [`init_from_env`](crate::init_from_env) lists
+    /// them), also if `RINGTRACE_SAMPLE` is not a number (NaN included) or
+    /// is outside 0 to 1, or a pattern of `RINGTRACE_SAMPLE_ROOTS` is
+    /// malformed (`*` other than at the end, or a `-pattern`: roots are
+    /// only listed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // RINGTRACE_OUTPUT=trace.pftrace RINGTRACE_SAMPLE=0.01 ./service
+    /// let configured = ringtrace::builder().process_name("service").from_env()?;
+    /// if let Some((subscriber, _trace)) = configured.map(|b| b.subscriber()).transpose()? {
+    ///     tracing::subscriber::set_global_default(subscriber).ok();
+    /// }
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn from_env(self) -> Result<Option<Builder>, Error> {
+        let Some(b) = env_config(self)? else {
+            return Ok(None);
+        };
+        #[cfg(feature = "tracing")]
+        let b = {
+            let mut b = b;
+            let (ratio, roots) = env_sampling()?;
+            b.spans.apply_env(ratio, roots);
+            b
+        };
+        Ok(Some(b))
+    }
+}
+
+/// `b` with the environment's configuration (`init_from_env`'s table but
+/// the `tracing` variables) applied over it; `None` if `RINGTRACE_OUTPUT`
+/// is unset or empty (then no other variable is read).
+fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
     // A path: any bytes are a valid file name, so no UTF-8 check.
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
         return Ok(None);
@@ -107,9 +157,9 @@ pub(crate) fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
 }
 
 /// `RINGTRACE_SAMPLE` (a ratio) and `RINGTRACE_SAMPLE_ROOTS` (patterns;
-/// set and empty: none, as unset), for `TracingBuilder::init_from_env`.
+/// set and empty: none, as unset), for a `tracing` layer or subscriber.
 #[cfg(feature = "tracing")]
-pub(crate) fn env_sampling() -> Result<(Option<f64>, Option<Vec<String>>), Error> {
+fn env_sampling() -> Result<(Option<f64>, Option<Vec<String>>), Error> {
     let ratio = ratio("RINGTRACE_SAMPLE")?;
     let roots = patterns("RINGTRACE_SAMPLE_ROOTS", false)?
         .map(|rules| rules.into_iter().map(|(p, _)| p).collect());

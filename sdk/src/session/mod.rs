@@ -49,11 +49,10 @@ mod window;
 
 use crate::stats::counters;
 pub use crate::stats::Stats;
-pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
-pub(crate) use builder::{slow_rule, Output, SlowRule};
-pub(crate) use env::env_config;
+pub(crate) use builder::Output;
 #[cfg(feature = "tracing")]
-pub(crate) use env::env_sampling;
+pub(crate) use builder::SlowRule;
+pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
 pub use error::Error;
 
 use crate::encode::perfetto::PerfettoOptions;
@@ -301,7 +300,7 @@ impl Builder {
         );
         let slow_scopes = self.capture.as_ref().and_then(|c| c.slow_scopes.clone());
         let file = match slow_scopes {
-            Some((patterns, t)) => file.with_slow_scopes(capture::SlowScopes::new(patterns, t)),
+            Some(rule) => file.with_slow_scopes(capture::SlowScopes::new(rule)),
             None => file,
         };
         let mut outputs = Outputs::default();
@@ -738,6 +737,10 @@ pub fn is_recording() -> bool {
 
 /// Starts a session configured by environment variables, or does nothing if
 /// `RINGTRACE_OUTPUT` is unset or empty (then no other variable is read):
+/// `builder().from_env()?.map(Builder::start)`. To start it with options
+/// of your own under the environment's, or as a `tracing` layer or
+/// subscriber, use [`Builder::from_env`] and the finisher you need. The
+/// variables:
 ///
 /// | variable | meaning | allowed |
 /// | --- | --- | --- |
@@ -751,7 +754,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_MAX_FILES` | parts kept on disk ([`Builder::max_files`], default 4) | 1 to 18446744073709551615; `1`: one file, a hard limit, events past it dropped and counted |
 /// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) | 0 (off) to 4294967295; the kernel's rate limit bounds it further |
 /// | `RINGTRACE_CLOCK` | `boottime`: timestamps from `CLOCK_BOOTTIME` rather than the CPU's time-stamp counter | `boottime` |
-/// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans: read by [`TracingBuilder::init_from_env`](crate::TracingBuilder::init_from_env) only | a ratio from 0 to 1; patterns |
+/// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans ([`Builder::sample_ratio`], [`Builder::sample_roots`]; feature `tracing`): read by [`Builder::from_env`], in effect for [`Builder::layer`] and [`Builder::subscriber`] | a ratio from 0 to 1; patterns (`name`, `prefix*` or `*`) |
 ///
 /// A boolean is `1`, `true`, `yes` or `on`, or `0`, `false`, `no` or `off`
 /// (any case). Numbers are whole decimal numbers. Values are trimmed, and
@@ -777,10 +780,7 @@ pub fn is_recording() -> bool {
 /// `RINGTRACE_MAX_FILES` included), a boolean or `RINGTRACE_CLOCK` that is
 /// none of its words, a malformed pattern. Then as [`Builder::start`].
 pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
-    match env_config(builder())? {
-        Some(b) => b.start().map(Some),
-        None => Ok(None),
-    }
+    builder().from_env()?.map(Builder::start).transpose()
 }
 
 #[cfg(test)]

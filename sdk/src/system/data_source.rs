@@ -12,6 +12,7 @@ use crate::record::layout::{
     KIND_ASYNC_END, KIND_BEGIN, KIND_BEGIN_TT, KIND_END, KIND_END_ARGS, KIND_END_TT, KIND_FLOW,
     KIND_LOST, MAX_SITE_ID,
 };
+use crate::record::pattern;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -19,13 +20,6 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Selection {
     config: TrackEventConfig,
-}
-
-fn matches(pattern: &str, category: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => category.starts_with(prefix),
-        None => pattern == category,
-    }
 }
 
 impl Selection {
@@ -57,7 +51,7 @@ impl Selection {
         }
         let pattern = |list: &[String]| {
             list.iter()
-                .any(|p| p.ends_with('*') && matches(p, category))
+                .any(|p| p.ends_with('*') && pattern::matches(p, category))
         };
         let any_tag = |list: &[String]| list.iter().any(|p| p == "*");
         if pattern(&c.enabled_categories) || any_tag(&c.enabled_tags) {

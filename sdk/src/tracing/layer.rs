@@ -10,8 +10,8 @@ use super::bridge::{self, SpanData, SpanStore};
 use super::id_map::IdMap;
 use super::sample::{Sampler, UNSAMPLED_SLOT};
 use super::sealed;
-use super::slow::SlowRule;
 use super::span_table::SPAN_STATES;
+use crate::session::SlowRule;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
 
 /// The `tracing` layer that records into the ringtrace session started by
-/// [`LayerBuilder::build`](crate::LayerBuilder::build). Add it to a `tracing_subscriber::registry()`,
+/// [`Builder::layer`](crate::Builder::layer). Add it to a `tracing_subscriber::registry()`,
 /// with or without a per-layer filter. Without a recording session it records
 /// nothing.
 pub struct RingtraceLayer {
@@ -34,20 +34,6 @@ pub struct RingtraceLayer {
     sampler: Option<Arc<Sampler>>,
     /// Slow spans captured, if configured.
     slow: Option<Arc<SlowRule>>,
-}
-
-impl RingtraceLayer {
-    /// Spans not recorded because more spans were alive at once than the
-    /// span table holds (process-wide count, the subscriber's spans
-    /// included: one table holds the spans of both). The registry still has
-    /// such spans; ringtrace records nothing of them.
-    #[deprecated(
-        since = "0.1.0",
-        note = "every loss is in `Stats`: read `Stats::spans_not_stored`, returned by `TraceGuard::stop`"
-    )]
-    pub fn spans_not_stored() -> u64 {
-        crate::stats::counters::spans_not_stored()
-    }
 }
 
 impl fmt::Debug for RingtraceLayer {
@@ -260,7 +246,7 @@ impl RingtraceLayer {
         // A slow span asks for a capture once its close is written (its
         // async range ends in the window).
         if let (Some(rule), Some((meta, created))) = (&self.slow, life) {
-            rule.closed(meta, created);
+            super::slow::closed(rule, meta, created);
         }
     }
 }

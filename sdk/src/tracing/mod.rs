@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use tracing_subscriber::prelude::*;
-//! let (layer, _trace) = ringtrace::layer().output("trace.pftrace").build()?;
+//! let (layer, _trace) = ringtrace::builder().output("trace.pftrace").layer()?;
 //! tracing_subscriber::registry().with(layer).init();
 //! # Ok::<(), ringtrace::Error>(())
 //! ```
@@ -73,7 +73,7 @@
 //!
 //! Most of a span's cost through this layer is `tracing-subscriber`'s
 //! registry (its span slab, parent links, extension maps and per-layer filter
-//! state), not ringtrace's recording: [`subscriber()`] records the same trace
+//! state), not ringtrace's recording: [`Builder::subscriber`](crate::Builder::subscriber) records the same trace
 //! without the registry, at well under half the cost per span. The
 //! measurements (against the registry alone, tracing-chrome,
 //! tracing-perfetto and tracing-perfetto-sdk) and how to rerun them
@@ -86,7 +86,9 @@
 //! [`bridge`] turns `tracing` call sites, fields and span callbacks into
 //! ringtrace records; [`layer`] (on `tracing-subscriber`'s registry) and
 //! [`subscriber`] (without it) keep span state in the [`span_table`];
-//! [`builder`] starts a session and hands out either.
+//! [`builder`] holds the `tracing` options of the session's `Builder`
+//! (sampling, slow spans) and its finishers `layer()` and `subscriber()`,
+//! which start the session and hand out either.
 //!
 //! Rules of this layer: it reaches the rings only through the recording API
 //! (`record::registry::with_current`, `record::layout::write`); it knows no
@@ -102,9 +104,7 @@ mod slow;
 mod span_table;
 mod subscriber;
 
-pub use builder::{
-    layer, subscriber, LayerBuilder, SubscriberBuilder, TracingBuilder, TracingRecorder,
-};
+pub(crate) use builder::Options;
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 
@@ -122,7 +122,7 @@ pub(crate) mod sealed {
     #[derive(Default)]
     pub struct Setup {
         pub(crate) sampler: Option<Arc<super::sample::Sampler>>,
-        pub(crate) slow: Option<Arc<super::slow::SlowRule>>,
+        pub(crate) slow: Option<Arc<crate::session::SlowRule>>,
     }
 
     /// Made once its session has started.

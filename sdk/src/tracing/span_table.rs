@@ -1,6 +1,6 @@
 //! The table of live spans' state, shared by the
-//! [subscriber](crate::subscriber()) (its span ids are the table's ids) and
-//! the [layer](crate::layer()) (which maps the registry's ids to them): span
+//! [subscriber](crate::Builder::subscriber) (its span ids are the table's ids) and
+//! the [layer](crate::Builder::layer) (which maps the registry's ids to them): span
 //! ids to slots, in safe code, with no shared write on the common path. A
 //! span's state is built, changed and reused in its slot, never moved.
 //!

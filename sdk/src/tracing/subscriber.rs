@@ -1,5 +1,5 @@
 //! ringtrace as a `tracing` [`Subscriber`] of its own: the same recording as
-//! the [layer](crate::layer()), without `tracing-subscriber`'s registry.
+//! the [layer](crate::Builder::layer), without `tracing-subscriber`'s registry.
 //!
 //! The registry keeps, for every span, its parent, its metadata, a map of
 //! extensions for each layer and a span stack per thread; through a layer,
@@ -11,7 +11,7 @@
 //!
 //! What it gives up: it does not implement `LookupSpan`, so layers that read
 //! the registry (`tracing_subscriber::fmt`, `tracing-opentelemetry`, ...)
-//! cannot be added to it; use [`layer()`](crate::layer()) next to them. Filters
+//! cannot be added to it; use [`Builder::layer`](crate::Builder::layer) next to them. Filters
 //! that need no registry compose as usual with
 //! `tracing_subscriber::prelude::SubscriberExt::with`: `LevelFilter`,
 //! `Targets`, `EnvFilter`, `filter_fn`.
@@ -20,7 +20,7 @@
 
 use super::bridge::{self, SpanData, SpanStore};
 use super::sample::{Sampler, UNSAMPLED};
-use super::slow::SlowRule;
+use crate::session::SlowRule;
 // Live spans of every `RingtraceSubscriber` (ids are process-unique): its span
 // ids are ids of the span table.
 use super::span_table::{Release, SPAN_STATES as SPANS};
@@ -37,7 +37,7 @@ use tracing_core::span::Current;
 const NOT_STORED: u64 = u64::MAX;
 
 /// The `tracing` subscriber that records into the ringtrace session started
-/// by [`SubscriberBuilder::build`](crate::SubscriberBuilder). Set it as the
+/// by [`Builder::subscriber`](crate::Builder::subscriber). Set it as the
 /// default (`tracing::subscriber::set_global_default`), alone or with
 /// filters added by `.with(..)`. Without a recording session it records
 /// nothing. A span or event whose category is off is not recorded. If its
@@ -50,20 +50,6 @@ pub struct RingtraceSubscriber {
     sampler: Option<Arc<Sampler>>,
     /// Slow spans captured, if configured.
     slow: Option<Arc<SlowRule>>,
-}
-
-impl RingtraceSubscriber {
-    /// Spans not recorded because more spans were alive at once than the
-    /// span table holds (process-wide count, the layer's spans included:
-    /// one table holds both). Such spans are still valid `tracing` spans:
-    /// entering, recording and closing them do nothing.
-    #[deprecated(
-        since = "0.1.0",
-        note = "every loss is in `Stats`: read `Stats::spans_not_stored`, returned by `TraceGuard::stop`"
-    )]
-    pub fn spans_not_stored() -> u64 {
-        crate::stats::counters::spans_not_stored()
-    }
 }
 
 impl super::sealed::FromSession for RingtraceSubscriber {
@@ -204,7 +190,7 @@ impl Subscriber for RingtraceSubscriber {
                 .flatten();
             let closed = self.release(id);
             if let Some((meta, created)) = last {
-                rule.closed(meta, created);
+                super::slow::closed(rule, meta, created);
             }
             return closed;
         }

@@ -305,14 +305,14 @@ pub enum Via {
 pub fn start(trace: &Path, via: Via) -> (Dispatch, ringtrace::TraceGuard) {
     match via {
         Via::Layer => {
-            let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
+            let (layer, guard) = ringtrace::builder().output(trace).layer().unwrap();
             (
                 Dispatch::new(tracing_subscriber::registry().with(layer)),
                 guard,
             )
         }
         Via::Subscriber => {
-            let (subscriber, guard) = ringtrace::subscriber().output(trace).build().unwrap();
+            let (subscriber, guard) = ringtrace::builder().output(trace).subscriber().unwrap();
             (Dispatch::new(subscriber), guard)
         }
     }

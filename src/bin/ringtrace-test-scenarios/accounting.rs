@@ -171,11 +171,7 @@ pub fn accounting(trace: &str) -> Value {
     let guard = match api.as_str() {
         "layer" => {
             use tracing_subscriber::prelude::*;
-            let (layer, guard) = ringtrace::layer()
-                .output(trace)
-                .configure(tiny)
-                .build()
-                .unwrap();
+            let (layer, guard) = tiny(ringtrace::builder().output(trace)).layer().unwrap();
             tracing_subscriber::registry()
                 .with(layer)
                 .with(Counting(produced.clone()))
@@ -185,10 +181,8 @@ pub fn accounting(trace: &str) -> Value {
         }
         "subscriber" => {
             use tracing_subscriber::prelude::*;
-            let (sub, guard) = ringtrace::subscriber()
-                .output(trace)
-                .configure(tiny)
-                .build()
+            let (sub, guard) = tiny(ringtrace::builder().output(trace))
+                .subscriber()
                 .unwrap();
             tracing::subscriber::set_global_default(sub.with(Counting(produced.clone()))).unwrap();
             tracing_workload(rounds);

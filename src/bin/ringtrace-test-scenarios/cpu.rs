@@ -340,10 +340,10 @@ pub fn from_env() -> Value {
 /// `hot` recorded through the `tracing` layer.
 pub fn layer(trace: &str) -> Value {
     use tracing_subscriber::layer::SubscriberExt;
-    let (layer, guard) = ringtrace::layer()
+    let (layer, guard) = ringtrace::builder()
         .output(trace)
         .cpu_sampling(1000)
-        .build()
+        .layer()
         .unwrap();
     let subscriber = tracing_subscriber::registry().with(layer);
     let tid = tracing::subscriber::with_default(subscriber, hot_thread);

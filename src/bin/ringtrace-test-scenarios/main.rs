@@ -83,6 +83,7 @@ fn main() {
         "faults" => faults::faults(&trace, &args[4]),
         "env_check" => env::check(),
         "env_check_tracing" => env::check_tracing(),
+        "env_layer" => env::layer(),
         "cpu_bad_elf" => cpu::bad_elf(&trace),
         other => panic!("unknown scenario {other}"),
     };

@@ -48,10 +48,10 @@ pub fn threads_alive(trace: &str) -> Value {
     let api = std::env::var("MEM_API").unwrap_or_else(|_| "macros".into());
     let session = on.then(|| {
         if api == "subscriber" {
-            let (sub, guard) = ringtrace::subscriber()
+            let (sub, guard) = ringtrace::builder()
                 .output(trace)
                 .buffer_bytes(budget)
-                .build()
+                .subscriber()
                 .unwrap();
             tracing::subscriber::set_global_default(sub).unwrap();
             guard
@@ -205,13 +205,13 @@ pub fn teardown(trace: &str) -> Value {
     let api = std::env::var("MEM_API").unwrap_or_default();
     let guard = match api.as_str() {
         "subscriber" => {
-            let (sub, guard) = ringtrace::subscriber().output(trace).build().unwrap();
+            let (sub, guard) = ringtrace::builder().output(trace).subscriber().unwrap();
             tracing::subscriber::set_global_default(sub).unwrap();
             guard
         }
         "layer" => {
             use tracing_subscriber::prelude::*;
-            let (layer, guard) = ringtrace::layer().output(trace).build().unwrap();
+            let (layer, guard) = ringtrace::builder().output(trace).layer().unwrap();
             tracing_subscriber::registry().with(layer).init();
             guard
         }

@@ -72,26 +72,26 @@ fn main() {
             tracing_subscriber::registry().with(NoopLayer.with_filter(LevelFilter::INFO)),
         ),
         "subscriber" | "subscriber-off" => {
-            let mut b = ringtrace::subscriber()
+            let mut b = ringtrace::builder()
                 .output(&path)
                 .buffer_bytes_per_thread(RING)
                 .buffer_bytes(2 * RING as u64);
             if mode.ends_with("off") {
                 b = b.disable_categories(["*"]);
             }
-            let (s, g) = b.build().expect("ringtrace session");
+            let (s, g) = b.subscriber().expect("ringtrace session");
             guard = Some(g);
             tracing::Dispatch::new(s.with(LevelFilter::INFO))
         }
         "layer" | "layer-off" => {
-            let mut b = ringtrace::layer()
+            let mut b = ringtrace::builder()
                 .output(&path)
                 .buffer_bytes_per_thread(RING)
                 .buffer_bytes(2 * RING as u64);
             if mode.ends_with("off") {
                 b = b.disable_categories(["*"]);
             }
-            let (l, g) = b.build().expect("ringtrace session");
+            let (l, g) = b.layer().expect("ringtrace session");
             guard = Some(g);
             tracing::Dispatch::new(
                 tracing_subscriber::registry().with(l.with_filter(LevelFilter::INFO)),

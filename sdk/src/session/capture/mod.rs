@@ -1,6 +1,6 @@
 //! Captures: in flight-recorder mode, a window of the recent past written
 //! into a file of its own when something asks for it ([`trigger`](crate::trigger), or a
-//! slow `tracing` span: `TracingBuilder::capture_slow`).
+//! slow `tracing` span: `Builder::capture_slow`).
 //!
 //! The caller only queues a [`Capture`] (the window's ends as raw clock
 //! ticks) with the session's other requests and wakes the flusher. The

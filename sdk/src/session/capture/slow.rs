@@ -21,8 +21,8 @@ use crate::encode::event::EventView;
 use crate::encode::{Context, IdMap};
 use crate::record::event::op;
 use crate::record::layout::{self, Record};
+use crate::session::builder::SlowRule;
 use crate::session::capture::Capture;
-use std::time::Duration;
 
 /// Async ranges remembered at most (a range whose end was lost stays until
 /// the map is full; then the map starts over).
@@ -37,8 +37,7 @@ struct Open {
 
 /// The rule and what it follows (the flusher's).
 pub(crate) struct SlowScopes {
-    patterns: Vec<String>,
-    threshold_ns: u64,
+    rule: SlowRule,
     /// Per call site id: 0 not looked at yet, 1 matches, 2 does not.
     sites: Vec<u8>,
     /// Per thread: matching slices open, innermost last.
@@ -50,10 +49,9 @@ pub(crate) struct SlowScopes {
 }
 
 impl SlowScopes {
-    pub(crate) fn new(patterns: Vec<String>, threshold: Duration) -> SlowScopes {
+    pub(crate) fn new(rule: SlowRule) -> SlowScopes {
         SlowScopes {
-            patterns,
-            threshold_ns: threshold.as_nanos().min(u64::MAX as u128) as u64,
+            rule: rule.calibrated(),
             sites: Vec::new(),
             open: IdMap::default(),
             ranges: IdMap::default(),
@@ -62,10 +60,7 @@ impl SlowScopes {
     }
 
     fn matches(&self, text: &str) -> bool {
-        self.patterns.iter().any(|p| match p.strip_suffix('*') {
-            Some(prefix) => text.starts_with(prefix),
-            None => p == text,
-        })
+        self.rule.matches(text)
     }
 
     /// Whether the call site's name or category matches (cached per site).
@@ -111,7 +106,7 @@ impl SlowScopes {
                 }
                 Record::End { ts, depth }
                 | Record::EndTt { ts, depth, .. }
-                | Record::EndArgs { ts, depth, .. } => self.end(ctx, seq_id, depth, ts),
+                | Record::EndArgs { ts, depth, .. } => self.end(seq_id, depth, ts),
                 Record::Event {
                     ts,
                     op: op::SCOPE_END,
@@ -119,7 +114,7 @@ impl SlowScopes {
                     ..
                 } if self.open.get(&seq_id).is_some_and(|v| !v.is_empty()) => {
                     let depth = EventView::decode(fields).depth.unwrap_or(0);
-                    self.end(ctx, seq_id, depth, ts);
+                    self.end(seq_id, depth, ts);
                 }
                 Record::AsyncBegin { ts, site, id, .. } if self.site_matches(ctx, site) => {
                     if self.ranges.len() >= MAX_RANGES {
@@ -130,7 +125,7 @@ impl SlowScopes {
                 Record::AsyncEnd { ts, id, .. } => {
                     if let Some((begin, site)) = self.ranges.remove(&id) {
                         let name = ctx.sites.get(site).map_or("", |s| s.name()).to_owned();
-                        self.ended(ctx, name, begin, ts);
+                        self.ended(name, begin, ts);
                     }
                 }
                 _ => {}
@@ -147,7 +142,7 @@ impl SlowScopes {
 
     /// An end at `depth`: slices deeper than it lost their ends; the one at
     /// `depth`, if it matches, ends here.
-    fn end(&mut self, ctx: &mut Context<'_>, seq_id: u32, depth: u32, ts: u64) {
+    fn end(&mut self, seq_id: u32, depth: u32, ts: u64) {
         let Some(open) = self.open.get_mut(&seq_id) else {
             return;
         };
@@ -156,12 +151,12 @@ impl SlowScopes {
         }
         if open.last().is_some_and(|o| o.depth == depth) {
             let o = open.pop().unwrap();
-            self.ended(ctx, o.name, o.ts, ts);
+            self.ended(o.name, o.ts, ts);
         }
     }
 
-    fn ended(&mut self, ctx: &mut Context<'_>, name: String, begin: u64, end: u64) {
-        if ctx.cal.to_ns(end).saturating_sub(ctx.cal.to_ns(begin)) > self.threshold_ns {
+    fn ended(&mut self, name: String, begin: u64, end: u64) {
+        if self.rule.is_slow(begin, end) {
             self.found.push(Capture {
                 name,
                 start: begin,

@@ -1,6 +1,6 @@
 //! What `tracing` spans and events become in ringtrace, shared by the
-//! [`layer`](crate::layer()) and the registry-free
-//! [`subscriber`](crate::subscriber()) (both keep span state in the span
+//! [`layer`](crate::Builder::layer) and the registry-free
+//! [`subscriber`](crate::Builder::subscriber) (both keep span state in the span
 //! table): call sites, field values, span state, and the records each
 //! callback writes. See `layer.rs` for what is recorded.
 
