@@ -163,6 +163,7 @@ pub(crate) mod counters {
     /// Counts a root sampling kept or skipped, in the shard of the calling
     /// thread (`shard`, any number: it is taken modulo the shards).
     #[inline]
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // sampling's
     pub(crate) fn count_root(shard: usize, keep: bool) {
         let c = &COUNTS[shard % SHARDS];
         let n = if keep { &c.kept } else { &c.skipped };

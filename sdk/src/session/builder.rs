@@ -193,8 +193,39 @@ pub struct Builder {
     /// The options of `tracing` spans (`tracing`: their builder methods
     /// and the finishers `layer` and `subscriber` are there).
     #[cfg(feature = "tracing")]
-    pub(crate) spans: crate::tracing::Options,
+    pub(crate) spans: SpanOptions,
 }
+
+/// The options of `tracing` spans (feature `tracing`: their methods and
+/// the finishers, `layer()` and `subscriber()`, are in `tracing/builder.rs`),
+/// until a finisher makes a sampler and the slow rule of them.
+#[cfg(feature = "tracing")]
+#[derive(Default)]
+pub(crate) struct SpanOptions {
+    pub(crate) ratio: Option<f64>,
+    pub(crate) roots: Vec<String>,
+    pub(crate) decide: Option<Box<Decide>>,
+    /// `capture_slow`'s patterns and threshold.
+    pub(crate) slow: Option<SlowRule>,
+}
+
+#[cfg(feature = "tracing")]
+impl SpanOptions {
+    /// `RINGTRACE_SAMPLE` and `RINGTRACE_SAMPLE_ROOTS` as
+    /// [`Builder::from_env`] read them: each set replaces the builder's.
+    pub(crate) fn apply_env(&mut self, ratio: Option<f64>, roots: Option<Vec<String>>) {
+        if ratio.is_some() {
+            self.ratio = ratio;
+        }
+        if let Some(roots) = roots {
+            self.roots = roots;
+        }
+    }
+}
+
+/// Decides whether a root span is kept (`Builder::sample_with`).
+#[cfg(feature = "tracing")]
+pub(crate) type Decide = dyn Fn(&tracing::span::Attributes<'_>) -> Option<bool> + Send + Sync;
 
 /// How the Chrome JSON output writes scopes ([`Builder::json_scopes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -50,9 +50,9 @@ mod window;
 use crate::stats::counters;
 pub use crate::stats::Stats;
 pub(crate) use builder::Output;
-#[cfg(feature = "tracing")]
-pub(crate) use builder::SlowRule;
 pub use builder::{builder, Builder, DisplayTimeUnit, Format, JsonScopes};
+#[cfg(feature = "tracing")]
+pub(crate) use builder::{Decide, SlowRule};
 pub use error::Error;
 
 use crate::encode::perfetto::PerfettoOptions;
@@ -706,6 +706,7 @@ pub(crate) fn queue_capture(capture: capture::Capture) -> bool {
 /// once on stderr at build (`ratio`: the sampling ratio, `hook`: a
 /// decision hook or root patterns decide too), so that a service missing
 /// most of its slow requests in captures knows why.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // the tracing finishers'
 pub(crate) fn warn_captures_with_sampling(slow_rule: bool, ratio: Option<f64>, hook: bool) {
     let ratio = ratio.unwrap_or(1.0);
     if slow_rule && (ratio < 1.0 || hook) {

@@ -4,36 +4,12 @@
 //! the session as [`Builder::start`] does and hand out the layer or the
 //! subscriber that records into it.
 
-use super::sample::{Decide, Sampler};
+use super::sample::Sampler;
 use super::sealed;
 use super::{RingtraceLayer, RingtraceSubscriber};
 use crate::session::{Builder, Error, SlowRule, TraceGuard};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The `tracing` options of a [`Builder`], until a finisher makes a
-/// [`Sampler`] and the slow rule of them.
-#[derive(Default)]
-pub(crate) struct Options {
-    ratio: Option<f64>,
-    roots: Vec<String>,
-    decide: Option<Box<Decide>>,
-    /// `capture_slow`'s patterns and threshold.
-    slow: Option<SlowRule>,
-}
-
-impl Options {
-    /// `RINGTRACE_SAMPLE` and `RINGTRACE_SAMPLE_ROOTS` as
-    /// [`Builder::from_env`] read them: each set replaces the builder's.
-    pub(crate) fn apply_env(&mut self, ratio: Option<f64>, roots: Option<Vec<String>>) {
-        if ratio.is_some() {
-            self.ratio = ratio;
-        }
-        if let Some(roots) = roots {
-            self.roots = roots;
-        }
-    }
-}
 
 /// The options of `tracing` spans (feature `tracing`) and the finishers
 /// that record them.

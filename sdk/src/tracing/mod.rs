@@ -104,7 +104,6 @@ mod slow;
 mod span_table;
 mod subscriber;
 
-pub(crate) use builder::Options;
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 

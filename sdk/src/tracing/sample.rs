@@ -30,7 +30,7 @@ pub(crate) const UNSAMPLED_SLOT: u64 = u64::MAX - 1;
 
 /// A user's decision for a root span: `Some(keep)`, or `None` to leave it
 /// to the ratio.
-pub(crate) type Decide = dyn Fn(&Attributes<'_>) -> Option<bool> + Send + Sync;
+pub(crate) use crate::session::Decide;
 
 /// How roots are decided: made by the `tracing` builder, shared by the
 /// layer or subscriber it builds.
