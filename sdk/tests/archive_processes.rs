@@ -14,7 +14,7 @@
 mod common;
 
 use common::archive::*;
-use common::{perfetto_model, run_python, scratch};
+use common::{perfetto_model_clean, run_python, scratch};
 use prost::Message;
 use ringtrace::archive::{check_archive, Archive, ArchiveError, Clock, ClockSample};
 use ringtrace::Format;
@@ -165,7 +165,7 @@ fn find_member(dir: &Path, role: &str, pid: u32) -> PathBuf {
 fn go_and_pids(path: &Path) -> (i64, Vec<i64>) {
     let bytes = std::fs::read(path).unwrap();
     if bytes[0] == 0x0a {
-        let m = perfetto_model(path);
+        let m = perfetto_model_clean(path);
         let go: Vec<i64> = m["slices"]
             .as_array()
             .unwrap()
