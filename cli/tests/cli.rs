@@ -10,7 +10,7 @@
 //! One file: the tests share the child entry point (`child_process`) that
 //! this binary re-executes to record, and the helpers that decode its traces.
 
-use ringtrace_test_support::{json_events, perfetto_model, run_python, scratch};
+use ringtrace_test_support::{json_events, perfetto_model, rerun_test, run_python, scratch};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -66,13 +66,7 @@ struct Recorded {
 
 /// Records the standard workload into `path` (format by extension) in a child.
 fn record(path: &Path, flood: bool) -> Recorded {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let out = rerun_test("child_process")
         // Timestamps straight from CLOCK_BOOTTIME, so the child's own
         // readings bracket them exactly.
         .env("RINGTRACE_CLOCK", "boottime")

@@ -37,6 +37,18 @@ pub fn python() -> String {
     std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
+/// This test binary run again as a child process that runs only the test
+/// `name` (exactly, on one thread, its output not captured): for a test
+/// binary whose cases record in a process of their own (the child test
+/// finds what to do in environment variables the parent sets on the
+/// returned command, and does nothing without them).
+pub fn rerun_test(name: &str) -> Command {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut command = Command::new(exe);
+    command.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+    command
+}
+
 /// Runs `command` (a Python), failing the test with a hint if it cannot start.
 fn run(command: &mut Command) -> Output {
     command.output().unwrap_or_else(|e| {

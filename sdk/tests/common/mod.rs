@@ -11,7 +11,9 @@ pub mod slices;
 
 // Each test binary uses a part of them.
 #[allow(unused_imports)]
-pub use ringtrace_test_support::{archive, json_events, perfetto_model_clean, run_python, scratch};
+pub use ringtrace_test_support::{
+    archive, json_events, perfetto_model_clean, rerun_test, run_python, scratch,
+};
 use std::path::Path;
 
 /// A session started from the environment (`RINGTRACE_OUTPUT`,
