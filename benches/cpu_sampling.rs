@@ -21,6 +21,8 @@
 //! and with stack copies of 16, 8 and 4 KiB, at 1 and 4 kHz: what each
 //! sample's interrupt costs the sampled thread whatever the stack mode.
 
+mod common;
+use common::{median, thread_cpu_ns};
 use ringtrace::CpuStacks;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -36,16 +38,6 @@ fn mix(block: &[u64], state: u64) -> u64 {
 fn checksum(data: &[u64]) -> u64 {
     data.chunks(64)
         .fold(0xcbf2_9ce4_8422_2325, |h, b| mix(black_box(b), h))
-}
-
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// `/proc/self/task/*/schedstat` of the process's thread whose name starts
@@ -76,10 +68,10 @@ fn task_sched(prefix: &str) -> (u64, u64) {
 /// CPU time used).
 fn hot_loop(cpu: Duration) -> (u64, Duration) {
     let data: Vec<u64> = (0..1 << 14).collect();
-    let cpu0 = thread_cpu();
+    let cpu0 = Duration::from_nanos(thread_cpu_ns());
     let mut iters = 0u64;
     let mut sum = 0u64;
-    while thread_cpu() - cpu0 < cpu {
+    while Duration::from_nanos(thread_cpu_ns()) - cpu0 < cpu {
         ringtrace::trace_scope!("round");
         for _ in 0..16 {
             sum = sum.wrapping_add(checksum(black_box(&data)));
@@ -87,7 +79,7 @@ fn hot_loop(cpu: Duration) -> (u64, Duration) {
         }
     }
     black_box(sum);
-    (iters, thread_cpu() - cpu0)
+    (iters, Duration::from_nanos(thread_cpu_ns()) - cpu0)
 }
 
 struct Run {
@@ -233,10 +225,10 @@ type RawMode = Option<(u64, Option<u32>)>;
 fn kernel_run(event: RawMode) -> f64 {
     let ev = event.map(|(hz, stack)| raw_event(hz, stack));
     let data: Vec<u64> = (0..1 << 14).collect();
-    let cpu0 = thread_cpu();
+    let cpu0 = Duration::from_nanos(thread_cpu_ns());
     let mut iters = 0u64;
     let mut sum = 0u64;
-    while thread_cpu() - cpu0 < Duration::from_millis(300) {
+    while Duration::from_nanos(thread_cpu_ns()) - cpu0 < Duration::from_millis(300) {
         for _ in 0..16 {
             sum = sum.wrapping_add(checksum(black_box(&data)));
             iters += 1;
@@ -255,7 +247,7 @@ fn kernel_run(event: RawMode) -> f64 {
         }
     }
     black_box(sum);
-    let used = thread_cpu() - cpu0;
+    let used = Duration::from_nanos(thread_cpu_ns()) - cpu0;
     if let Some((fd, base, len)) = ev {
         // SAFETY: the mapping and fd made in `raw_event`, released once.
         unsafe {
@@ -286,18 +278,17 @@ fn kernel_share(rounds: usize) {
     }
     println!("\nthe kernel's share (no sampler thread; median of each round's ratio to no event)");
     for (i, (name, m)) in modes.iter().enumerate() {
-        let loss = median((0..rounds).map(|k| 1.0 - rate[i][k] / rate[0][k]).collect());
+        let loss = median(
+            (0..rounds)
+                .map(|k| 1.0 - rate[i][k] / rate[0][k])
+                .collect::<Vec<_>>(),
+        );
         let per_sample_us = m.map_or(0.0, |(hz, _)| loss * 1e6 / hz as f64);
         println!(
             "{name:<20} {:>7.2}% of the thread  {per_sample_us:>6.1} us per sample",
             -loss * 100.0
         );
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 /// Rounds of the three sessions with `threads` busy threads of `cpu` each.
@@ -334,18 +325,18 @@ fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
         "start ms",
         "start-up"
     );
-    let off_rate = median(runs[0].iter().map(|r| r.per_cpu_ms).collect());
+    let off_rate = median(runs[0].iter().map(|r| r.per_cpu_ms).collect::<Vec<_>>());
     let off_flusher: Vec<u64> = runs[0].iter().map(|r| r.flusher_ns).collect();
     // The file's bytes per scope without samples: what is not samples.
     let per_scope = median(
         runs[0]
             .iter()
             .map(|r| r.bytes as f64 / r.scopes as f64)
-            .collect(),
+            .collect::<Vec<_>>(),
     );
     for (i, (name, _)) in modes.iter().enumerate() {
         let r = &runs[i];
-        let rate = median(r.iter().map(|x| x.per_cpu_ms).collect());
+        let rate = median(r.iter().map(|x| x.per_cpu_ms).collect::<Vec<_>>());
         let per = |f: &dyn Fn(usize, &Run) -> f64| {
             if r.iter().all(|x| x.samples == 0) {
                 return 0.0;
@@ -355,7 +346,7 @@ fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
                     .enumerate()
                     .filter(|(_, x)| x.samples > 0)
                     .map(|(k, x)| f(k, x) / x.samples as f64)
-                    .collect(),
+                    .collect::<Vec<_>>(),
             )
         };
         // The flusher's share: its CPU beyond the same round's session
@@ -366,7 +357,7 @@ fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
             name,
             rate,
             (rate / off_rate - 1.0) * 100.0,
-            median(r.iter().map(|x| x.samples as f64).collect()),
+            median(r.iter().map(|x| x.samples as f64).collect::<Vec<_>>()),
             // Of all rounds.
             r.iter().map(|x| x.lost).sum::<u64>(),
             // Stacks unwound to their root, of all samples.
@@ -380,11 +371,11 @@ fn table(rounds: usize, threads: usize, cpu: Duration, path: &std::path::Path) {
             median(
                 r.iter()
                     .map(|x| x.sampler_wakes as f64 / x.wall.as_secs_f64())
-                    .collect()
+                    .collect::<Vec<_>>()
             ),
             per(&|_, x| x.bytes as f64 - x.scopes as f64 * per_scope),
-            median(r.iter().map(|x| x.start.as_secs_f64() * 1000.0).collect()),
-            median(r.iter().map(|x| x.sampler_start_ns as f64 / 1e6).collect()),
+            median(r.iter().map(|x| x.start.as_secs_f64() * 1000.0).collect::<Vec<_>>()),
+            median(r.iter().map(|x| x.sampler_start_ns as f64 / 1e6).collect::<Vec<_>>()),
         );
     }
 }

@@ -35,7 +35,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 mod common;
-use common::{median, run_child, thread_cpu_ns, two_rdtsc};
+use common::{median, process_cpu_ns, run_child, thread_cpu_ns, two_rdtsc};
 
 const WARMUP: u64 = 100_000;
 const BUDGET: u64 = 256 << 20;
@@ -52,16 +52,6 @@ struct Run {
     thread_cpu_ns: f64,
     all_cpu_ns: f64,
     wall_ns: f64,
-}
-
-/// User + system time of every thread of the process so far, in ns.
-fn process_cpu_ns() -> u64 {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `ru` is a valid rusage to write into.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 #[inline(never)]

@@ -22,39 +22,14 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{median, two_boottime, two_rdtsc};
+use common::{bench, machine, median, summarize, two_boottime, two_rdtsc, Sample};
 
 // ---------------------------------------------------------------- harness
 
-/// Medians of one measurement, in ns per iteration.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    median: f64,
-    min: f64,
-}
-
-fn summarize(mut per_iter: Vec<f64>) -> Sample {
-    let min = per_iter.iter().cloned().fold(f64::INFINITY, f64::min);
-    Sample {
-        median: median(&mut per_iter),
-        min,
-    }
-}
-
-/// Times `f(iters)` `reps` times (after one warm-up call); `between` runs
-/// untimed after each repetition (draining the rings).
-fn bench(reps: usize, iters: u64, mut f: impl FnMut(u64), mut between: impl FnMut()) -> Sample {
-    f(iters.min(10_000));
-    between();
-    let mut v = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f(iters);
-        let ns = t.elapsed().as_nanos() as f64;
-        v.push(ns / iters as f64);
-        between();
-    }
-    summarize(v)
+/// Times `f(iters)` `reps` times after one warm-up call of at most 10,000
+/// iterations; `between` runs untimed after each (draining the rings).
+fn timed(reps: usize, iters: u64, f: impl FnMut(u64), between: impl FnMut()) -> Sample {
+    bench(reps, iters, &[iters.min(10_000)], f, between)
 }
 
 // ---------------------------------------------------------------- workloads
@@ -140,23 +115,6 @@ fn out_dir() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores, {cpu}, Linux {kernel}")
-}
-
 // ---------------------------------------------------------------- phases
 
 const RING: usize = 32 << 20;
@@ -188,7 +146,7 @@ fn main() {
     // floor alone, for interleaving runs of two builds under `perf stat`.
     if std::env::var("RINGTRACE_BENCH_ONLY").as_deref() == Ok("first-lap") {
         LAP_DETAIL.store(true, Ordering::Relaxed);
-        let floor = bench(reps, iters * 5, two_rdtsc, || {}).median;
+        let floor = timed(reps, iters * 5, two_rdtsc, || {}).median;
         let laps = if quick { 2 } else { 7 };
         let (_, lap, faults, sys, start_us) = first_lap(&dir, laps, iters);
         let (thread_lap, thread_faults) = first_lap_of_new_threads(&dir, laps, iters);
@@ -208,9 +166,9 @@ fn main() {
     // Floors: no session. FLAG is stored at run time so that the compiler
     // cannot fold its load into a constant.
     FLAG.store(black_box(1), Ordering::Relaxed);
-    let rdtsc = bench(reps, iters * 5, two_rdtsc, || {});
-    let vdso = bench(reps, iters * 2, two_boottime, || {});
-    let empty = bench(reps, iters * 50, empty_loop_relaxed_load, || {});
+    let rdtsc = timed(reps, iters * 5, two_rdtsc, || {});
+    let vdso = timed(reps, iters * 2, two_boottime, || {});
+    let empty = timed(reps, iters * 50, empty_loop_relaxed_load, || {});
     let floor = rdtsc.median;
     let rdtsc_two = two_threads(reps, iters * 5, two_rdtsc, false);
 
@@ -229,9 +187,9 @@ fn main() {
         .start()
         .expect("start a session");
     let drain = ringtrace::flush;
-    let disabled = bench(reps, iters * 50, scope_disabled, || {});
-    let enabled = bench(reps, iters, scope_static, drain);
-    let with_arg = bench(reps, iters, scope_int_arg, drain);
+    let disabled = timed(reps, iters * 50, scope_disabled, || {});
+    let enabled = timed(reps, iters, scope_static, drain);
+    let with_arg = timed(reps, iters, scope_int_arg, drain);
     let two = two_threads(reps, iters, scope_static, true);
     let stats = guard.stop().expect("stop");
     let (first_event, first_lap, lap_faults, lap_sys, start_us) =

@@ -6,33 +6,10 @@
 
 mod common;
 
-use common::{perfetto_model, python, scratch};
+use common::{perfetto_model, samples_model, scratch};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
-
-/// The samples of a trace as the official schema resolves them; fails the
-/// test on any unresolved interned id.
-fn samples_model(trace: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/perfetto_samples.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .arg(trace)
-        .output()
-        .expect("run the samples decoder (set RINGTRACE_PYTHON)");
-    let m: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "decoder output is not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        out.status.success() && m["errors"].as_array().unwrap().is_empty(),
-        "samples do not resolve: {:#}",
-        m["errors"]
-    );
-    m
-}
 
 /// Runs `scenario` (with `extra` as its fourth argument), checks it
 /// succeeded, returns the trace's path, its expectation and stderr.

@@ -10,7 +10,6 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
 
 /// What the model does not expose, read with the official schema: the
 /// process and thread descriptors' metadata fields and the events' stacks.
@@ -38,16 +37,7 @@ for p in t.packet:
                        'frames': [f.function_name for f in te.callstack.frames]})
 print(json.dumps({'procs': procs, 'threads': threads, 'stacks': stacks}))
 "#;
-    let out = Command::new(python())
-        .args(["-c", script, trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_str(&run_python(script, &[trace.to_str().unwrap()])).unwrap()
 }
 
 fn track<'a>(model: &'a Value, uuid: &Value) -> &'a Value {

@@ -267,8 +267,7 @@ fn mini_redis_is_recorded_whole_through_the_layer_and_the_subscriber() {
         {
             let dir = scratch(&format!("mini-redis-{api}-{ext}-{ring}"));
             let trace = dir.join(format!("mini-redis.{ext}"));
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["mini_redis_child", "--exact", "--nocapture"])
+            let out = rerun_test("mini_redis_child")
                 .env(
                     "RINGTRACE_MINI_REDIS",
                     format!("{api}:{ring}:{}", trace.display()),

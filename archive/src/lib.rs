@@ -155,6 +155,7 @@ mod read;
 mod sniff;
 mod sys;
 mod tar;
+pub mod varint;
 mod write;
 mod zip;
 

@@ -22,6 +22,7 @@
 //! [`DEFAULT_UNPACK_LIMIT`](super::DEFAULT_UNPACK_LIMIT) bytes in all.
 
 use super::clock::ClockSample;
+use super::varint;
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -363,7 +364,7 @@ pub fn scan_proto(data: &[u8]) -> ProtoInfo {
 
 fn walk_trace(mut data: &[u8], info: &mut ProtoInfo, depth: u32, budget: &mut u64) {
     while !data.is_empty() {
-        let Some((key, rest)) = varint(data) else {
+        let Some((key, rest)) = varint::read(data) else {
             info.truncated = true;
             return;
         };
@@ -384,7 +385,7 @@ fn walk_packet(mut data: &[u8], info: &mut ProtoInfo, depth: u32, budget: &mut u
     let mut machine = 0u32;
     let mut snapshot = None;
     while !data.is_empty() {
-        let Some((key, rest)) = varint(data) else {
+        let Some((key, rest)) = varint::read(data) else {
             return;
         };
         let (field, wire) = (key >> 3, (key & 7) as u8);
@@ -394,7 +395,7 @@ fn walk_packet(mut data: &[u8], info: &mut ProtoInfo, depth: u32, budget: &mut u
         data = rest;
         match (field, wire) {
             (6, 2) => snapshot = Some(value),
-            (98, 0) => machine = varint(value).map_or(0, |(v, _)| v as u32),
+            (98, 0) => machine = varint::read(value).map_or(0, |(v, _)| v as u32),
             (50, 2) if depth < 4 => {
                 // Inflated at most `budget` bytes in all, nested ones included.
                 let mut inflated = Vec::new();
@@ -449,18 +450,6 @@ fn sample_of(cs: &ringtrace_protos::ClockSnapshot) -> Option<ClockSample> {
     })
 }
 
-/// A varint and what follows it.
-pub(crate) fn varint(data: &[u8]) -> Option<(u64, &[u8])> {
-    let mut v = 0u64;
-    for (i, &b) in data.iter().enumerate().take(10) {
-        v |= ((b & 0x7f) as u64) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((v, &data[i + 1..]));
-        }
-    }
-    None
-}
-
 /// The value bytes of a field of wire type `wire` (for varints: the varint's
 /// bytes) and what follows.
 fn field_value(wire: u8, data: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -472,7 +461,7 @@ fn field_value(wire: u8, data: &[u8]) -> Option<(&[u8], &[u8])> {
         1 => (data.len() >= 8).then(|| data.split_at(8)),
         5 => (data.len() >= 4).then(|| data.split_at(4)),
         2 => {
-            let (len, rest) = varint(data)?;
+            let (len, rest) = varint::read(data)?;
             let len = usize::try_from(len).ok()?;
             (rest.len() >= len).then(|| rest.split_at(len))
         }

@@ -2,11 +2,9 @@
 //! back, and a check that the Python validator the other tests trust does
 //! reject what it should.
 
-mod common;
-
-use common::archive::*;
-use common::scratch;
 use ringtrace_archive::{check_archive, read_members, Archive, ArchiveError, Clock, MemberKind};
+use ringtrace_test_support::archive::*;
+use ringtrace_test_support::scratch;
 use serde_json::Value;
 
 // ------------------------------------------- container rules and our own

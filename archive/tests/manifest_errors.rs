@@ -2,13 +2,11 @@
 //! caught by our validation, before anything is written, and our verdict must
 //! match the independent Python validator's.
 
-mod common;
-
-use common::archive::*;
-use common::scratch;
 use ringtrace_archive::{
     check_archive, Archive, ArchiveError, Clock, Manifest, MemberInfo, MemberKind,
 };
+use ringtrace_test_support::archive::*;
+use ringtrace_test_support::scratch;
 use std::io::Write;
 
 // --------------------------------------------------- synthetic traces, errors

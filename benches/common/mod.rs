@@ -1,7 +1,11 @@
-//! Timing functions shared by the benchmarks in this folder: the clock floor
-//! (two reads of the clock the hot path uses), medians, and a repetition run
-//! as a fresh process. A folder with a
-//! `mod.rs`, so that Cargo does not take it for a benchmark of its own.
+//! What the benchmarks share, written once: the clock floor (two reads of
+//! the clock the hot path uses), CPU time, medians, a timed loop and its
+//! summary, the machine a run was on, and a repetition run as a fresh
+//! process. A folder with a `mod.rs`, so that Cargo does not take it for a
+//! benchmark of its own; the separate bench crates (`benches/peers/`,
+//! `benches/service/`) and `perfetto-test-host`'s bench include this same
+//! file with `#[path]` (they are not in a workspace with the root suite).
+//! Needs the `libc` crate.
 
 // Each benchmark compiles this module in and uses a part of it.
 #![allow(dead_code)]
@@ -53,6 +57,11 @@ pub fn thread_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The CPU time of every thread of the process so far, in ns.
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
 /// Two reads of `CLOCK_BOOTTIME`, `n` times.
 #[inline(never)]
 pub fn two_boottime(n: u64) {
@@ -64,15 +73,77 @@ pub fn two_boottime(n: u64) {
     }
 }
 
-/// The median (of the two middle values for an even count); sorts `v`.
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+/// The median (of the two middle values for an even count; NaN for none)
+/// of `v` (a `Vec` or a `&mut` slice, which it sorts).
+pub fn median(mut v: impl AsMut<[f64]>) -> f64 {
+    let v = v.as_mut();
+    v.sort_by(f64::total_cmp);
     let n = v.len();
-    if n % 2 == 1 {
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// One measurement's repetitions, in ns per iteration.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    pub median: f64,
+    pub min: f64,
+}
+
+/// The median and the minimum of `per_iter`.
+pub fn summarize(mut per_iter: Vec<f64>) -> Sample {
+    let min = per_iter.iter().cloned().fold(f64::INFINITY, f64::min);
+    Sample {
+        median: median(&mut per_iter),
+        min,
+    }
+}
+
+/// Times `f(iters)` `reps` times, after untimed warm-up calls `f(n)` for
+/// each `n` of `warmup`; `between` runs untimed after each call (draining
+/// the rings, say).
+pub fn bench(
+    reps: usize,
+    iters: u64,
+    warmup: &[u64],
+    mut f: impl FnMut(u64),
+    mut between: impl FnMut(),
+) -> Sample {
+    for &n in warmup {
+        f(n);
+        between();
+    }
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = std::time::Instant::now();
+        f(iters);
+        v.push(t.elapsed().as_nanos() as f64 / iters as f64);
+        between();
+    }
+    summarize(v)
+}
+
+/// The machine a run was on: cores, CPU model, kernel.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} cores, {cpu}, Linux {kernel}")
 }
 
 /// Runs this benchmark again as a child process with `args` (a repetition

@@ -10,26 +10,14 @@
 //! One file: the tests share the child entry point (`child_process`) that
 //! this binary re-executes to record, and the helpers that decode its traces.
 
+use ringtrace_test_support::{json_events, perfetto_model, rerun_test, run_python, scratch};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringtrace");
-
-fn scratch(name: &str) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("ringtrace-cli-{}-{n}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn python() -> String {
-    std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
 
 fn ringtrace(args: &[&str]) -> Output {
     Command::new(BIN)
@@ -78,13 +66,7 @@ struct Recorded {
 
 /// Records the standard workload into `path` (format by extension) in a child.
 fn record(path: &Path, flood: bool) -> Recorded {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_process",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let out = rerun_test("child_process")
         // Timestamps straight from CLOCK_BOOTTIME, so the child's own
         // readings bracket them exactly.
         .env("RINGTRACE_CLOCK", "boottime")
@@ -184,35 +166,6 @@ fn os_tid() -> i64 {
         .ok()
         .and_then(|p| p.file_name()?.to_str()?.parse().ok())
         .unwrap_or(0)
-}
-
-fn perfetto_model(path: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support/perfetto_model.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .arg(path)
-        .output()
-        .unwrap();
-    let model: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "decoder output is not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        out.status.success() && model["errors"].as_array().unwrap().is_empty(),
-        "decoder: {:#}",
-        model["errors"]
-    );
-    model
-}
-
-fn json_events(path: &Path) -> Vec<Value> {
-    match serde_json::from_slice::<Value>(&std::fs::read(path).unwrap()).unwrap() {
-        Value::Array(a) => a,
-        Value::Object(mut o) => o.remove("traceEvents").unwrap().as_array().unwrap().clone(),
-        _ => panic!(),
-    }
 }
 
 fn ns(v: &Value) -> i64 {
@@ -370,13 +323,10 @@ fn inspect_a_perfetto_trace() {
         .ends_with('Z'));
     // Gzipped (by Python's gzip module), it reads the same.
     let gz = dir.join("t.pftrace.gz");
-    let zipped = Command::new(python())
-        .args(["-c", "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))"])
-        .arg(&trace)
-        .arg(&gz)
-        .status()
-        .unwrap();
-    assert!(zipped.success());
+    run_python(
+        "import gzip,sys; open(sys.argv[2],'wb').write(gzip.compress(open(sys.argv[1],'rb').read()))",
+        &[trace.to_str().unwrap(), gz.to_str().unwrap()],
+    );
     assert_eq!(inspect_json(&gz)["events"], s["events"]);
     // The text form says the same.
     let text = ok(&["inspect", trace.to_str().unwrap()]);
@@ -416,12 +366,10 @@ fn convert_perfetto_to_json_keeps_every_event() {
     let out = dir.join("t.json");
     ok(&["convert", trace.to_str().unwrap(), out.to_str().unwrap()]);
     // Python's json module reads it.
-    let py = Command::new(python())
-        .args(["-c", "import json,sys; json.load(open(sys.argv[1]))"])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(py.success());
+    run_python(
+        "import json,sys; json.load(open(sys.argv[1]))",
+        &[out.to_str().unwrap()],
+    );
     let events = json_events(&out);
     let model = perfetto_model(&trace);
     let expected = model_shapes(&model);
@@ -543,12 +491,7 @@ log = [f for f in m["files"] if f["path"] == "log.json"][0]
 assert log["clocks"] == {"sync_to": {"file": "app.pftrace", "clock": "BOOTTIME"}, "offset_ns": 0}, log
 print("ok")
 "#;
-    let o = Command::new(python())
-        .args(["-c", py])
-        .arg(&tar)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_python(py, &[tar.to_str().unwrap()]);
     // inspect of the archive: valid, both traces summarised.
     let s = inspect_json(&tar);
     assert_eq!(s["valid"], true);
@@ -589,12 +532,7 @@ f = {e["path"]: e for e in m["files"]}
 assert f["app.pftrace"]["machine"] == {"name": "phone"}
 assert f["log.json"]["clocks"] == {"sync_to": {"file": "app.pftrace", "clock": "BOOTTIME"}, "offset_ns": 250000}, f
 "#;
-    let o = Command::new(python())
-        .args(["-c", py])
-        .arg(&zip)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_python(py, &[zip.to_str().unwrap()]);
     assert_eq!(inspect_json(&zip)["valid"], true);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -760,12 +698,7 @@ with tarfile.open(sys.argv[1], "w") as t:
         i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))
 "#;
     let bad = dir.join("bad.tar");
-    assert!(Command::new(python())
-        .args(["-c", py])
-        .arg(&bad)
-        .status()
-        .unwrap()
-        .success());
+    run_python(py, &[bad.to_str().unwrap()]);
     let e = fails(&["inspect", bad.to_str().unwrap()], 1);
     assert!(e.contains("unsupported version: 2"), "{e}");
     let out = ringtrace(&["inspect", "--json", bad.to_str().unwrap()]);

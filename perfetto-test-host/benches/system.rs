@@ -6,25 +6,20 @@
 //!
 //! `cargo bench -p perfetto-test-host --bench system` (medians of 5 runs).
 
-use perfetto_test_host::{scratch, Host, TraceConfig};
+// The workspace's bench helpers (`benches/common/`).
+#[path = "../../benches/common/mod.rs"]
+mod common;
+
+use common::{clock_ns, median};
+use perfetto_test_host::{Host, TraceConfig};
 use ringtrace::events::Category;
+use ringtrace_test_support::scratch;
 use std::time::{Duration, Instant};
 
 const N: u64 = 1_000_000;
 const RUNS: usize = 5;
 
 static BENCH: Category = Category::new("bench");
-
-/// CPU time of `clock` (this thread's or the whole process's) in ns.
-fn cpu_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; `clock` is one of libc's constants.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// Records N scopes (a begin and an end each); returns the recording
 /// thread's CPU ns per scope (CPU time: the machine may be shared) and the
@@ -36,22 +31,17 @@ fn record(finish: impl FnOnce()) -> (f64, f64) {
         ringtrace::trace_scope!("bench", "warm-up", i = i);
     }
     ringtrace::flush();
-    let p0 = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
-    let t0 = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    let p0 = clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let t0 = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
     for i in 0..N {
         ringtrace::trace_scope!("bench", "work", i = i);
     }
-    let recording = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0;
+    let recording = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0;
     finish();
     // Everything but this thread: the flusher (and the producer connection).
-    let background = (cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - p0)
-        .saturating_sub(cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0);
+    let background = (clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - p0)
+        .saturating_sub(clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) - t0);
     (recording as f64 / N as f64, background as f64 / N as f64)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {

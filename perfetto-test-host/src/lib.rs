@@ -1,8 +1,8 @@
 //! Helpers of the system tracing tests: the test host (Perfetto's tracing
 //! service and consumer sessions, built by `build.rs`), the producer program
-//! they drive, TraceConfig encoding, and decoding of the traces the service
-//! returns with the official Perfetto schema (`tests/support/perfetto_model.py`
-//! of the workspace).
+//! they drive, TraceConfig encoding, and checks of the decoded traces the
+//! service returns (decoded with the official Perfetto schema by the
+//! workspace's `ringtrace-test-support`).
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
@@ -16,14 +16,6 @@ pub const HOST: &str = env!("PERFETTO_TEST_HOST");
 
 /// How long any single answer may take.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A fresh directory for one test's sockets and traces.
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rt-sys-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// A child answering one line per command.
 pub struct LineChild {
@@ -331,36 +323,6 @@ impl TraceConfig {
         uint(&mut cfg, 14, 3000);
         cfg
     }
-}
-
-/// The workspace's Python interpreter with the `perfetto` package.
-pub fn python() -> String {
-    std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-/// The trace as a Perfetto reader resolves it; fails the test if it breaks a
-/// rule a Perfetto reader applies.
-pub fn model(trace: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support/perfetto_model.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .arg(trace)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e} (set RINGTRACE_PYTHON)", python()));
-    let model: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "decoder output is not JSON ({e}); stderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        model["errors"].as_array().is_some_and(|e| e.is_empty()) && model["fatal"].is_null(),
-        "the Perfetto decoder rejects {}: {:#} {:#}",
-        trace.display(),
-        model["errors"],
-        model["fatal"]
-    );
-    model
 }
 
 fn stat(v: &Value) -> u64 {

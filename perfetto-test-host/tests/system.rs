@@ -4,9 +4,10 @@
 //! statistics must show no protocol breach.
 
 use perfetto_test_host::{
-    assert_service_stats_clean, events_named, model, producer, producer_logging, scratch,
-    track_event_sources, Host, SilentService, TraceConfig,
+    assert_service_stats_clean, events_named, producer, producer_logging, track_event_sources,
+    Host, SilentService, TraceConfig,
 };
+use ringtrace_test_support::{perfetto_model as model, run_python, samples_model, scratch};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -529,18 +530,7 @@ fn triggers_in(trace: &std::path::Path) -> Vec<String> {
         "    if p.HasField('trigger'): print(p.trigger.trigger_name)",
     ]
     .join("\n");
-    let out = std::process::Command::new(perfetto_test_host::python())
-        .args(["-c", &script])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    run_python(&script, &[trace.to_str().unwrap()])
         .lines()
         .map(String::from)
         .collect()
@@ -693,31 +683,6 @@ fn a_service_that_never_reads_blocks_no_flush_and_no_stop() {
         );
         drop(service);
     }
-}
-
-/// The CPU samples of a trace as the official schema resolves them
-/// (`tests/support/perfetto_samples.py`); fails on any unresolved interned
-/// id or a sample using interned data before its sequence was cleared.
-fn samples_model(trace: &std::path::Path) -> Value {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/support/perfetto_samples.py");
-    let out = std::process::Command::new(perfetto_test_host::python())
-        .arg(&script)
-        .arg(trace)
-        .output()
-        .expect("run the samples decoder (set RINGTRACE_PYTHON)");
-    let m: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "decoder output is not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        out.status.success() && m["errors"].as_array().unwrap().is_empty(),
-        "samples do not resolve: {:#}",
-        m["errors"]
-    );
-    m
 }
 
 #[test]

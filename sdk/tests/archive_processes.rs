@@ -14,7 +14,7 @@
 mod common;
 
 use common::archive::*;
-use common::{perfetto_model, run_python, scratch};
+use common::{perfetto_model_clean, rerun_test, run_python, scratch};
 use prost::Message;
 use ringtrace::archive::{check_archive, Archive, ArchiveError, Clock, ClockSample};
 use ringtrace::Format;
@@ -41,13 +41,7 @@ struct ChildRun {
 fn run_children(dir: &Path, roles: &[(&str, Format)]) -> Vec<ChildRun> {
     let mut children = Vec::new();
     for (role, format) in roles {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "child_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = rerun_test("child_process")
             // Event timestamps straight from CLOCK_BOOTTIME (not the
             // calibrated TSC), so the brackets below are exact.
             .env("RINGTRACE_CLOCK", "boottime")
@@ -165,7 +159,7 @@ fn find_member(dir: &Path, role: &str, pid: u32) -> PathBuf {
 fn go_and_pids(path: &Path) -> (i64, Vec<i64>) {
     let bytes = std::fs::read(path).unwrap();
     if bytes[0] == 0x0a {
-        let m = perfetto_model(path);
+        let m = perfetto_model_clean(path);
         let go: Vec<i64> = m["slices"]
             .as_array()
             .unwrap()

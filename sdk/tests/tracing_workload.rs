@@ -342,7 +342,7 @@ fn spans_in_reused_slots_start_clean(via: Via) {
         }
     });
     guard.stop().unwrap();
-    let (slices, _) = perfetto_slices(&common::perfetto_model(&trace));
+    let (slices, _) = perfetto_slices(&common::perfetto_model_clean(&trace));
     let bare: Vec<&Slice> = slices.iter().filter(|s| s.name == "bare").collect();
     let with: Vec<&Slice> = slices.iter().filter(|s| s.name == "with_fields").collect();
     assert_eq!((bare.len(), with.len()), (50, 50));

@@ -1,20 +1,18 @@
-//! Shared helpers of the integration tests: run a scenario in a child process,
-//! decode its Perfetto trace with the official schema (through
-//! `tests/support/perfetto_model.py`), parse its JSON with serde_json.
+//! Shared helpers of the integration tests: run a scenario in a child
+//! process, and read what its traces hold. Scratch directories, the Python
+//! and the decoders with the official schema are the workspace's
+//! (`ringtrace-test-support`, re-exported here).
 
 #![allow(dead_code)]
 
+// Each test binary uses a part of them.
+#[allow(unused_imports)]
+pub use ringtrace_test_support::{
+    json_events, perfetto_model, python, rerun_test, run_python, samples_model, scratch,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// A fresh directory for one test's files.
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ringtrace-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// Runs `scenario` of the scenario binary, writing `trace`; returns the
 /// process output and the expectation file it wrote (if any).
@@ -53,53 +51,6 @@ pub fn run_scenario_ok(
     );
     let expect = expect.unwrap_or_else(|| panic!("scenario {scenario} wrote no expectation"));
     (trace, expect)
-}
-
-pub fn python() -> String {
-    std::env::var("RINGTRACE_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-/// The trace as a Perfetto reader resolves it (see tests/support/perfetto_model.py).
-/// Fails the test if the file breaks any rule a Perfetto reader applies.
-pub fn perfetto_model(trace: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/perfetto_model.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .arg(trace)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {}: {e} (set RINGTRACE_PYTHON, see scripts/test.sh)",
-                python()
-            )
-        });
-    let model: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "decoder output is not JSON ({e}); stderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        out.status.success() && model["errors"].as_array().is_some_and(|e| e.is_empty()),
-        "the Perfetto decoder rejects {}: {:#}\nstderr: {}",
-        trace.display(),
-        model["errors"],
-        String::from_utf8_lossy(&out.stderr)
-    );
-    model
-}
-
-/// The JSON trace parsed by a standard JSON parser: the array of events.
-pub fn json_events(trace: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(trace).unwrap();
-    match serde_json::from_str::<Value>(&text).expect("valid JSON") {
-        Value::Array(events) => events,
-        Value::Object(mut o) => match o.remove("traceEvents") {
-            Some(Value::Array(events)) => events,
-            _ => panic!("object form without traceEvents"),
-        },
-        other => panic!("unexpected JSON trace: {other}"),
-    }
 }
 
 /// The slices of `model` named `name`.

@@ -29,41 +29,16 @@
 //! `RINGTRACE_BENCH_DIR` chooses where the trace files go (default: the
 //! system temp directory).
 
+// The workspace's bench helpers (`benches/common/`).
+#[path = "../../common/mod.rs"]
+mod common;
+
+use common::{bench, Sample};
 use std::fmt;
 use std::hint::black_box;
 use std::path::PathBuf;
-use std::time::Instant;
 use tracing::{info, info_span, Dispatch};
 use tracing_subscriber::layer::SubscriberExt;
-
-#[derive(Clone, Copy)]
-struct Sample {
-    median: f64,
-    min: f64,
-}
-
-/// Times `f(iters)` `reps` times after a warm-up; `between` runs untimed
-/// after each call.
-fn bench(reps: usize, iters: u64, mut f: impl FnMut(u64), mut between: impl FnMut()) -> Sample {
-    // Warm-up: enough to touch every page of a ring (a fresh ring's pages
-    // are mapped lazily: first writes fault), so no repetition pays for it.
-    for _ in 0..3 {
-        f(iters);
-        between();
-    }
-    let mut v = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f(iters);
-        v.push(t.elapsed().as_nanos() as f64 / iters as f64);
-        between();
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Sample {
-        median: v[v.len() / 2],
-        min: v[0],
-    }
-}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Op {
@@ -109,6 +84,9 @@ fn run(dispatch: &Dispatch, op: Op, reps: usize, iters: u64, mut between: impl F
         bench(
             reps,
             iters,
+            // Enough to touch every page of a ring (a fresh ring's pages are
+            // mapped lazily: first writes fault), so no repetition pays for it.
+            &[iters; 3],
             |n| match op {
                 Op::Span => {
                     for i in 0..n {

@@ -23,13 +23,17 @@
 //! `RINGTRACE_BENCH_DIR` chooses where the trace files go (default: the
 //! system temp directory).
 
+// The workspace's bench helpers (`benches/common/`).
+#[path = "../../common/mod.rs"]
+mod common;
+
+use common::{bench, Sample};
 use log::{LevelFilter, Log, Metadata, Record};
 use ringtrace::LogLevel;
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
-use std::time::Instant;
 use tracing::Dispatch;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -60,33 +64,6 @@ impl Log for Switch {
         }
     }
     fn flush(&self) {}
-}
-
-#[derive(Clone, Copy)]
-struct Sample {
-    median: f64,
-    min: f64,
-}
-
-/// Times `f(iters)` `reps` times after a warm-up; `between` runs untimed
-/// after each call.
-fn bench(reps: usize, iters: u64, mut f: impl FnMut(u64), mut between: impl FnMut()) -> Sample {
-    for _ in 0..3 {
-        f(iters);
-        between();
-    }
-    let mut v = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let t = Instant::now();
-        f(iters);
-        v.push(t.elapsed().as_nanos() as f64 / iters as f64);
-        between();
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Sample {
-        median: v[v.len() / 2],
-        min: v[0],
-    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -199,7 +176,13 @@ fn main() {
                 .output(file("log.pftrace"))
                 .buffer_bytes_per_thread(16 << 20);
             let run = |samples: &mut [Sample; 2]| {
-                samples[k] = bench(reps, iters, workload(via, static_message), ringtrace::flush);
+                samples[k] = bench(
+                    reps,
+                    iters,
+                    &[iters; 3],
+                    workload(via, static_message),
+                    ringtrace::flush,
+                );
             };
             match kind {
                 Session::None => run(&mut samples),

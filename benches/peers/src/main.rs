@@ -26,6 +26,11 @@
 //! module and the report side by side, so one read shows every peer runs
 //! the same loop.
 
+// The workspace's bench helpers (`benches/common/`).
+#[path = "../../common/mod.rs"]
+mod common;
+
+use common::{machine, median, process_cpu_ns, two_rdtsc};
 use std::hint::black_box;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -45,30 +50,6 @@ struct Sample {
     /// untimed work after it (`between`: the drain, the writer's flush);
     /// NaN where not measured (two threads at once).
     cpu: f64,
-}
-
-/// CPU time the whole process has used, every thread (ns).
-fn process_cpu_ns() -> f64 {
-    // SAFETY: an all-zero `timespec` is a valid value (two integers).
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: `ts` is a valid, writable `timespec`; the clock id is a
-    // constant every Linux has.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 struct Cfg {
@@ -106,12 +87,12 @@ fn bench(cfg: &Cfg, mut f: impl FnMut(u64), mut between: impl FnMut()) -> Sample
     let mut v = Vec::new();
     let mut cpu = Vec::new();
     for _ in 0..cfg.reps {
-        let c = process_cpu_ns();
+        let c = process_cpu_ns() as f64;
         let t = Instant::now();
         f(iters);
         v.push(t.elapsed().as_nanos() as f64 / iters as f64);
         between();
-        cpu.push((process_cpu_ns() - c) / iters as f64);
+        cpu.push((process_cpu_ns() as f64 - c) / iters as f64);
     }
     Sample {
         median: median(&mut v),
@@ -1111,34 +1092,6 @@ fn cell(s: Option<Sample>, base: Option<Sample>) -> String {
         (Some(s), Some(b)) => format!("{:.1} ({:.1}x)", s.median, s.median / b.median),
         (Some(s), None) => format!("{:.1}", s.median),
         (None, _) => "n/a".into(),
-    }
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores, {cpu}, Linux {}", kernel.trim())
-}
-
-#[inline(never)]
-fn two_rdtsc(n: u64) {
-    for _ in 0..n {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: RDTSC exists on every x86-64 CPU and has no memory effects.
-        let (a, b) = unsafe { (core::arch::x86_64::_rdtsc(), core::arch::x86_64::_rdtsc()) };
-        #[cfg(not(target_arch = "x86_64"))]
-        let (a, b) = (Instant::now(), Instant::now());
-        black_box(a);
-        black_box(b);
     }
 }
 

@@ -30,6 +30,11 @@
 //! workers plus background) are medians of ratios to the untraced run of the
 //! same repetition.
 
+// The workspace's bench helpers (`benches/common/`).
+#[path = "../../common/mod.rs"]
+mod common;
+
+use common::{machine, median};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -614,37 +619,11 @@ fn parse_result(line: &str) -> Option<RunResult> {
     })
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn env_num(key: &str, default: u64) -> u64 {
     std::env::var(key)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cores} cores, {cpu}")
 }
 
 fn main() {

@@ -4,6 +4,7 @@
 use super::pairing::pair_slices;
 use super::{clamp_ts, Event, Format, Kind, TraceModel, Track};
 use prost::Message;
+use ringtrace_archive::varint;
 use ringtrace_protos::track_descriptor::StaticOrDynamicName;
 use ringtrace_protos::{debug_annotation, track_event, DebugAnnotation, TracePacket};
 use serde_json::{Map, Number, Value};
@@ -60,16 +61,16 @@ struct RawEvent {
 fn frames(mut data: &[u8]) -> (Vec<&[u8]>, bool) {
     let mut out = Vec::new();
     while !data.is_empty() {
-        let Some((key, rest)) = varint(data) else {
+        let Some((key, rest)) = varint::read(data) else {
             return (out, true);
         };
         let wire = key & 7;
         let (len, rest) = match wire {
-            2 => match varint(rest) {
+            2 => match varint::read(rest) {
                 Some((l, r)) => (l as usize, r),
                 None => return (out, true),
             },
-            0 => match varint(rest) {
+            0 => match varint::read(rest) {
                 Some((_, r)) => (0, r),
                 None => return (out, true),
             },
@@ -86,17 +87,6 @@ fn frames(mut data: &[u8]) -> (Vec<&[u8]>, bool) {
         data = &rest[len..];
     }
     (out, false)
-}
-
-fn varint(data: &[u8]) -> Option<(u64, &[u8])> {
-    let mut v = 0u64;
-    for (i, &b) in data.iter().enumerate().take(10) {
-        v |= ((b & 0x7f) as u64) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((v, &data[i + 1..]));
-        }
-    }
-    None
 }
 
 pub fn decode_perfetto(bytes: &[u8]) -> Result<TraceModel, String> {

@@ -12,6 +12,7 @@
 //! mutations reuse the generic ones and each other's framing (a TAR or ZIP
 //! member is mutated as what it holds), and `mutate` picks among them.
 
+use ringtrace_archive::varint;
 use std::io::Write;
 
 /// splitmix64: small, fast, and every seed gives a different stream.
@@ -190,17 +191,6 @@ pub fn varint(mut v: u64, out: &mut Vec<u8>) {
     out.push(v as u8);
 }
 
-fn read_varint(d: &[u8]) -> Option<(u64, usize)> {
-    let mut v = 0u64;
-    for (i, &b) in d.iter().enumerate().take(10) {
-        v |= ((b & 0x7f) as u64) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
-}
-
 /// A length-delimited field.
 pub fn field(num: u64, body: &[u8], out: &mut Vec<u8>) {
     varint(num << 3 | 2, out);
@@ -214,13 +204,13 @@ pub fn packets(d: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos < d.len() {
-        let Some((key, n)) = read_varint(&d[pos..]) else {
+        let Some((key, rest)) = varint::read(&d[pos..]) else {
             break;
         };
-        let Some((len, m)) = read_varint(&d[pos + n..]) else {
+        let Some((len, rest)) = varint::read(rest) else {
             break;
         };
-        let start = pos + n + m;
+        let start = d.len() - rest.len();
         let Some(end) = usize::try_from(len).ok().and_then(|l| start.checked_add(l)) else {
             break;
         };

@@ -32,12 +32,16 @@
 pub(crate) mod held;
 pub(crate) mod tables;
 
+// The measuring harness of the sampler's instructions per sample (two
+// ignored tests): it replays the sampler's private stages, so it is compiled
+// into the crate's unit tests, but lives with the measurements, not in `src`.
 #[cfg(all(
     test,
     feature = "cpu-sampling",
     target_os = "linux",
     target_arch = "x86_64"
 ))]
+#[path = "../../benches/sampling_cost/mod.rs"]
 mod cost;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod engine;

@@ -1,7 +1,7 @@
 //! Slices, instants and flows as a viewer shows them, from either format,
 //! and the `tracing` set-up the tests share.
 
-use super::{json_events, perfetto_model};
+use super::{json_events, perfetto_model_clean};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -266,7 +266,7 @@ pub fn decode_as_is(trace: &Path) -> (Vec<Slice>, Flows) {
     if trace.extension().unwrap() == "json" {
         json_slices(&json_events(trace))
     } else {
-        perfetto_slices(&perfetto_model(trace))
+        perfetto_slices(&perfetto_model_clean(trace))
     }
 }
 

@@ -1,8 +1,10 @@
-//! What the archive tests share: the independent Python validator of the
-//! manifest rules, archives made by Python's `tarfile`, synthetic traces, and
-//! the check that an archive is refused for the right reason.
+//! What the archive tests share (those of `ringtrace-archive` and those of
+//! `ringtrace` that record archives' members): the independent Python
+//! validator of the manifest rules, archives made by Python's `tarfile`,
+//! synthetic traces, and the check that an archive is refused for the right
+//! reason.
 
-use super::{run_python, scratch};
+use crate::{run_python, scratch};
 use prost::Message;
 use ringtrace_archive::{Archive, ArchiveError};
 use ringtrace_protos::{clock_snapshot, ClockSnapshot, Trace, TracePacket};

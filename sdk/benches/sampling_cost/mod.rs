@@ -3,7 +3,10 @@
 //! registers), then replayed through the sampler's parsing, unwinding and
 //! interning and the Perfetto encoder under callgrind, which counts what a
 //! sample costs independently of the machine's load. Both are ignored
-//! tests (a measurement, not a check):
+//! tests (a measurement, not a check) of the crate's unit tests, module
+//! `sampling::cost` (this file is included there: it replays the sampler's
+//! private stages, which no bench target can reach; a folder with a
+//! `mod.rs`, so that Cargo does not take it for a bench target):
 //!
 //! ```text
 //! cargo test --release -p ringtrace --features cpu-sampling --lib --no-run
