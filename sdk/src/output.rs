@@ -25,8 +25,8 @@
 //! file, the flight recorder in front of it, windows and captures) and
 //! system tracing's feed (`system::feed`: one Perfetto encoder per tracing
 //! session of `traced`). A new destination is one more implementation,
-//! pushed into [`Outputs`] when the session starts; the test output of the
-//! `ringtrace-test-support` crate's docs shows one written from this page.
+//! pushed into [`Outputs`] when the session starts: `output/count_by_name.rs`
+//! (a test) is one, written from this page alone.
 //!
 //! Rules: only the flusher thread calls outputs; an output never reads a
 //! ring (it gets drained records), and every loss it causes is reported
@@ -172,6 +172,11 @@ impl Outputs {
         self.0.push(Box::new(output));
     }
 
+    #[cfg(test)]
+    pub(crate) fn push_boxed(&mut self, output: Box<dyn Output>) {
+        self.0.push(output);
+    }
+
     /// What the pass must be: every output asked, their wants together.
     pub(crate) fn plan(&mut self, ctx: &mut Context<'_>, asked: &Asked) -> Wants {
         let mut wants = Wants::default();
@@ -233,6 +238,9 @@ impl Item<'_> {
         }
     }
 }
+
+#[cfg(all(test, feature = "enable"))]
+mod count_by_name;
 
 #[cfg(test)]
 mod tests {

@@ -308,6 +308,10 @@ impl Builder {
         if let Some(system) = system {
             outputs.push(system);
         }
+        #[cfg(test)]
+        if let Some(o) = tests::TEST_OUTPUT.lock().unwrap().take() {
+            outputs.push_boxed(o);
+        }
         let flusher = Flusher::new(
             control.clone(),
             outputs,
@@ -785,4 +789,4 @@ pub fn init_from_env() -> Result<Option<TraceGuard>, Error> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

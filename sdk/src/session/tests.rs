@@ -12,6 +12,17 @@ pub(super) static FAIL_FLUSHER_SPAWN: std::sync::atomic::AtomicBool =
 #[cfg(feature = "enable")]
 static SESSIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// An output the next session started adds to its own (tests of the seam).
+pub(crate) static TEST_OUTPUT: std::sync::Mutex<Option<Box<dyn crate::output::Output>>> =
+    std::sync::Mutex::new(None);
+
+/// Holds the unit tests' one session at a time (for tests elsewhere in the
+/// crate that start one).
+#[cfg(feature = "enable")]
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SESSIONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A flight recorder whose flusher cannot be spawned gives its store
 /// (half the budget) back, and the pool its stock: the budget ends where
 /// it was (before: half the budget stayed taken for good).
