@@ -1,5 +1,6 @@
 //! Guides: how ringtrace behaves where a program's shape matters (memory,
-//! capture windows, exit paths, system tracing, archives). Each is a page of
+//! capture windows, exit paths, system tracing, archives, CPU sampling,
+//! production). Each is a page of
 //! `sdk/docs/` in the package; its examples run as doc tests. This module
 //! holds no items; it exists in documentation builds only.
 //!
@@ -20,6 +21,14 @@
 //! The `log` bridge is documented in its module, `ringtrace::log` (feature
 //! `log`); `tracing` integration in [`Builder::layer`](crate::Builder::layer) and
 //! [`Builder::subscriber`](crate::Builder::subscriber) (feature `tracing`, default).
+//!
+//! Cargo features of the crate (the crate root's "Features" says more):
+//!
+//! - `enable` (default): the instrumentation; off, every macro and
+//!   `#[traced]` expand to nothing.
+//! - `tracing` (default): `tracing` spans and events recorded by ringtrace.
+//! - `log`: records of the `log` crate as log instants.
+//! - `cpu-sampling`: CPU stack samples of every thread ([`cpu_sampling`]).
 
 pub mod memory {
     #![doc = include_str!("../docs/memory.md")]

@@ -53,12 +53,22 @@
 //!
 //! ## Guides
 //!
-//! Longer pages, with examples: [`guide::memory`] (the budget),
-//! [`guide::capture_windows`] ([`rotate_output`], [`dump_to`]),
-//! [`guide::exit_paths`] (exit, panics, kills, full disks),
-//! [`guide::system_tracing`] (Perfetto's `traced`) and [`guide::archives`]
-//! (several processes, the `ringtrace` command). The `log` bridge is
-//! documented in `ringtrace::log` (feature `log`).
+//! Longer pages, with examples, one per page of `sdk/docs/`:
+//!
+//! - [`guide::memory`]: the memory budget, how rings grow, what it covers.
+//! - [`guide::capture_windows`]: files cut out of a running program
+//!   ([`rotate_output`], [`dump_to`]).
+//! - [`guide::exit_paths`]: what a trace holds after an exit, a panic, a
+//!   kill or a full disk.
+//! - [`guide::system_tracing`]: recording for Perfetto's `traced`.
+//! - [`guide::archives`]: several processes on one timeline, the
+//!   `ringtrace` command.
+//! - [`guide::cpu_sampling`]: CPU stack samples beside the slices (feature
+//!   `cpu-sampling`).
+//! - [`guide::production`]: leaving it on in production: sampled requests,
+//!   captures of slow ones, a bounded disk.
+//!
+//! The `log` bridge is documented in `ringtrace::log` (feature `log`).
 //!
 //! ## Event kinds by format
 //!
@@ -121,6 +131,7 @@
 //! | `enable` | on | the instrumentation itself; off, every macro and `#[traced]` expand to nothing |
 //! | `tracing` | on | [`Builder::layer`] and [`Builder::subscriber`]: `tracing` spans and events recorded by ringtrace; the builder's options of `tracing` spans ([`Builder::sample_ratio`], [`Builder::sample_roots`], [`Builder::sample_with`], [`Builder::capture_slow`]) |
 //! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
+//! | `cpu-sampling` | off | [`Builder::cpu_sampling`]: CPU stack samples of every thread (Linux x86_64), unwound and symbolized off the recording threads; brings an ELF reader, an `.eh_frame` unwinder and demangling |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

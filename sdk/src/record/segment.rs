@@ -217,8 +217,8 @@ pub(crate) fn unpack_segment(word: u64) -> (*mut AtomicU64, usize) {
 }
 
 /// Segments of this size and more are backed by transparent huge pages where
-/// the kernel allows: in a VM, mapping in 4 KiB pages costs about ten times
-/// as much per byte (measured: 333 against 35 us per MiB).
+/// the kernel allows: in a VM, mapping in 4 KiB pages costs many times as
+/// much per byte (measured in BENCHMARKS.md, "Measured for design choices").
 #[cfg(all(unix, not(ringtrace_loom), not(miri)))]
 const HUGE_PAGE: usize = 2 << 20;
 

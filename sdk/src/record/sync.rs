@@ -18,8 +18,8 @@ pub(crate) use loom::sync::Arc;
 /// grows `parking_lot`'s process-wide wait table to three 64-byte buckets per
 /// such thread alive, tables that are never freed. The registry's lock is
 /// taken by every thread's first event, so with thousands of threads
-/// starting at once that was about 100 bytes per thread held outside the
-/// budget (measured with 10,000 threads); a futex waits with no memory.
+/// starting at once that was memory per thread held outside the budget
+/// (measured in BENCHMARKS.md, "Measured for design choices"); a futex waits with no memory.
 #[cfg(not(ringtrace_loom))]
 pub(crate) struct Mutex<T>(std::sync::Mutex<T>);
 

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Bytes of user stack copied per sample in [`CpuStacks::CopiedStacks`].
-/// Measured (the least copy each sample needed to unwind whole): a
-/// release program's hot threads 2 KiB, the rest up to 6.5 KiB; a debug
-/// build's test program 97% within 2.5 KiB, the rest 11.5 to 15 KiB. The
+/// It holds the least copy each sample of the release programs measured
+/// needed to unwind whole, and most of a debug build's (measured in
+/// BENCHMARKS.md, "Measured for design choices"). The
 /// kernel copies it in the sampled thread's interrupt, so half of 16 KiB
 /// is a cost the thread no longer pays; deeper stacks are cut there,
 /// counted in `Stats::cpu_stacks_truncated` and marked in the trace.
@@ -444,9 +444,9 @@ impl Sampler {
         // of copied stacks 62 (8 KiB each: 62 ms at 1 kHz); the sampler is
         // woken at half full, or reads it at its next look at the thread
         // list (100 ms) first; both taken from the memory budget. Copies
-        // get the larger ring because each wake-up costs the sampler
-        // about 50 µs of CPU on a VM (measured: 64 pages, woken every 15
-        // samples, 5.1 µs per sample; 128 pages, every 31, 3.7 µs).
+        // get the larger ring because each wake-up, not the copy's
+        // unwinding, is most of the sampler's CPU per sample on a VM
+        // (measured in BENCHMARKS.md, "CPU sampling").
         self.pages = match source {
             StackSource::Callchain => 8,
             StackSource::Copy(_) => 128,

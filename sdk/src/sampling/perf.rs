@@ -2,7 +2,7 @@
 //! samples the thread while it runs, and the mmap ring the kernel writes its
 //! records into. Reading the ring gives [`PerfRecord`]s.
 //!
-//! Facts this follows (measured on the development VM): unprivileged
+//! Facts this follows (checked on a development VM): unprivileged
 //! self-sampling works at `perf_event_paranoid` 2 with `exclude_kernel`
 //! (without it: `EACCES`); there may be no hardware PMU, so the software
 //! CPU clock; `use_clockid` with `CLOCK_BOOTTIME` puts the samples on the

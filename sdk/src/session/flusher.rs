@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(5);
 /// How often a global clock snapshot is written.
 const CLOCK_SNAPSHOT_PERIOD: Duration = Duration::from_secs(1);
-/// Words drained at a time (128 KiB, ~0.1 ms of encoding): between two
-/// chunks the flusher makes ready the spare of a ring that grew meanwhile.
+/// Words drained at a time (128 KiB, a small fraction of a millisecond of
+/// encoding): between two chunks the flusher makes ready the spare of a
+/// ring that grew meanwhile.
 const DRAIN_CHUNK_WORDS: usize = 1 << 14;
 /// Quiet rings a pass looks at besides the announced ones, in turn: a
 /// record whose writer was held up while its ring was made quiet (see
@@ -143,9 +144,10 @@ impl Spares {
     /// Tends the spares if a ring grew since the last look (or if `all`).
     /// Restocks the pool (`restock`: at a pass's start) only once a look
     /// finds no new growth: while a ring is growing its spares come first,
-    /// and mapping in the stock (~0.4 ms for 1 MiB of 4 KiB pages) or a
-    /// drain chunk in between made a fresh thread's 4 MiB spare late by
-    /// that much (measured: the thread then mapped its segment itself).
+    /// and mapping in the stock (1 MiB of 4 KiB pages) or a drain chunk in
+    /// between made a fresh thread's 4 MiB spare late by that much, and the
+    /// thread then mapped its segment itself (BENCHMARKS.md, "History",
+    /// "First laps").
     /// Not while stopping: the spares and the stock would be given back at
     /// once.
     fn tend_if_grown(&mut self, rings: &mut RingSet, all: bool, restock: bool) {

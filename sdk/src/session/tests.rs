@@ -46,7 +46,8 @@ fn a_start_whose_flusher_fails_gives_the_budget_back() {
 /// in the writer by then. Before, `start` returned with the flusher
 /// thread only made: queued on the starting thread's CPU, it could wait
 /// there a scheduler tick, then take that CPU from the first events
-/// (a fresh session's first lap, 1.9x the clock floor).
+/// (a fresh session's first lap, well above the clock floor: BENCHMARKS.md,
+/// "History", "First laps").
 #[cfg(feature = "enable")]
 #[test]
 fn start_returns_once_the_flusher_waits_for_work() {

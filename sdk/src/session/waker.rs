@@ -55,10 +55,11 @@ impl Waker {
     /// Returns once the flusher has run up to its first wait for work and
     /// sleeps there (or has ended), or after [`PARK_WAIT`] at most. `start`
     /// calls it so that the flusher is a thread that sleeps, not one just
-    /// made and queued: a new thread is queued on its parent's CPU, and
-    /// measured here it then waited there a scheduler tick (4 ms) and took
-    /// that CPU from the recording thread, its first lap in a fresh session,
-    /// while the other CPU idled. A thread that sleeps is placed anew when
+    /// made and queued: a new thread is queued on its parent's CPU, where it
+    /// could wait a scheduler tick and then take that CPU from the
+    /// recording thread, its first lap in a fresh session, while the other
+    /// CPU idled (seen with `perf sched`: BENCHMARKS.md, "History", "First
+    /// laps"). A thread that sleeps is placed anew when
     /// it is woken. This thread yields its CPU until the flusher has
     /// released the lock in its wait (a flusher queued behind us runs and
     /// parks; one on another CPU is waited for), then sleeps between looks.

@@ -18,9 +18,10 @@
 //! source instance (tracing session), each given the records of the
 //! categories that session selected.
 //!
-//! Rules: this layer imports nothing of `session`, which uses it (the feed's
-//! `Output` implementation lives there); the connection thread wakes the
-//! flusher through the closure it is given at start.
+//! Rules: this layer imports nothing of `session`, which uses it (the feed
+//! implements `Output`, the seam in `output.rs` below both, in `feed`); the
+//! connection thread wakes the flusher through the closure it is given at
+//! start.
 
 pub(crate) mod chunks;
 pub(crate) mod data_source;

@@ -57,7 +57,7 @@ type Page<T> = Box<[CachePadded<Mutex<Entry<T>>>]>;
 
 /// What dropping a handle did. It holds no state: an enum carrying a
 /// span's state (hundreds of bytes) was copied whole at each return, twice
-/// per span (callgrind), whichever variant it was.
+/// per span, whichever variant it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
     /// Other handles remain (or the id was not live).

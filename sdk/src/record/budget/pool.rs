@@ -4,8 +4,8 @@
 //! their pages still mapped in, and a growing ring takes one of the size it
 //! wants instead of mapping a new one. Memory must
 //! be zeroed by someone before its first write; in 4 KiB pages that costs
-//! more per byte than a recording thread takes to fill it (measured in a VM:
-//! ~330 us per MiB against ~600 us per MiB of records), so a thread whose
+//! about half what a recording thread takes to fill it, in a VM (measured
+//! in BENCHMARKS.md, "Measured for design choices"), so a thread whose
 //! first growths (1 KiB to 4, 16, 64 KiB... within microseconds of its
 //! first event) reuse pooled pages takes no page fault, and neither does the
 //! flusher making its spares. Perfetto gets the same from one shared buffer
@@ -436,9 +436,9 @@ impl<'a> Pool<'a> {
     }
 
     /// `stock`, stopping before the next size once `interrupted()`: the
-    /// flusher has a growing ring's spare to make first (mapping in 1 MiB
-    /// of 4 KiB pages takes it ~0.3 ms, in which a fresh thread outgrows
-    /// 1 MiB and would map its next segment itself).
+    /// flusher has a growing ring's spare to make first (while it maps in
+    /// 1 MiB of 4 KiB pages a fresh thread can outgrow 1 MiB and map its
+    /// next segment itself).
     pub(crate) fn stock_until(&self, interrupted: &dyn Fn() -> bool) -> u64 {
         let mut stocked = 0;
         for class in (0..CLASSES).step_by(2) {

@@ -136,10 +136,9 @@ impl File {
 /// for few system calls (one per 256 KiB: tens of microseconds against the
 /// milliseconds of encoding them), small enough to stay in cache on their
 /// way out. This and the sink's copy laid out in pages are most of the
-/// flusher's working memory, which is not in the budget: at 1 MiB, with
-/// 10,000 threads on a 4 MiB budget, recording grew peak RSS by the budget
-/// plus 1.05 to 1.1 MiB whatever the number of threads (the same from 2,000
-/// to 10,000 threads); at 256 KiB by the budget plus about 0.6 MiB.
+/// flusher's working memory, which is not in the budget: 256 KiB grows
+/// peak RSS beyond the budget by about half what 1 MiB did, whatever the
+/// number of threads (measured in BENCHMARKS.md, "Measured for design choices").
 pub(crate) const WRITE_AT: usize = 256 << 10;
 
 /// Writes `out` out once it holds [`WRITE_AT`] bytes.

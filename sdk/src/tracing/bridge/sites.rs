@@ -157,9 +157,9 @@ const SITE_CACHE_BYTES: u64 = std::mem::size_of::<CacheEntries>() as u64;
 /// collision only sends the lookup to `SITES`). It is on the heap, made at
 /// the thread's first lookup that misses if the memory budget has room
 /// (taken from it, given back at the thread's exit), not in static TLS:
-/// there it was 4 KiB of every thread of the process, recording or not
-/// (measured: 5,000 threads that never record, peak RSS 68,016 KiB with it,
-/// 47,996 KiB without).
+/// there it was 4 KiB of every thread of the process, recording or not,
+/// which threads that never record paid in peak RSS (measured in
+/// BENCHMARKS.md, "Measured for design choices").
 struct SiteCache(OnceCell<Box<CacheEntries>>);
 
 impl Drop for SiteCache {
@@ -178,8 +178,8 @@ thread_local! {
 /// may be. Two ways, spread by a multiplicative hash: a dozen call sites
 /// hot on a thread (a request's spans and events) would often have two of
 /// them on one slot of a direct-mapped cache, and each of their look-ups
-/// sent to `SITES` (measured on the service benchmark: one or two misses
-/// per request).
+/// sent to `SITES` (seen on the service benchmark; BENCHMARKS.md,
+/// "Measured for design choices").
 #[inline]
 fn cache_pair(key: usize) -> usize {
     let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
