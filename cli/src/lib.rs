@@ -103,26 +103,63 @@ pub fn inspect_bytes(name: &str, bytes: Vec<u8>, limit: u64) -> Result<Inspected
     Ok(Inspected::Trace(summary))
 }
 
-/// The CPU samples of the trace `bytes` (of the file `name`), only those
-/// taken inside a slice named `under` if given, as folded stacks.
+/// What `ringtrace flamegraph` draws.
+#[derive(Debug)]
+pub struct Flame {
+    /// The folded stacks, one root frame per thread (see [`samples::folded`]).
+    pub stacks: Vec<String>,
+    /// How many samples they hold.
+    pub samples: usize,
+    /// The program sampled, as the trace names its process; `None` when it
+    /// does not.
+    pub program: Option<String>,
+}
+
+/// The CPU samples of the trace `bytes` (of the file `name`) as folded
+/// stacks: only those of the threads `threads` names, if any (a tid, a
+/// name, or `prefix*`; see [`samples::ThreadNames::matches`]), and of
+/// those only the ones taken inside a slice named `under`, if given.
 ///
 /// # Errors
 ///
-/// Input that is not a trace ringtrace reads (see [`trace_bytes`]).
-pub fn folded_samples(
+/// Input that is not a trace ringtrace reads (see [`trace_bytes`]);
+/// `threads` matching none of the sampled threads (the message lists them).
+pub fn flame(
     name: &str,
     bytes: Vec<u8>,
     under: Option<&str>,
+    threads: &[String],
     limit: u64,
-) -> Result<(Vec<String>, usize), String> {
+) -> Result<Flame, String> {
     let bytes = trace_bytes(name, bytes, limit)?;
     let all = samples::decode(&bytes, limit);
+    // The model names threads and processes; only `under` needs it whole,
+    // without it a trace the model cannot read still draws, unnamed.
     let model = match under {
         Some(_) => Some(model::TraceModel::decode(&bytes).map_err(|e| format!("{name}: {e}"))?),
-        None => None,
+        None => model::TraceModel::decode(&bytes).ok(),
     };
+    let names = samples::ThreadNames::of(&all.samples, model.as_ref());
+    let program = samples::program_name(&all.samples, model.as_ref());
+    let mut all = all;
+    if !threads.is_empty() {
+        let total = all.samples.len();
+        all.samples
+            .retain(|s| threads.iter().any(|t| names.matches(s, t)));
+        if all.samples.is_empty() && total > 0 {
+            return Err(format!(
+                "{name}: no sampled thread matches --thread {}; the sampled threads are: {}",
+                threads.join(","),
+                names.list()
+            ));
+        }
+    }
     let kept = samples::under(all, model.as_ref(), under);
-    Ok((samples::folded(&kept), kept.len()))
+    Ok(Flame {
+        stacks: samples::folded(&kept, &names),
+        samples: kept.len(),
+        program,
+    })
 }
 
 /// Converts the trace `bytes` (of the file `name`) to `to`: the output's

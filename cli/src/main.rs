@@ -18,7 +18,8 @@ usage:
   ringtrace pack -o OUT.tar|OUT.zip [options] FILE|DIR...
   ringtrace inspect [--json] FILE
   ringtrace convert IN OUT
-  ringtrace flamegraph [--under NAME] [--folded] -o OUT.svg TRACE
+  ringtrace flamegraph [--thread NAME_OR_TID]... [--under NAME] [--folded]
+                       -o OUT.svg TRACE
   ringtrace help
 
 pack: writes the files (a directory adds its trace files, with the sidecars
@@ -56,9 +57,18 @@ convert: ringtrace Perfetto (.pftrace, .perfetto-trace, .pb) to Chrome JSON
 (.json) or back; the output format follows OUT's extension.
 
 flamegraph: draws the trace's CPU stack samples (Builder::cpu_sampling) as an
-SVG flame graph; --under NAME keeps the samples taken while their thread was
-inside a slice named NAME; --folded writes the folded stacks (one
-`outer;inner count` line per stack) instead of the SVG.
+SVG flame graph titled with the program's name (its process name in the
+trace, else the file's stem), one root per thread (`name (tid)`, or
+`thread tid` for a thread without a name) so threads do not mix.
+  --thread NAME_OR_TID            keeps only that thread's samples: a tid, a
+                                  name, or `prefix*`; repeat it or separate
+                                  several with commas. One matching no
+                                  sampled thread is an error naming them.
+  --under NAME                    keeps the samples taken while their thread
+                                  was inside a slice named NAME
+  --folded                        writes the folded stacks (one
+                                  `thread;outer;inner count` line per stack)
+                                  instead of the SVG
 
 inspect and convert decompress (gzip, ZIP deflate) at most 1 GiB; set
 RINGTRACE_MAX_UNPACKED=BYTES to change that.
@@ -386,11 +396,24 @@ fn flamegraph(args: &[String]) -> Result<(), Failure> {
     let mut under = None;
     let mut output = None;
     let mut folded = false;
+    let mut threads: Vec<String> = Vec::new();
     let mut file = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--under" => under = Some(it.next().ok_or_else(|| usage("--under needs a name"))?),
+            "--thread" => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| usage("--thread needs a thread name or tid"))?;
+                for t in v.split(',') {
+                    let t = t.trim();
+                    if t.is_empty() {
+                        return Err(usage(format!("--thread {v:?}: an empty thread name")));
+                    }
+                    threads.push(t.to_owned());
+                }
+            }
             "-o" | "--output" => output = Some(it.next().ok_or_else(|| usage("-o needs a path"))?),
             "--folded" => folded = true,
             s if s.starts_with('-') && s.len() > 1 => {
@@ -403,29 +426,51 @@ fn flamegraph(args: &[String]) -> Result<(), Failure> {
     let file = file.ok_or_else(|| usage("flamegraph needs a trace"))?;
     let output = output.ok_or_else(|| usage("flamegraph needs -o OUT"))?;
     let bytes = read(&file)?;
-    let (stacks, n) =
-        ringtrace_cli::folded_samples(&file, bytes, under.map(String::as_str), unpack_limit())
-            .map_err(failed)?;
-    if stacks.is_empty() {
+    let flame = ringtrace_cli::flame(
+        &file,
+        bytes,
+        under.map(String::as_str),
+        &threads,
+        unpack_limit(),
+    )
+    .map_err(failed)?;
+    if flame.stacks.is_empty() {
         return Err(failed(match under {
             Some(u) => format!("{file}: no CPU samples inside a slice named {u:?}"),
             None => format!("{file}: no CPU samples (record with Builder::cpu_sampling)"),
         }));
     }
     let data = if folded {
-        let mut t = stacks.join("\n");
+        let mut t = flame.stacks.join("\n");
         t.push('\n');
         t.into_bytes()
     } else {
+        let program = flame.program.unwrap_or_else(|| file_stem(&file));
         let title = match under {
-            Some(u) => format!("{file}: CPU samples under {u}"),
-            None => format!("{file}: CPU samples"),
+            Some(u) => format!("{program}: CPU samples under {u}"),
+            None => format!("{program}: CPU samples"),
         };
-        ringtrace_cli::samples::flamegraph_svg(&stacks, &title).map_err(failed)?
+        ringtrace_cli::samples::flamegraph_svg(&flame.stacks, &title).map_err(failed)?
     };
     std::fs::write(output, data).map_err(|e| failed(format!("cannot write {output}: {e}")))?;
-    outln!("{output}: {n} samples, {} distinct stacks", stacks.len());
+    outln!(
+        "{output}: {} samples, {} distinct stacks",
+        flame.samples,
+        flame.stacks.len()
+    );
     Ok(())
+}
+
+/// The name of `path` without its directory and extension (`.gz` and the
+/// one before it: `run.pftrace.gz` is `run`).
+fn file_stem(path: &str) -> String {
+    let p = Path::new(path);
+    let p = match p.extension() {
+        Some(e) if e.eq_ignore_ascii_case("gz") => Path::new(p.file_stem().unwrap_or_default()),
+        _ => p,
+    };
+    p.file_stem()
+        .map_or_else(|| path.to_owned(), |s| s.to_string_lossy().into_owned())
 }
 
 fn inspect(args: &[String]) -> Result<(), Failure> {

@@ -308,14 +308,93 @@ pub fn under(samples: Samples, model: Option<&TraceModel>, name: Option<&str>) -
         .collect()
 }
 
-/// The samples as folded stacks (`outer;inner count`), the input of a
-/// flame graph; frames' `;` replaced so they do not split.
-pub fn folded(samples: &[CpuSample]) -> Vec<String> {
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    for s in samples {
-        let line = s
-            .frames
+/// The names of the sampled threads, as the flame graph draws them: each
+/// stack's root frame is its thread, so threads do not mix.
+#[derive(Debug, Default)]
+pub struct ThreadNames(BTreeMap<(i64, i64), Option<String>>);
+
+impl ThreadNames {
+    /// The names `model` gives the threads of `samples`: by (pid, tid), or
+    /// by tid alone when the samples carry no pid (JSON's `samples` list).
+    pub fn of(samples: &[CpuSample], model: Option<&TraceModel>) -> Self {
+        let mut names = BTreeMap::new();
+        for s in samples {
+            names.entry((s.pid, s.tid)).or_insert_with(|| {
+                let m = model?;
+                m.threads
+                    .get(&(s.pid, s.tid))
+                    .cloned()
+                    .flatten()
+                    .or_else(|| {
+                        m.threads
+                            .iter()
+                            .find(|((_, tid), n)| *tid == s.tid && n.is_some())
+                            .and_then(|(_, n)| n.clone())
+                    })
+            });
+        }
+        ThreadNames(names)
+    }
+
+    /// The name of the thread `s` ran on, if the trace names it.
+    pub fn name(&self, s: &CpuSample) -> Option<&str> {
+        self.0.get(&(s.pid, s.tid)).and_then(Option::as_deref)
+    }
+
+    /// The root frame of `s`'s stack: `name (tid)`, or `thread tid` for a
+    /// thread without a name.
+    pub fn frame(&self, s: &CpuSample) -> String {
+        match self.name(s) {
+            Some(n) => format!("{n} ({})", s.tid),
+            None => format!("thread {}", s.tid),
+        }
+    }
+
+    /// Whether the thread of `s` is one `spec` names: its tid, its name
+    /// exactly, or a name starting with `prefix` for `prefix*`.
+    pub fn matches(&self, s: &CpuSample, spec: &str) -> bool {
+        if spec == s.tid.to_string() {
+            return true;
+        }
+        let Some(name) = self.name(s) else {
+            return false;
+        };
+        match spec.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == spec,
+        }
+    }
+
+    /// Every sampled thread's root frame, in tid order, for messages.
+    pub fn list(&self) -> String {
+        let mut all: Vec<(i64, String)> = self
+            .0
             .iter()
+            .map(|(&(_, tid), n)| {
+                let label = match n {
+                    Some(n) => format!("{n} ({tid})"),
+                    None => format!("thread {tid}"),
+                };
+                (tid, label)
+            })
+            .collect();
+        all.sort();
+        all.dedup();
+        all.into_iter()
+            .map(|(_, l)| l)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The samples as folded stacks (`thread;outer;inner count`), the input of
+/// a flame graph: each stack starts with its thread's frame (see
+/// [`ThreadNames::frame`]); frames' `;` replaced so they do not split.
+pub fn folded(samples: &[CpuSample], threads: &ThreadNames) -> Vec<String> {
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for s in samples.iter().filter(|s| !s.frames.is_empty()) {
+        let line = std::iter::once(threads.frame(s))
+            .chain(s.frames.iter().cloned())
             .map(|f| f.replace(';', ":"))
             .collect::<Vec<_>>()
             .join(";");
@@ -323,9 +402,24 @@ pub fn folded(samples: &[CpuSample]) -> Vec<String> {
     }
     counts
         .into_iter()
-        .filter(|(k, _)| !k.is_empty())
         .map(|(k, v)| format!("{k} {v}"))
         .collect()
+}
+
+/// The program `samples` were taken in, for a flame graph's title: the
+/// names the trace gives the samples' processes (or, for samples without a
+/// pid, every process it names), joined; `None` when it names none.
+pub fn program_name(samples: &[CpuSample], model: Option<&TraceModel>) -> Option<String> {
+    let m = model?;
+    let named = |pid: &i64| m.processes.get(pid).cloned().flatten();
+    let pids: std::collections::BTreeSet<i64> = samples.iter().map(|s| s.pid).collect();
+    let mut names: Vec<String> = pids.iter().filter_map(named).collect();
+    if names.is_empty() {
+        names = m.processes.keys().filter_map(named).collect();
+    }
+    names.sort();
+    names.dedup();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// Draws `folded` stacks as an SVG flame graph.
@@ -359,8 +453,8 @@ mod tests {
             sample(1, 1, &["main", "work", "hot"]),
             sample(1, 2, &["main", "a;b"]),
         ];
-        let f = folded(&s);
-        assert_eq!(f, vec!["main;a:b 1", "main;work;hot 2"]);
+        let f = folded(&s, &ThreadNames::default());
+        assert_eq!(f, vec!["thread 1;main;a:b 1", "thread 1;main;work;hot 2"]);
         let svg = flamegraph_svg(&f, "t").unwrap();
         let text = String::from_utf8(svg).unwrap();
         assert!(text.starts_with("<?xml") && text.contains("hot"));

@@ -935,3 +935,265 @@ fn inspect_and_convert_pair_slices_in_time_order() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A JSON trace of the program `pixel-app` (pid 40) with CPU samples of
+/// three threads: `main` (41) in `main;render`, `worker-1` (42) in
+/// `run;render` and an unnamed one (43) in `spin`.
+fn sampled_json_trace(path: &Path) {
+    let trace = serde_json::json!({
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 40, "tid": 41, "args": {"name": "pixel-app"}},
+            {"ph": "M", "name": "thread_name", "pid": 40, "tid": 41, "args": {"name": "main"}},
+            {"ph": "M", "name": "thread_name", "pid": 40, "tid": 42, "args": {"name": "worker-1"}},
+            {"ph": "X", "name": "frame", "pid": 40, "tid": 42, "ts": 1.0, "dur": 10.0}
+        ],
+        "stackFrames": {
+            "1": {"name": "main", "category": "app"},
+            "2": {"name": "render", "category": "app", "parent": "1"},
+            "3": {"name": "run", "category": "app"},
+            "4": {"name": "render", "category": "app", "parent": "3"},
+            "5": {"name": "spin", "category": "app"}
+        },
+        "samples": [
+            {"cpu": 0, "tid": 41, "ts": 2.0, "name": "cpu-clock", "sf": 2, "weight": 1},
+            {"cpu": 0, "tid": 41, "ts": 3.0, "name": "cpu-clock", "sf": 2, "weight": 1},
+            {"cpu": 1, "tid": 42, "ts": 2.0, "name": "cpu-clock", "sf": 4, "weight": 1},
+            {"cpu": 1, "tid": 43, "ts": 2.0, "name": "cpu-clock", "sf": 5, "weight": 1}
+        ]
+    });
+    std::fs::write(path, trace.to_string()).unwrap();
+}
+
+/// Runs `flamegraph --folded` with `extra` options; the folded lines.
+fn folded_lines(trace: &Path, extra: &[&str]) -> Vec<String> {
+    let out = trace.with_extension("folded");
+    let mut args = vec!["flamegraph", "--folded", "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.push(trace.to_str().unwrap());
+    ok(&args);
+    let text = std::fs::read_to_string(&out).unwrap();
+    text.lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn flamegraph_has_one_root_per_thread() {
+    let dir = scratch("flame-roots");
+    let trace = dir.join("app.json");
+    sampled_json_trace(&trace);
+    assert_eq!(
+        folded_lines(&trace, &[]),
+        [
+            "main (41);main;render 2",
+            "thread 43;spin 1",
+            "worker-1 (42);run;render 1",
+        ]
+    );
+    // The SVG: one root frame per thread, none drawn under another.
+    let svg = dir.join("app.svg");
+    ok(&[
+        "flamegraph",
+        "-o",
+        svg.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    for root in ["main (41)", "worker-1 (42)", "thread 43"] {
+        assert!(
+            svg.contains(&format!("<title>{root} (")),
+            "{root} in the SVG"
+        );
+    }
+}
+
+#[test]
+fn flamegraph_title_names_the_program() {
+    let dir = scratch("flame-title");
+    // JSON: the process_name metadata.
+    let trace = dir.join("recorded-run.json");
+    sampled_json_trace(&trace);
+    let svg = dir.join("json.svg");
+    ok(&[
+        "flamegraph",
+        "-o",
+        svg.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains(">pixel-app: CPU samples<"), "title: {text}");
+    assert!(!text.contains(dir.to_str().unwrap()), "no path in the SVG");
+
+    // Perfetto: the process descriptor names the program.
+    let pf = dir.join("capture.pftrace");
+    std::fs::write(&pf, perfetto_samples(Some("pixel-app"))).unwrap();
+    let svg = dir.join("pf.svg");
+    ok(&[
+        "flamegraph",
+        "-o",
+        svg.to_str().unwrap(),
+        pf.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains(">pixel-app: CPU samples<"), "title: {text}");
+    assert!(text.contains("<title>main (41) ("), "thread root: {text}");
+
+    // A trace that names no process: the file's stem, not its path.
+    std::fs::write(&pf, perfetto_samples(None)).unwrap();
+    ok(&[
+        "flamegraph",
+        "-o",
+        svg.to_str().unwrap(),
+        pf.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains(">capture: CPU samples<"), "title: {text}");
+    assert!(!text.contains(dir.to_str().unwrap()), "no path in the SVG");
+}
+
+/// A Perfetto trace: the process (pid 40, named `process` if given) and its
+/// thread `main` (41), and two samples of `main;hot` on it.
+fn perfetto_samples(process: Option<&str>) -> Vec<u8> {
+    use prost::Message;
+    use ringtrace_protos::{
+        Callstack, Frame, InternedData, InternedString, PerfSample, ProcessDescriptor,
+        ThreadDescriptor, Trace, TracePacket, TrackDescriptor,
+    };
+    let s = |iid: u64, text: &str| InternedString {
+        iid: Some(iid),
+        str: Some(text.as_bytes().to_vec()),
+    };
+    let frame = |iid: u64| Frame {
+        iid: Some(iid),
+        function_name_id: Some(iid),
+        ..Default::default()
+    };
+    let process_track = TracePacket {
+        track_descriptor: Some(TrackDescriptor {
+            uuid: Some(1),
+            process: Some(ProcessDescriptor {
+                pid: Some(40),
+                process_name: process.map(str::to_owned),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let thread_track = TracePacket {
+        track_descriptor: Some(TrackDescriptor {
+            uuid: Some(2),
+            parent_uuid: Some(1),
+            thread: Some(ThreadDescriptor {
+                pid: Some(40),
+                tid: Some(41),
+                thread_name: Some("main".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sample = |ts: u64, first: bool| TracePacket {
+        timestamp: Some(ts),
+        trusted_packet_sequence_id: Some(9),
+        sequence_flags: Some(if first { 3 } else { 2 }),
+        interned_data: first.then(|| InternedData {
+            function_names: vec![s(1, "main"), s(2, "hot")],
+            frames: vec![frame(1), frame(2)],
+            callstacks: vec![Callstack {
+                iid: Some(1),
+                frame_ids: vec![1, 2],
+            }],
+            ..Default::default()
+        }),
+        perf_sample: Some(PerfSample {
+            pid: Some(40),
+            tid: Some(41),
+            callstack_iid: Some(1),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Trace {
+        packet: vec![
+            process_track,
+            thread_track,
+            sample(100, true),
+            sample(200, false),
+        ],
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn flamegraph_thread_filter_keeps_only_those_threads() {
+    let dir = scratch("flame-filter");
+    let trace = dir.join("app.json");
+    sampled_json_trace(&trace);
+    assert_eq!(
+        folded_lines(&trace, &["--thread", "worker-1"]),
+        ["worker-1 (42);run;render 1"]
+    );
+    assert_eq!(
+        folded_lines(&trace, &["--thread", "work*"]),
+        ["worker-1 (42);run;render 1"]
+    );
+    // By tid, comma-separated and repeated.
+    assert_eq!(
+        folded_lines(&trace, &["--thread", "41,43"]),
+        ["main (41);main;render 2", "thread 43;spin 1"]
+    );
+    assert_eq!(
+        folded_lines(&trace, &["--thread", "main", "--thread", "42"]),
+        ["main (41);main;render 2", "worker-1 (42);run;render 1"]
+    );
+    // With --under: worker-1's sample inside `frame`.
+    assert_eq!(
+        folded_lines(&trace, &["--thread", "worker-1", "--under", "frame"]),
+        ["worker-1 (42);run;render 1"]
+    );
+    // An exact name does not match by prefix.
+    let out = dir.join("x.svg");
+    let err = fails(
+        &[
+            "flamegraph",
+            "--thread",
+            "work",
+            "-o",
+            out.to_str().unwrap(),
+            trace.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(
+        err.contains("no sampled thread matches --thread work"),
+        "{err}"
+    );
+}
+
+#[test]
+fn flamegraph_thread_filter_matching_nothing_names_the_threads() {
+    let dir = scratch("flame-nomatch");
+    let trace = dir.join("app.json");
+    sampled_json_trace(&trace);
+    let out = dir.join("x.svg");
+    let err = fails(
+        &[
+            "flamegraph",
+            "--thread",
+            "gpu*,7",
+            "-o",
+            out.to_str().unwrap(),
+            trace.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(
+        err.contains("no sampled thread matches --thread gpu*,7"),
+        "{err}"
+    );
+    assert!(
+        err.contains("the sampled threads are: main (41), worker-1 (42), thread 43"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+}
