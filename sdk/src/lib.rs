@@ -2,8 +2,8 @@
 //!
 //! An in-process tracing SDK: annotate code with [`trace_scope!`],
 //! [`trace_instant!`], [`trace_counter!`] or [`#[traced]`](traced); ringtrace
-//! records each event into the calling thread's lock-free ring buffer in
-//! nanoseconds, and a background flusher writes a trace that opens in
+//! records each event into the calling thread's lock-free ring buffer, and
+//! a background flusher writes a trace that opens in
 //! [Perfetto](https://ui.perfetto.dev) (`.pftrace`) or any Chrome Trace Event
 //! Format viewer (`.json`).
 //!

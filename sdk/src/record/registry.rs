@@ -87,10 +87,11 @@ impl std::ops::Deref for ThreadRing {
 /// What a recording thread costs besides its ring's segments, taken from the
 /// budget when its ring is made and given back when the flusher drops it:
 /// this struct, and an allowance for the flusher's and the encoder's state
-/// of the thread (sequence, interning tables, open scopes: about 420 bytes
-/// measured with JSON) and its entries in the registry's lists and the
-/// flusher's (its list, its map by id and set of active rings, the list of
-/// announced ids: about 150 bytes with their spare capacity).
+/// of the thread (sequence, interning tables, open scopes) and its entries
+/// in the registry's lists and the flusher's (its list, its map by id and
+/// set of active rings, the list of announced ids, with their spare
+/// capacity): 768 bytes covers both (BENCHMARKS.md, "Measured for design
+/// choices").
 /// Nothing else of a thread that records through the macros is on the heap
 /// (the `tracing` bridge's site cache is taken from the budget on its own,
 /// see `take_thread_state`; the typed API's pool of field buffers and the

@@ -72,7 +72,8 @@ pub enum CpuStacks {
     FramePointers,
     /// The kernel copies the top 8 KiB of the user stack and the
     /// registers; the sampler thread unwinds them from `.eh_frame`. Whole
-    /// stacks without frame pointers, at a few microseconds per sample.
+    /// stacks without frame pointers, at more CPU per sample than
+    /// `FramePointers` (the repository's `BENCHMARKS.md`, "CPU sampling").
     CopiedStacks,
 }
 

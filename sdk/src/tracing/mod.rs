@@ -74,7 +74,7 @@
 //! Most of a span's cost through this layer is `tracing-subscriber`'s
 //! registry (its span slab, parent links, extension maps and per-layer filter
 //! state), not ringtrace's recording: [`Builder::subscriber`](crate::Builder::subscriber) records the same trace
-//! without the registry, at well under half the cost per span. The
+//! without the registry, at a lower cost per span. The
 //! measurements (against the registry alone, tracing-chrome,
 //! tracing-perfetto and tracing-perfetto-sdk) and how to rerun them
 //! (`benches/peers`) are in the repository's `BENCHMARKS.md`.

@@ -323,9 +323,9 @@ impl Builder {
     /// [`start`](Builder::start), one segment of each size a ring grows
     /// through (4, 16, 64, 256 KiB, 1 MiB, none past
     /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread);
-    /// 1.33 MiB at the defaults, which costs `start` the time to map it in,
-    /// a fraction of a millisecond (measured in the repository's
-    /// `BENCHMARKS.md`); none with system tracing only, where nothing
+    /// 1.33 MiB at the defaults, which costs `start` the time to map it in
+    /// (timed in the repository's `BENCHMARKS.md`); none with system
+    /// tracing only, where nothing
     /// records until a tracing session starts), and the segments rings
     /// give up, kept for the next thread that grows and given back after a
     /// second unused. The stock is given back after 10 s in which no
