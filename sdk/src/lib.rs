@@ -138,10 +138,14 @@
 #![warn(missing_docs)]
 
 pub mod archive;
+#[cfg(feature = "otlp")]
+pub mod context;
 mod encode;
 pub mod events;
 #[cfg(feature = "log")]
 pub mod log;
+#[cfg(feature = "otlp")]
+mod otlp;
 mod output;
 mod record;
 mod sampling;
@@ -156,6 +160,11 @@ mod tracing;
 #[cfg(feature = "tracing")]
 pub use crate::tracing::{RingtraceLayer, RingtraceSubscriber};
 pub use events::values::LogLevel;
+/// How long a session's stop waits for the OTLP exporter to send the spans
+/// still queued (feature `otlp`); what is not sent by then is dropped and
+/// counted in [`Stats::otlp_spans_dropped`].
+#[cfg(feature = "otlp")]
+pub use otlp::STOP_TIMEOUT as OTLP_STOP_TIMEOUT;
 pub use record::args::TraceValue;
 pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};

@@ -16,7 +16,14 @@
 //! BEGIN_TT     [hdr(site | depth << 24), ts, thread ns, args...]   (BEGIN with thread time)
 //! END_TT       [hdr(depth), ts, thread ns]                          (END with thread time)
 //! LOST         [hdr, ts, count]            (written by the ring)
+//! OTEL span    [hdr(site | 0 << 24), end ts, created ts, trace id hi, lo, span id, parent id, flags, args...]
+//! OTEL event   [hdr(site | 1 << 24), ts, span id, args...]
 //! ```
+//!
+//! OTEL records are written only while an OTLP exporter runs
+//! ([`OTEL_RECORDS`]): a `tracing` span's whole life at its close, an event
+//! inside a span with the span's id. [`parse`] skips them (no file encoder
+//! sees them); the exporter's output reads them with [`parse_otel`].
 //!
 //! An EVENT record carries one event of any Trace Event Format phase with
 //! values known only at run time (names, ids, stacks, args with dynamic
@@ -60,6 +67,88 @@ pub(crate) const KIND_EVENT: u64 = 9;
 pub(crate) const KIND_BEGIN_TT: u64 = 10;
 /// END with the thread's CPU time after the timestamp.
 pub(crate) const KIND_END_TT: u64 = 11;
+
+/// A span's or event's OpenTelemetry record (feature `otlp`; layouts in the
+/// module doc). Skipped by [`parse`].
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const KIND_OTEL: u64 = 12;
+/// `op` of an OTEL record: a finished span.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const OTEL_SPAN: u64 = 0;
+/// `op` of an OTEL record: an event inside a span.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const OTEL_EVENT: u64 = 1;
+/// Whether the session wants OTEL records (an OTLP exporter runs): set at
+/// its start, cleared at its stop. Relaxed: a record more or less around
+/// either is harmless (the exporter counts what it gets).
+pub(crate) static OTEL_RECORDS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A decoded OTEL record.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+#[derive(Debug)]
+pub(crate) enum OtelRecord<'a> {
+    Span {
+        end: u64,
+        created: u64,
+        trace: [u64; 2],
+        span: u64,
+        parent: u64,
+        flags: u64,
+        site: u32,
+        args: &'a [u64],
+    },
+    Event {
+        ts: u64,
+        span: u64,
+        site: u32,
+        args: &'a [u64],
+    },
+}
+
+/// The OTEL records among `words` (every other record skipped whole).
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) fn parse_otel(words: &[u64]) -> impl Iterator<Item = OtelRecord<'_>> {
+    let mut pos = 0;
+    std::iter::from_fn(move || loop {
+        let hdr = *words.get(pos)?;
+        let len = header_len(hdr) as usize;
+        if len < 2 || pos + len > words.len() {
+            pos = words.len();
+            return None;
+        }
+        let w = &words[pos..pos + len];
+        pos += len;
+        if header_kind(hdr) != KIND_OTEL {
+            continue;
+        }
+        let payload = header_payload(hdr);
+        let site = (payload & MAX_SITE_ID as u64) as u32;
+        match payload >> 24 {
+            OTEL_SPAN if len >= 8 => {
+                return Some(OtelRecord::Span {
+                    end: w[1],
+                    created: w[2],
+                    trace: [w[3], w[4]],
+                    span: w[5],
+                    parent: w[6],
+                    flags: w[7],
+                    site,
+                    args: &w[8..],
+                })
+            }
+            OTEL_EVENT if len >= 3 => {
+                return Some(OtelRecord::Event {
+                    ts: w[1],
+                    span: w[2],
+                    site,
+                    args: &w[3..],
+                })
+            }
+            _ => continue,
+        }
+    })
+}
 
 /// Call site ids must fit in 24 bits.
 pub(crate) const MAX_SITE_ID: u32 = (1 << 24) - 1;
@@ -288,5 +377,46 @@ impl<'a> Iterator for Records<'a> {
             };
             return Some(rec);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::header::make_header;
+
+    /// An OTEL record between two others: the file encoders' reader skips
+    /// it whole, the exporter's reads it and nothing else.
+    #[test]
+    fn otel_records_are_read_by_the_exporter_only() {
+        let mut words = vec![make_header(KIND_INSTANT, 3, 5), 10, 7];
+        words.extend([
+            make_header(KIND_OTEL, 9, 6 | OTEL_SPAN << 24),
+            20,
+            11,
+            1,
+            2,
+            3,
+            4,
+            1,
+            8,
+        ]);
+        words.extend([make_header(KIND_OTEL, 3, 6 | OTEL_EVENT << 24), 15, 3]);
+        words.extend([make_header(KIND_END, 2, 0), 30]);
+        let kinds: Vec<u64> = parse(&words)
+            .map(|r| match r {
+                Record::Instant { ts, .. } | Record::End { ts, .. } => ts,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, [10, 30]);
+        let otel: Vec<String> = parse_otel(&words).map(|r| format!("{r:?}")).collect();
+        assert_eq!(otel.len(), 2);
+        assert!(otel[0].contains("Span { end: 20, created: 11, trace: [1, 2], span: 3, parent: 4"));
+        assert!(otel[1].contains("Event { ts: 15, span: 3, site: 6"));
+        // Cut short, or an unknown op: nothing, no panic.
+        assert_eq!(parse_otel(&words[3..8]).count(), 0);
+        let odd = [make_header(KIND_OTEL, 3, 7 << 24), 1, 2];
+        assert_eq!(parse_otel(&odd).count(), 0);
     }
 }
