@@ -123,7 +123,7 @@ pub fn extract<'a>(headers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Opt
 /// `None` outside a span, for a span sampling did not keep, or while no
 /// OTLP exporter runs.
 pub fn current_traceparent() -> Option<String> {
-    crate::tracing::current_otel_ids().map(|ids| ids.traceparent().to_string())
+    crate::tracing::inject_current().map(|ids| ids.traceparent().to_string())
 }
 
 #[cfg(test)]

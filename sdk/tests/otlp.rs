@@ -12,83 +12,12 @@ use common::scratch;
 use common::slices::serial;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tracing::dispatcher::{self, Dispatch};
 use tracing::{error, info, info_span};
 use tracing_subscriber::layer::SubscriberExt;
 
-/// A collector in a child process; killed when dropped.
-struct Receiver {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Receiver {
-    fn start(name: &str, mode: &str) -> Receiver {
-        let dir = scratch(name);
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/support/otlp_receiver.py");
-        let child = Command::new(ringtrace_test_support::python())
-            .arg(script)
-            .arg(&dir)
-            .arg(mode)
-            .spawn()
-            .expect("the receiver starts");
-        let t = Instant::now();
-        let port = loop {
-            if let Ok(p) = std::fs::read_to_string(dir.join("port")) {
-                break p.trim().parse().unwrap();
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "the receiver did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Receiver { child, dir, port }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// Every request received so far.
-    fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.join("requests.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    /// Every span received, each request checked first.
-    fn spans(&self) -> Vec<Value> {
-        let mut spans = Vec::new();
-        for r in self.requests() {
-            assert_eq!(r["path"], "/v1/traces", "{r}");
-            if r.get("answered").is_some() {
-                continue;
-            }
-            assert_eq!(
-                r["headers"]["content-type"], "application/x-protobuf",
-                "{r}"
-            );
-            assert!(r.get("error").is_none(), "a body did not decode: {r}");
-            spans.extend(r["spans"].as_array().unwrap().iter().cloned());
-        }
-        spans
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use ringtrace_test_support::otlp::OtlpReceiver as Receiver;
 
 fn unix_ns() -> u64 {
     SystemTime::now()

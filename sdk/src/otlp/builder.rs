@@ -48,6 +48,25 @@ impl crate::Builder {
         self
     }
 
+    /// Whether a root span with a `traceparent` field (a request whose
+    /// caller sent its W3C trace context, see `ringtrace::context`) is kept
+    /// as the caller decided: kept if its sampled flag is set, not kept if
+    /// not, whatever [`sample_ratio`](Self::sample_ratio) says (roots
+    /// without one are decided as before). On by default with
+    /// [`otlp`](Self::otlp); without it, roots are decided only by this
+    /// builder's sampling options.
+    pub fn sample_by_parent(mut self, on: bool) -> Self {
+        if let Some(c) = &mut self.otlp {
+            c.by_parent = on;
+        }
+        self
+    }
+
+    /// Whether roots follow their remote parent's decision.
+    pub(crate) fn samples_by_parent(&self) -> bool {
+        self.otlp.as_ref().is_some_and(|c| c.by_parent)
+    }
+
     /// The resource's `service.name` (else `OTEL_SERVICE_NAME`, else
     /// `unknown_service:<process name>`).
     pub fn service_name(mut self, name: impl Into<String>) -> Self {

@@ -61,6 +61,8 @@ pub(crate) struct Config {
     /// Spans waiting for the exporter at most.
     pub(crate) queue_spans: usize,
     pub(crate) stop_timeout: Duration,
+    /// A root with a `traceparent` is kept as its caller decided.
+    pub(crate) by_parent: bool,
 }
 
 impl Config {
@@ -76,6 +78,7 @@ impl Config {
             batch_delay: Duration::from_secs(1),
             queue_spans: 2048,
             stop_timeout: STOP_TIMEOUT,
+            by_parent: true,
         }
     }
 }

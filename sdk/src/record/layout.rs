@@ -54,6 +54,23 @@ pub(crate) const KIND_ASYNC_END: u64 = 8;
 // kinds added for the macros (9 up) never collide with them.
 /// END that also carries args (values recorded while the slice was open).
 pub(crate) const KIND_END_ARGS: u64 = 14;
+/// Bit 62 of a flow id: the id is the same in every process (an
+/// OpenTelemetry trace's crossing, `otlp`), not made process-unique by the
+/// encoders ([`scoped_flow`]).
+pub(crate) const FLOW_GLOBAL: u64 = 1 << 62;
+
+/// A FLOW word's id as the encoders write it: process-scoped ids (a
+/// counter) mixed with `scope` (the process's), global ones as they are.
+#[inline]
+pub(crate) fn scoped_flow(flow: u64, scope: u64) -> u64 {
+    let id = flow & !FLOW_IN;
+    if id & FLOW_GLOBAL != 0 {
+        id
+    } else {
+        id ^ scope
+    }
+}
+
 /// Flow ids bound to the slice that the thread's next end record closes.
 pub(crate) const KIND_FLOW: u64 = 15;
 /// Bit 63 of a word of a FLOW record: the flow comes *into* the slice (it
@@ -418,5 +435,16 @@ mod tests {
         assert_eq!(parse_otel(&words[3..8]).count(), 0);
         let odd = [make_header(KIND_OTEL, 3, 7 << 24), 1, 2];
         assert_eq!(parse_otel(&odd).count(), 0);
+    }
+
+    /// A process's flow ids are mixed with its scope, global ones kept as
+    /// they are (the same in every process); the direction bit is dropped.
+    #[test]
+    fn global_flow_ids_are_not_scoped() {
+        assert_eq!(scoped_flow(5 | FLOW_IN, 0x30), 5 ^ 0x30);
+        assert_eq!(
+            scoped_flow(FLOW_GLOBAL | 5 | FLOW_IN, 0x30),
+            FLOW_GLOBAL | 5
+        );
     }
 }

@@ -81,7 +81,7 @@ impl SpanMap {
         if bridge::otel::active() {
             let parent = bridge::otel::parent_of(attrs.parent(), attrs.is_contextual());
             let ids = bridge::otel::new_ids(self, attrs, parent);
-            self.with_data(&Id::from_u64(id), |d| d.otel = ids);
+            self.with_data(&Id::from_u64(id), |d| bridge::otel::set_ids(d, ids));
         }
     }
 
@@ -329,9 +329,10 @@ where
 
 #[cfg(feature = "otlp")]
 impl RingtraceLayer {
-    /// The OpenTelemetry ids of span `id` (a registry id), if it has any.
-    pub(crate) fn otel_ids(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
-        self.spans.with_data(id, |d| d.otel).filter(|o| o.is_set())
+    /// The OpenTelemetry ids of span `id` (a registry id), if it has any,
+    /// for an outgoing request (`bridge::otel::inject`).
+    pub(crate) fn otel_inject(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
+        self.spans.with_data(id, bridge::otel::inject).flatten()
     }
 }
 

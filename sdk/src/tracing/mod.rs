@@ -108,15 +108,16 @@ pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 
 /// The OpenTelemetry ids of the default dispatcher's current span, if it
-/// is ringtrace's subscriber or has ringtrace's layer and the span has ids.
+/// is ringtrace's subscriber or has ringtrace's layer and the span has ids,
+/// for an outgoing request: the crossing flow is bound to the span.
 #[cfg(feature = "otlp")]
-pub(crate) fn current_otel_ids() -> Option<bridge::otel::OtelIds> {
+pub(crate) fn inject_current() -> Option<bridge::otel::OtelIds> {
     ::tracing::dispatcher::get_default(|d| {
         let id = d.current_span().id()?.clone();
         if let Some(s) = d.downcast_ref::<RingtraceSubscriber>() {
-            return s.otel_ids(&id);
+            return s.otel_inject(&id);
         }
-        d.downcast_ref::<RingtraceLayer>()?.otel_ids(&id)
+        d.downcast_ref::<RingtraceLayer>()?.otel_inject(&id)
     })
 }
 

@@ -125,7 +125,7 @@ impl Subscriber for RingtraceSubscriber {
                 if bridge::otel::active() {
                     let parent = bridge::otel::parent_of(attrs.parent(), attrs.is_contextual());
                     let ids = bridge::otel::new_ids(self, attrs, parent);
-                    self.with_data(&Id::from_u64(id), |d| d.otel = ids);
+                    self.with_data(&Id::from_u64(id), |d| bridge::otel::set_ids(d, ids));
                 }
                 Id::from_u64(id)
             }
@@ -225,10 +225,11 @@ impl Subscriber for RingtraceSubscriber {
 }
 
 impl RingtraceSubscriber {
-    /// The OpenTelemetry ids of span `id`, if it has any.
+    /// The OpenTelemetry ids of span `id`, if it has any, for an outgoing
+    /// request (`bridge::otel::inject`).
     #[cfg(feature = "otlp")]
-    pub(crate) fn otel_ids(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
-        self.with_data(id, |d| d.otel).filter(|o| o.is_set())
+    pub(crate) fn otel_inject(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
+        self.with_data(id, bridge::otel::inject).flatten()
     }
 
     /// `enter` of a span sampling kept (or no sampling): out of line, so

@@ -7,9 +7,13 @@
 use super::fields::{push_str, with_scratch, Visitor, Words};
 use super::{SpanData, SpanStore};
 use crate::context::TraceParent;
+use crate::record::callsite::Callsite;
 use crate::record::clock::ticks;
-use crate::record::layout::{self, KIND_OTEL, OTEL_EVENT, OTEL_RECORDS, OTEL_SPAN};
-use crate::record::registry::with_current;
+use crate::record::layout::{
+    self, FLOW_GLOBAL, FLOW_IN, KIND_END, KIND_END_ARGS, KIND_OTEL, OTEL_EVENT, OTEL_RECORDS,
+    OTEL_SPAN,
+};
+use crate::record::registry::{with_current, ThreadRing};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use tracing::field::{Field, Visit};
@@ -27,6 +31,13 @@ pub(crate) struct OtelIds {
     pub(crate) parent: u64,
     /// W3C trace flags (bit 0: sampled).
     pub(crate) flags: u8,
+    /// The parent is remote (a `traceparent` field).
+    pub(crate) remote: bool,
+    /// A root whose trace id its first slice's end has not carried yet
+    /// (an annotation `trace_id` in the file).
+    pub(crate) annotate: bool,
+    /// Whether its crossing flow was bound (`inject`).
+    pub(crate) injected: bool,
 }
 
 impl OtelIds {
@@ -108,6 +119,7 @@ pub(crate) fn new_ids(
             span: random_u64(),
             parent: p.span,
             flags: p.flags,
+            ..OtelIds::default()
         },
         None => {
             let mut find = FindTraceparent::default();
@@ -123,16 +135,97 @@ pub(crate) fn new_ids(
                     span: random_u64(),
                     parent: u64::from_be_bytes(tp.parent_id),
                     flags: tp.flags,
+                    remote: true,
+                    annotate: true,
+                    injected: false,
                 },
                 None => OtelIds {
                     trace: [random_u64(), random_u64()],
                     span: random_u64(),
                     parent: 0,
                     flags: 1,
+                    annotate: true,
+                    ..OtelIds::default()
                 },
             }
         }
     }
+}
+
+/// The id of the flow that joins a client's span `client_span` of trace
+/// `trace` (whose `traceparent` went out) with the span of the service it
+/// called (whose remote parent it is): the same in both processes, so the
+/// files of both, packed, show the crossing. `FLOW_GLOBAL` set: encoders
+/// do not make it process-unique.
+pub(crate) fn crossing_flow(trace: [u64; 2], client_span: u64) -> u64 {
+    let mut z = trace[0] ^ trace[1].rotate_left(17) ^ client_span.rotate_left(41);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z & (FLOW_GLOBAL - 1)) | FLOW_GLOBAL
+}
+
+/// Gives span `data` its ids: a span continuing a remote parent's trace
+/// gets the crossing flow into it (bound to its next slice end).
+pub(crate) fn set_ids(data: &mut SpanData, ids: OtelIds) {
+    data.tracking(|d| {
+        d.otel = ids;
+        if ids.remote {
+            d.flows.push(crossing_flow(ids.trace, ids.parent) | FLOW_IN);
+        }
+    });
+}
+
+/// Span `data`'s ids for an outgoing request: the crossing flow out of it
+/// is bound to its next slice end (once).
+pub(crate) fn inject(data: &mut SpanData) -> Option<OtelIds> {
+    if !data.otel.is_set() {
+        return None;
+    }
+    if !data.otel.injected {
+        data.tracking(|d| {
+            d.otel.injected = true;
+            d.flows.push(crossing_flow(d.otel.trace, d.otel.span));
+        });
+    }
+    Some(data.otel)
+}
+
+/// The annotation of a root's first slice end.
+static TRACE_ID_SITE: Callsite = Callsite::new("otel", "trace_id", "", 0, "", &["trace_id"]);
+
+/// Ends a root's slice at `depth` with its trace id (32 hex digits) as the
+/// annotation `trace_id`.
+pub(super) fn end_with_trace_id(o: &OtelIds, tr: &ThreadRing, depth: u64, ts: u64) {
+    TRACE_ID_SITE.is_enabled(); // registers it: its id
+    let site = TRACE_ID_SITE.id() as u64;
+    let hex = format!("{:016x}{:016x}", o.trace[0], o.trace[1]);
+    let mut words = Vec::with_capacity(5);
+    push_str(&mut words, &hex);
+    if site == 0 {
+        layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
+    } else {
+        let payload = site | depth << 24;
+        layout::write(&tr.ring, KIND_END_ARGS, payload, ts, &words, &());
+    }
+}
+
+/// A root's decision by its remote parent: a root with a valid
+/// `traceparent` field is kept if the caller kept it (sampled flag), and
+/// not if not; other roots as `user` decides (`None`: by the ratio).
+pub(crate) fn parent_based(
+    user: Option<Box<crate::session::Decide>>,
+) -> Box<crate::session::Decide> {
+    Box::new(move |attrs: &Attributes<'_>| {
+        if attrs.metadata().fields().field("traceparent").is_some() {
+            let mut find = FindTraceparent::default();
+            attrs.record(&mut find);
+            if let Some(tp) = find.0 {
+                return Some(tp.sampled());
+            }
+        }
+        user.as_ref().and_then(|d| d(attrs))
+    })
 }
 
 /// The parent of a span or event as `tracing` says: explicit, or the

@@ -172,6 +172,10 @@ impl SpanData {
     }
 
     fn end_pending(&self) -> bool {
+        #[cfg(feature = "otlp")]
+        if self.otel.annotate {
+            return true; // its trace id, on its first slice's end
+        }
         self.dirty != 0 || !self.flows.is_empty()
     }
 
@@ -240,6 +244,11 @@ impl SpanData {
     pub(super) fn end_slice(&mut self, tr: &ThreadRing, depth: u32, ts: u64) {
         self.write_flows(tr, ts);
         let depth = depth.min(MAX_DEPTH) as u64;
+        #[cfg(feature = "otlp")]
+        if self.dirty == 0 && self.otel.annotate {
+            self.otel.annotate = false;
+            return super::otel::end_with_trace_id(&self.otel, tr, depth, ts);
+        }
         if self.dirty == 0 {
             layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
         } else {
