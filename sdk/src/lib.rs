@@ -132,6 +132,7 @@
 //! | `tracing` | on | [`Builder::layer`] and [`Builder::subscriber`]: `tracing` spans and events recorded by ringtrace; the builder's options of `tracing` spans ([`Builder::sample_ratio`], [`Builder::sample_roots`], [`Builder::sample_with`], [`Builder::capture_slow`]) |
 //! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
 //! | `cpu-sampling` | off | [`Builder::cpu_sampling`]: CPU stack samples of every thread (Linux x86_64), unwound and symbolized off the recording threads; brings an ELF reader, an `.eh_frame` unwinder and demangling |
+//! | `otlp` | off | `Builder::otlp`: the spans of kept `tracing` requests sent to an OpenTelemetry collector (OTLP/HTTP, protobuf), and `ringtrace::context` (W3C trace context); implies `tracing`, adds no dependency |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -139,6 +140,7 @@
 
 pub mod archive;
 #[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
 pub mod context;
 mod encode;
 pub mod events;

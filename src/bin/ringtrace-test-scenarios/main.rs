@@ -88,6 +88,7 @@ fn main() {
         "cpu_bad_elf" => cpu::bad_elf(&trace),
         "otlp_server" => otlp::server(&trace, &args[4]),
         "otlp_client" => otlp::client(&trace, &args[4]),
+        "otlp_exit" => otlp::exit(&trace, &args[4]),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

@@ -96,3 +96,20 @@ pub(crate) fn client(trace: &str, port: &str) -> Value {
     let stats = guard.stop().unwrap();
     json!({"sent": sent, "exported": stats.otlp_spans_exported, "dropped": stats.otlp_spans_dropped})
 }
+
+/// Spans recorded, then `std::process::exit` (`how` = `exit`) or a panic
+/// out of `main` (`panic`) without a stop: the exit path finishes the
+/// session, which sends them.
+pub(crate) fn exit(trace: &str, how: &str) -> Value {
+    let guard = init(trace);
+    std::mem::forget(guard);
+    for i in 0..3i64 {
+        let s = info_span!("before_exit", i);
+        let _e = s.enter();
+        info!("inside");
+    }
+    match how {
+        "exit" => std::process::exit(0),
+        _ => panic!("out of main, on purpose"),
+    }
+}
