@@ -263,6 +263,8 @@ fn a_collector_down_at_the_start_drops_and_counts() {
     let (stats, _) = faulty(&format!("http://127.0.0.1:{port}"), || {}, 10);
     assert_eq!(stats.otlp_spans_exported, 0);
     assert_eq!(stats.otlp_spans_dropped, 40);
+    // Per `requests(10)`: 10 `query done`, 5 `request failed`.
+    assert_eq!(stats.otlp_events_dropped, 30, "{stats:?}");
 }
 
 #[test]

@@ -160,7 +160,7 @@ impl Exporter {
                 .sum::<u64>();
         let queued = self.counts.in_flight.load(Ordering::Relaxed);
         if queued + n > self.queue_spans || !REGISTRY.budget.try_take(bytes) {
-            self.counts.dropped(n, n_events);
+            self.counts.dropped(n, n_events + events_in(&spans));
             return;
         }
         self.counts.in_flight.fetch_add(n, Ordering::Relaxed);
@@ -173,9 +173,9 @@ impl Exporter {
             Err(TrySendError::Full(m) | TrySendError::Disconnected(m)) => {
                 REGISTRY.budget.give_back(bytes);
                 self.counts.resolved(n);
-                if let Msg::Spans { events, .. } = m {
-                    let ev = events.iter().map(|(_, e)| e.len() as u64).sum();
-                    self.counts.dropped(n, ev);
+                if let Msg::Spans { spans, events, .. } = m {
+                    let ev = events.iter().map(|(_, e)| e.len() as u64).sum::<u64>();
+                    self.counts.dropped(n, ev + events_in(&spans));
                 }
             }
         }
@@ -212,6 +212,11 @@ impl Exporter {
             self.counts.abandoned.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// The events the spans carry.
+fn events_in(spans: &[Span]) -> u64 {
+    spans.iter().map(|s| s.events.len() as u64).sum()
 }
 
 /// The request headers: content type, encoding, the user's.
@@ -284,9 +289,15 @@ impl Worker {
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
+                    // The output went without a stop (it cannot, but for a
+                    // panic of the flusher): what is held is dropped.
                     let left = self.batch.len() as u64;
-                    self.counts.dropped(left, 0);
+                    let events = events_in(&self.batch) + self.waiting_events as u64;
+                    self.counts.dropped(left, events);
                     self.counts.resolved(left);
+                    REGISTRY
+                        .budget
+                        .give_back(std::mem::take(&mut self.batch_bytes));
                     return;
                 }
             }
@@ -367,7 +378,7 @@ impl Worker {
             Err(what) => {
                 let url = self.config.url.clone();
                 self.counts.warn(&url, &what);
-                self.counts.dropped(count, 0);
+                self.counts.dropped(count, events_in(&spans));
             }
         }
         self.counts.resolved(count);
