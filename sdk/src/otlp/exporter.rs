@@ -146,9 +146,16 @@ impl Exporter {
     /// thread, without waiting: past the queue's bound or the session's
     /// memory budget, or when the thread is behind by 64 passes, they are
     /// dropped and counted.
-    pub(crate) fn send(&self, spans: Vec<Span>, events: Vec<(u64, Vec<SpanEvent>)>) {
+    pub(crate) fn send(&self, mut spans: Vec<Span>, events: Vec<(u64, Vec<SpanEvent>)>) {
         if spans.is_empty() && events.is_empty() {
             return;
+        }
+        // What the queue has room for goes; the rest is dropped.
+        let queued = self.counts.in_flight.load(Ordering::Relaxed);
+        let room = self.queue_spans.saturating_sub(queued) as usize;
+        if spans.len() > room {
+            let over = spans.split_off(room);
+            self.counts.dropped(over.len() as u64, events_in(&over));
         }
         let n = spans.len() as u64;
         let n_events: u64 = events.iter().map(|(_, e)| e.len() as u64).sum();
@@ -158,8 +165,7 @@ impl Exporter {
                 .flat_map(|(_, e)| e.iter())
                 .map(|e| 64 + e.name.len() as u64 + 64 * e.attrs.len() as u64)
                 .sum::<u64>();
-        let queued = self.counts.in_flight.load(Ordering::Relaxed);
-        if queued + n > self.queue_spans || !REGISTRY.budget.try_take(bytes) {
+        if !REGISTRY.budget.try_take(bytes) {
             self.counts.dropped(n, n_events + events_in(&spans));
             return;
         }
@@ -453,5 +459,72 @@ impl Worker {
         self.attempt_seed ^= self.attempt_seed << 17;
         let frac = (self.attempt_seed % 1000) as u32;
         step / 2 + step / 2 * frac / 1000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: u64) -> Span {
+        Span {
+            trace_id: [1; 16],
+            span_id: id,
+            parent: 0,
+            flags: 1,
+            name: "s".into(),
+            scope: "t",
+            kind: proto::KIND_INTERNAL,
+            start: 1,
+            end: 2,
+            attrs: Vec::new(),
+            events: vec![SpanEvent {
+                time: 1,
+                name: "e".into(),
+                attrs: Vec::new(),
+                error: false,
+            }],
+            status: 0,
+            status_message: String::new(),
+        }
+    }
+
+    /// Past the queue's bound a pass's spans are dropped at once, counted
+    /// with their events, without waiting; at the stop the rest, which a
+    /// dead collector never takes, are counted within the deadline.
+    #[test]
+    fn a_full_queue_drops_at_once_and_the_stop_counts_the_rest() {
+        // No session's budget changes meanwhile.
+        let _one = crate::session::tests::serial();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut config = Config::new(format!("http://127.0.0.1:{port}/v1/traces"));
+        config.queue_spans = 10;
+        config.batch_delay = Duration::from_secs(60);
+        config.stop_timeout = Duration::from_secs(2);
+        let counts = Arc::new(Counts::default());
+        let e = Exporter::start(config, Vec::new(), counts.clone());
+        let t = Instant::now();
+        e.send((0..25).map(span).collect(), Vec::new());
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "send does not wait"
+        );
+        let mut stats = Stats::default();
+        counts.add_to(&mut stats);
+        assert_eq!(
+            (stats.otlp_spans_dropped, stats.otlp_events_dropped),
+            (15, 15)
+        );
+        assert_eq!(counts.in_flight.load(Ordering::Relaxed), 10);
+        e.stop(HashMap::new());
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        let mut stats = Stats::default();
+        counts.add_to(&mut stats);
+        assert_eq!(stats.otlp_spans_dropped + stats.otlp_spans_exported, 25);
+        assert_eq!(stats.otlp_spans_exported, 0);
     }
 }
