@@ -65,19 +65,32 @@ pub(crate) fn active() -> bool {
 }
 
 /// 64 random-looking bits, never 0: a bijection (splitmix64's finalizer)
-/// of a process-wide counter offset by a seed taken once from the clock
-/// and the pid, so ids do not repeat within a process and rarely across.
+/// of a per-thread counter (the thread's number above bit 40, so no two
+/// threads count the same values) offset by a seed taken once from the
+/// clock and the pid: ids do not repeat within a process and rarely
+/// across, and a thread makes them without touching a shared line.
 pub(crate) fn random_u64() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static THREADS: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NEXT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
     let seed = *SEED.get_or_init(|| {
         crate::sys::realtime_ns() ^ (crate::sys::pid() as u64).rotate_left(40) ^ ticks()
     });
     loop {
-        let mut z = seed.wrapping_add(
-            NEXT.fetch_add(1, Ordering::Relaxed)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        );
+        let n = NEXT
+            .try_with(|c| {
+                let mut n = c.get();
+                if n == 0 {
+                    n = THREADS.fetch_add(1, Ordering::Relaxed) << 40;
+                }
+                c.set(n + 1);
+                n
+            })
+            // A thread being torn down: a shared count of its own range.
+            .unwrap_or_else(|_| THREADS.fetch_add(1, Ordering::Relaxed) << 40);
+        let mut z = seed.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
@@ -297,8 +310,14 @@ mod tests {
 
     #[test]
     fn random_ids_are_nonzero_and_distinct() {
-        let ids: std::collections::HashSet<u64> = (0..10_000).map(|_| random_u64()).collect();
-        assert_eq!(ids.len(), 10_000);
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..10_000).map(|_| random_u64()).collect::<Vec<_>>()))
+            .collect();
+        let ids: std::collections::HashSet<u64> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 40_000, "distinct across threads");
         assert!(!ids.contains(&0));
     }
 }
