@@ -132,6 +132,18 @@ pub struct Stats {
     /// connection at the time, a send that failed, or the session stopping
     /// first. Said once on stderr. 0 without system tracing.
     pub triggers_dropped: u64,
+    /// Spans the OTLP exporter sent and the collector took (feature `otlp`,
+    /// [`Builder::otlp`](crate::Builder::otlp); 0 without it).
+    pub otlp_spans_exported: u64,
+    /// Spans the OTLP exporter did not deliver: its queue full (a slow or
+    /// dead collector), the session's memory budget used up, a batch given
+    /// up after its retries or refused (a 4xx other than 429), spans the
+    /// collector rejected (partial success), or not sent by the stop's
+    /// deadline. Said once on stderr.
+    pub otlp_spans_dropped: u64,
+    /// Span events the OTLP exporter did not deliver: dropped with their
+    /// spans' batches, or whose span never came (still open at the stop).
+    pub otlp_events_dropped: u64,
 }
 
 /// What the ways in count process-wide, read by a session at its start and

@@ -10,6 +10,7 @@ mod cpu;
 mod env;
 mod faults;
 mod memory;
+mod otlp;
 mod phases;
 mod random;
 use std::collections::BTreeMap;
@@ -85,6 +86,9 @@ fn main() {
         "env_check_tracing" => env::check_tracing(),
         "env_layer" => env::layer(),
         "cpu_bad_elf" => cpu::bad_elf(&trace),
+        "otlp_server" => otlp::server(&trace, &args[4]),
+        "otlp_client" => otlp::client(&trace, &args[4]),
+        "otlp_exit" => otlp::exit(&trace, &args[4]),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

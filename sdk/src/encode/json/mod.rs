@@ -586,7 +586,7 @@ impl JsonEncoder {
 /// Appends a v2 flow binding (`bind_id` and `flow_out` or `flow_in`) for a
 /// FLOW record word; ids are made unique across processes with the pid.
 fn bind_flow(l: &mut Line, flow: u64, pid: i32) {
-    let id = (flow & !crate::record::layout::FLOW_IN) ^ ((pid as u32 as u64) << 40);
+    let id = crate::record::layout::scoped_flow(flow, (pid as u32 as u64) << 40);
     let dir = if flow & crate::record::layout::FLOW_IN != 0 {
         "flow_in"
     } else {

@@ -122,6 +122,9 @@ pub struct Builder {
     /// and the finishers `layer` and `subscriber` are there).
     #[cfg(feature = "tracing")]
     pub(crate) spans: SpanOptions,
+    /// The OTLP exporter's options (`otlp/`: its builder methods are there).
+    #[cfg(feature = "otlp")]
+    pub(crate) otlp: Option<crate::otlp::Config>,
 }
 
 /// The options of `tracing` spans (feature `tracing`: their methods and
@@ -197,6 +200,8 @@ pub fn builder() -> Builder {
         file_mode: super::file::create::DEFAULT_MODE,
         #[cfg(feature = "tracing")]
         spans: Default::default(),
+        #[cfg(feature = "otlp")]
+        otlp: None,
     }
 }
 
