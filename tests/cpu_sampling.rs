@@ -828,3 +828,98 @@ fn a_malformed_elf_mapped_by_the_program_makes_no_panic() {
         .count();
     assert!(named >= 30, "{named} samples name the hot path");
 }
+
+/// The `(start, end)` of the slices named `name` of thread `tid`.
+fn named_slices(model: &Value, tid: i64, name: &str) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = common::thread_slices(model, tid)
+        .into_iter()
+        .filter(|s| s["name"] == name)
+        .map(|s| {
+            let ts = s["ts"].as_u64().unwrap();
+            (ts, ts + s["dur"].as_u64().unwrap())
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Third-party code built as in a release build, without frame pointers
+/// (`cpu_deflate`: flate2 on miniz_oxide into a 96 KiB buffer on the
+/// stack, flate2 making its compressor in a 64 KiB frame, and serde_json):
+/// at least 95% of the samples inside each scope go from the thread's
+/// start through the scenario's functions; in `compress`, most of them on
+/// into miniz_oxide under the big frame; none is counted cut short but a
+/// few.
+fn check_deflate_trace(stacks: &str) {
+    let (trace, expect, stderr) = run(
+        &format!("cpu-deflate-{stacks}"),
+        "t.pftrace",
+        "cpu_deflate",
+        stacks,
+    );
+    assert!(!stderr.contains("CPU sampling off"), "{stderr}");
+    let samples = samples_model(&trace);
+    let model = perfetto_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    let all = samples["samples"].as_array().unwrap();
+    assert_eq!(
+        all.len() as u64,
+        expect["stats"]["cpu_samples"].as_u64().unwrap()
+    );
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    assert!(mine.len() >= 100, "{} samples of the thread", mine.len());
+    for (scope, callee, lib) in [
+        ("compress", "cpu::compress", "miniz_oxide"),
+        ("parse", "cpu::parse", "serde_json"),
+    ] {
+        let slices = named_slices(&model, tid, scope);
+        assert!(!slices.is_empty(), "the thread's {scope} slices");
+        let in_scope: Vec<Vec<String>> = mine
+            .iter()
+            .filter(|s| inside(&slices, s["ts"].as_u64().unwrap()))
+            .map(|s| names(s))
+            .collect();
+        let whole = |s: &Vec<String>| {
+            let at = |f: &str| s.iter().position(|n| n.contains(f));
+            matches!(
+                (at("thread_start"), at("cpu::deflate_thread_body"), at(callee)),
+                (Some(a), Some(b), Some(c)) if a < b && b < c
+            )
+        };
+        let good = in_scope.iter().filter(|s| whole(s)).count();
+        assert!(
+            in_scope.len() >= 20 && good * 100 >= in_scope.len() * 95,
+            "{good} of {} samples inside `{scope}` reach the thread's start; first cut: {:?}",
+            in_scope.len(),
+            in_scope.iter().find(|s| !whole(s))
+        );
+        let in_lib = in_scope
+            .iter()
+            .filter(|s| whole(s) && s.iter().any(|n| n.contains(lib)))
+            .count();
+        assert!(
+            in_lib * 2 >= in_scope.len(),
+            "{in_lib} of {} samples inside `{scope}` reach the thread's start from {lib}",
+            in_scope.len()
+        );
+    }
+    let truncated = expect["stats"]["cpu_stacks_truncated"].as_u64().unwrap();
+    assert!(
+        truncated * 100 <= mine.len() as u64 * 5,
+        "{truncated} stacks cut short of {} samples",
+        mine.len()
+    );
+}
+
+#[test]
+fn third_party_code_under_a_64_kib_frame_unwinds_to_the_threads_start() {
+    check_deflate_trace("copied");
+}
+
+#[test]
+fn auto_unwinds_third_party_code_under_a_64_kib_frame_to_the_threads_start() {
+    check_deflate_trace("auto");
+}

@@ -323,6 +323,8 @@ impl Source {
 pub(crate) struct StackWork {
     pub(crate) modules: Modules,
     unwinder: unwind::StackUnwinder,
+    /// The sampled threads' own stacks, past their copies.
+    pub(crate) live: unwind::LiveStack,
     pcs: Vec<u64>,
     scratch: Vec<u32>,
 }
@@ -332,6 +334,7 @@ impl StackWork {
         StackWork {
             modules: Modules::default(),
             unwinder: unwind::StackUnwinder::new(),
+            live: unwind::LiveStack::default(),
             pcs: Vec::new(),
             scratch: Vec::new(),
         }
@@ -340,7 +343,7 @@ impl StackWork {
     /// The frames of a copied stack, innermost first (the cost replay).
     #[cfg(test)]
     pub(crate) fn unwind_pcs(&mut self, regs: [u64; 3], stack: &[u8], out: &mut Vec<u64>) {
-        self.unwinder.unwind(&self.modules, regs, stack, out);
+        self.unwinder.unwind(&self.modules, regs, stack, None, out);
     }
 
     /// The call stack of a kernel call chain (`chain`), or of a copied
@@ -354,24 +357,30 @@ impl StackWork {
         regs: Option<[u64; 3]>,
         stack: &[u8],
     ) -> (u32, bool) {
-        let ok = self.unwind(chain, regs, stack);
+        let ok = self.unwind(None, chain, regs, stack);
         (self.interned(tables), ok)
     }
 
     /// The frames of a kernel call chain (`chain`) or of a copied stack
-    /// (`regs`, unwound here), kept for `interned`; false if the unwinding
-    /// stopped early.
+    /// (`regs`, unwound here; with `tid`, the sampled thread of this
+    /// process, past the copy from its own stack), kept for `interned`;
+    /// false if the unwinding stopped early.
     pub(crate) fn unwind(
         &mut self,
+        tid: Option<i32>,
         chain: Chain<'_>,
         regs: Option<[u64; 3]>,
         stack: &[u8],
     ) -> bool {
         self.pcs.clear();
         match regs {
-            Some(regs) => self
-                .unwinder
-                .unwind(&self.modules, regs, stack, &mut self.pcs),
+            Some(regs) => self.unwinder.unwind(
+                &self.modules,
+                regs,
+                stack,
+                tid.map(|t| (t, &mut self.live)),
+                &mut self.pcs,
+            ),
             None => {
                 self.pcs.extend(chain.pcs());
                 true
@@ -552,6 +561,7 @@ impl Sampler {
             let mut sink = std::mem::take(&mut self.batch);
             self.drain_one(&mut w.source, &mut sink);
             self.publish(sink);
+            self.work.live.forget(tid);
             // `w` drops here: its memory goes back to the budget.
         }
     }
@@ -701,7 +711,7 @@ impl Sampler {
         let mut add = |tid, ts_ns, cpu, chain: Chain<'_>, regs: Option<[u64; 3]>, stack: &[u8]| {
             // Unwound outside the tables' lock, which the flusher holds
             // while it encodes.
-            let complete = work.unwind(chain, regs, stack);
+            let complete = work.unwind(Some(tid), chain, regs, stack);
             let callstack = work.interned(&mut tables.lock());
             truncated += !complete as u64;
             sink.push(Sample {

@@ -582,3 +582,128 @@ pub fn bad_elf(trace: &str) -> Value {
     let stats = guard.stop().unwrap();
     json!({"tid": tid, "sum": sum, "elf": path, "stats": stats_json(&stats)})
 }
+
+/// A JSON document of `n` records, as a service would send.
+fn json_document(n: usize) -> Vec<u8> {
+    let records: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({
+                "id": i,
+                "name": format!("user-{}", i * 7919 % 10_007),
+                "email": format!("user{}@example.com", i * 31 % 977),
+                "score": (i as f64) * 1.25,
+                "tags": ["alpha", "beta", if i % 3 == 0 { "gamma" } else { "delta" }],
+                "active": i % 2 == 0,
+            })
+        })
+        .collect();
+    serde_json::to_vec(&records).unwrap()
+}
+
+/// Not instrumented: compresses `data` with flate2's default backend
+/// (miniz_oxide), at the default level, into a 96 KiB buffer on the stack
+/// (so the compressor runs under a frame of over 64 KiB, and flate2 makes
+/// it in a function whose own frame is 64 KiB).
+#[inline(never)]
+fn compress(data: &[u8]) -> usize {
+    let mut out = [0u8; 96 << 10];
+    let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut total = 0;
+    loop {
+        let before = c.total_out();
+        let input = &data[c.total_in() as usize..];
+        let status = c
+            .compress(input, &mut out, flate2::FlushCompress::Finish)
+            .unwrap();
+        total += (c.total_out() - before) as usize + black_box(&out)[0] as usize;
+        if status == flate2::Status::StreamEnd {
+            return total;
+        }
+    }
+}
+
+/// Not instrumented: parses `data` with serde_json.
+#[inline(never)]
+fn parse(data: &[u8]) -> usize {
+    serde_json::from_slice::<Value>(data)
+        .unwrap()
+        .as_array()
+        .map_or(0, |a| a.len())
+}
+
+/// The thread's body: scopes `compress` around deflating a JSON document
+/// and `parse` around parsing it, until `cpu` of its CPU time is used.
+#[inline(never)]
+fn deflate_thread_body(cpu: Duration) -> (usize, u64) {
+    let doc = json_document(2_000);
+    let start = thread_cpu();
+    let mut sum = 0;
+    let mut rounds = 0;
+    while thread_cpu() - start < cpu {
+        rounds += 1;
+        {
+            ringtrace::trace_scope!("compress");
+            sum += compress(black_box(&doc));
+        }
+        {
+            ringtrace::trace_scope!("parse");
+            sum += parse(black_box(&doc));
+        }
+    }
+    (sum, rounds)
+}
+
+/// CPU nanoseconds of this process's thread named `name` (its first 15
+/// bytes), from its `schedstat`.
+fn named_thread_cpu_ns(name: &str) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for e in dir.flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if name.starts_with(comm.trim()) && !comm.trim().is_empty() {
+            let s = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+            return s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// Third-party code sampled: a thread ("deflate") compresses with flate2
+/// (miniz_oxide) and parses with serde_json for 600 ms of CPU time (or
+/// `RINGTRACE_TEST_CPU_MS`), in `compress` and `parse` scopes, sampled at
+/// 1 kHz with `stacks` ("auto", "copied"; "off": not sampled). The
+/// expectation: the thread's tid, its rounds per CPU-second, the sampler
+/// thread's CPU time and the stats.
+pub fn deflate(trace: &str, stacks: &str) -> Value {
+    let hz = if stacks == "off" { 0 } else { 1000 };
+    let stacks = match stacks {
+        "copied" => ringtrace::CpuStacks::CopiedStacks,
+        _ => ringtrace::CpuStacks::Auto,
+    };
+    let ms = std::env::var("RINGTRACE_TEST_CPU_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(hz)
+        .cpu_sampling_stacks(stacks)
+        .start()
+        .unwrap();
+    let sampler_before = named_thread_cpu_ns("ringtrace-sampler");
+    let (tid, (sum, rounds)) = std::thread::Builder::new()
+        .name("deflate".into())
+        .spawn(move || (super::tid(), deflate_thread_body(Duration::from_millis(ms))))
+        .unwrap()
+        .join()
+        .unwrap();
+    let sampler_ns = named_thread_cpu_ns("ringtrace-sampler") - sampler_before;
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "sum": sum, "rounds_per_cpu_s": rounds as f64 * 1000.0 / ms as f64,
+           "sampler_cpu_ns": sampler_ns, "stats": stats_json(&stats)})
+}
