@@ -923,3 +923,82 @@ fn third_party_code_under_a_64_kib_frame_unwinds_to_the_threads_start() {
 fn auto_unwinds_third_party_code_under_a_64_kib_frame_to_the_threads_start() {
     check_deflate_trace("auto");
 }
+
+/// Runs `cpu_replaced` in `mode` (killed after 120 s: a sampler stuck on
+/// a file at a mapped path would keep `stop` waiting) and checks that the
+/// samples in each copy of zlib name its `crc32`.
+fn check_replaced(mode: &str) {
+    let dir = scratch(&format!("cpu-replaced-{mode}"));
+    let trace = dir.join("t.pftrace");
+    let expect = trace.with_extension("expect.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args([
+            "cpu_replaced",
+            trace.to_str().unwrap(),
+            expect.to_str().unwrap(),
+            mode,
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let since = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if since.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("cpu_replaced {mode} hung (the session's stop never returned)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "cpu_replaced {mode} failed: {stderr}");
+    let expect: Value = serde_json::from_slice(&std::fs::read(&expect).unwrap()).unwrap();
+    let samples = samples_model(&trace);
+    perfetto_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    for path in expect["paths"].as_array().unwrap() {
+        let path = path.as_str().unwrap();
+        let in_copy: Vec<Vec<String>> = samples["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["tid"].as_i64() == Some(tid))
+            .filter(|s| {
+                let frames = s["frames"].as_array().unwrap();
+                frames
+                    .last()
+                    .is_some_and(|f| f["mapping"].as_str() == Some(path))
+            })
+            .map(names)
+            .collect();
+        let named = in_copy
+            .iter()
+            .filter(|s| s.last().is_some_and(|n| n.starts_with("crc32")))
+            .count();
+        assert!(
+            in_copy.len() >= 20 && named * 100 >= in_copy.len() * 90,
+            "{named} of {} samples in {path} name its crc32; first: {:?}",
+            in_copy.len(),
+            in_copy.first()
+        );
+    }
+}
+
+/// A library replaced on disk after it was mapped (`(deleted)` in the
+/// maps) keeps the names of the file mapped, not the new one's; a path
+/// with a space is read whole.
+#[test]
+fn a_library_replaced_on_disk_keeps_its_names() {
+    check_replaced("replaced");
+}
+
+/// A FIFO put at a mapped library's path: the sampler does not wait on
+/// it (the session stops), and the library's names are those mapped.
+#[test]
+fn a_fifo_at_a_mapped_path_does_not_hang_the_stop() {
+    check_replaced("fifo");
+}

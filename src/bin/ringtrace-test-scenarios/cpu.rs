@@ -707,3 +707,96 @@ pub fn deflate(trace: &str, stacks: &str) -> Value {
     json!({"tid": tid, "sum": sum, "rounds_per_cpu_s": rounds as f64 * 1000.0 / ms as f64,
            "sampler_cpu_ns": sampler_ns, "stats": stats_json(&stats)})
 }
+
+/// The system's zlib (a library with a CPU-bound exported function,
+/// `crc32`), wherever the distribution keeps it.
+fn system_zlib() -> std::path::PathBuf {
+    [
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib64/libz.so.1",
+        "/lib64/libz.so.1",
+        "/usr/lib/libz.so.1",
+    ]
+    .iter()
+    .map(std::path::PathBuf::from)
+    .find(|p| p.exists())
+    .expect("the cpu_replaced scenario needs the system's zlib (libz.so.1)")
+}
+
+/// `crc32` of the library at `path`, loaded with `dlopen` (a copy of its
+/// own: the path is not the system's).
+fn load_crc32(path: &std::path::Path) -> extern "C" fn(u64, *const u8, u32) -> u64 {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: dlopen and dlsym with valid NUL-terminated strings; the
+    // handle is never closed, so the function stays mapped.
+    unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "dlopen {}", path.display());
+        let f = libc::dlsym(h, c"crc32".as_ptr());
+        assert!(!f.is_null(), "crc32 in {}", path.display());
+        // SAFETY: zlib's `uLong crc32(uLong crc, const Bytef *buf, uInt len)`.
+        std::mem::transmute::<*mut libc::c_void, extern "C" fn(u64, *const u8, u32) -> u64>(f)
+    }
+}
+
+/// Libraries mapped, then changed on disk before the sampler reads them,
+/// their code sampled: `mode` "replaced": two copies of zlib loaded from
+/// `<dir>/libz copy.so` (a space in its path) and `<dir>/libz-replaced.so`,
+/// the second then replaced on disk by another library (renamed over it:
+/// `(deleted)` in the maps); "fifo": a copy loaded from `<dir>/fifo.so`,
+/// then a FIFO put at its path. A thread runs each copy's `crc32` for
+/// 300 ms of CPU time, copied stacks at 1 kHz. The expectation: the
+/// thread's tid, the copies' paths, the stats.
+pub fn replaced(trace: &str, mode: &str) -> Value {
+    let dir = std::path::Path::new(trace).parent().unwrap();
+    let zlib = system_zlib();
+    let paths: Vec<std::path::PathBuf> = match mode {
+        "fifo" => vec![dir.join("fifo.so")],
+        _ => vec![dir.join("libz copy.so"), dir.join("libz-replaced.so")],
+    };
+    let fns: Vec<_> = paths
+        .iter()
+        .map(|p| {
+            std::fs::copy(&zlib, p).unwrap();
+            load_crc32(p)
+        })
+        .collect();
+    if mode == "fifo" {
+        std::fs::remove_file(&paths[0]).unwrap();
+        let c = std::ffi::CString::new(paths[0].to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    } else {
+        // Another library (its own symbols at other addresses) renamed
+        // over the loaded one, as a package update does.
+        let other = dir.join("other.so");
+        std::fs::copy(std::env::current_exe().unwrap(), &other).unwrap();
+        std::fs::rename(&other, &paths[1]).unwrap();
+    }
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
+        .start()
+        .unwrap();
+    let (tid, sum) = std::thread::Builder::new()
+        .name("crc".into())
+        .spawn(move || {
+            let data = vec![7u8; 64 << 10];
+            let start = thread_cpu();
+            let mut sum = 0u64;
+            while thread_cpu() - start < Duration::from_millis(300) * fns.len() as u32 {
+                for f in &fns {
+                    sum = sum.wrapping_add(f(0, black_box(data.as_ptr()), data.len() as u32));
+                }
+            }
+            (super::tid(), sum)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    let paths: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+    json!({"tid": tid, "sum": sum, "paths": paths, "stats": stats_json(&stats)})
+}

@@ -74,6 +74,7 @@ fn main() {
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
         "cpu_hot" => cpu::hot(&trace, &args[4]),
         "cpu_deflate" => cpu::deflate(&trace, &args[4]),
+        "cpu_replaced" => cpu::replaced(&trace, &args[4]),
         "cpu_refused" => cpu::refused(&trace),
         "cpu_threads" => cpu::threads(&trace),
         "cpu_from_env" => cpu::from_env(),
