@@ -1002,3 +1002,33 @@ fn a_library_replaced_on_disk_keeps_its_names() {
 fn a_fifo_at_a_mapped_path_does_not_hang_the_stop() {
     check_replaced("fifo");
 }
+
+/// A rate above `kernel.perf_event_max_sample_rate`: sampled with perf at
+/// the limit (not the timer fallback at the tick's rate), said once on
+/// stderr, the rate in the stats.
+#[test]
+fn a_rate_above_the_kernels_limit_samples_at_the_limit_said_once() {
+    let (trace, expect, stderr) = run("cpu-over-max", "t.pftrace", "cpu_over_max_rate", "");
+    let max = expect["max"].as_u64().unwrap();
+    assert_eq!(
+        stderr.matches("ringtrace:").count(),
+        1,
+        "one message: {stderr}"
+    );
+    assert!(
+        stderr.contains("perf_event_max_sample_rate") && stderr.contains(&format!("{max} Hz")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("timers"), "{stderr}");
+    let stats = &expect["stats"];
+    assert_eq!(stats["cpu_sampling_hz"], max, "{stats}");
+    // 100 ms of CPU: the timer fallback's 250 Hz would give about 25.
+    let taken =
+        stats["cpu_samples"].as_u64().unwrap() + stats["cpu_samples_lost"].as_u64().unwrap();
+    assert!(taken >= 200.min(max / 10), "{stats}");
+    let samples = samples_model(&trace);
+    assert_eq!(
+        samples["samples"].as_array().unwrap().len() as u64,
+        stats["cpu_samples"].as_u64().unwrap()
+    );
+}

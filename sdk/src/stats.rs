@@ -68,6 +68,13 @@ pub struct Stats {
     pub cpu_threads_sampled: u64,
     /// Threads that could not be sampled (memory budget, perf refused).
     pub cpu_threads_unsampled: u64,
+    /// The rate CPU samples were asked of the kernel at, per CPU-second of
+    /// each thread: [`Builder::cpu_sampling`](crate::Builder::cpu_sampling)'s,
+    /// or the kernel's limit (`kernel.perf_event_max_sample_rate`) where
+    /// that was asked above it (said once on stderr). 0 with sampling off
+    /// or not possible. The timer fallback's rate is also bounded by the
+    /// kernel's tick.
+    pub cpu_sampling_hz: u32,
     /// Root spans kept by whole-request sampling
     /// ([`Builder::sample_ratio`](crate::Builder::sample_ratio)),
     /// with everything under them; 0 without sampling.

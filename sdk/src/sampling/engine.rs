@@ -9,7 +9,7 @@ use super::{perf, timer, unwind, CpuStacks, Totals};
 use crate::record::registry::REGISTRY;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -137,6 +137,8 @@ struct Counters {
     truncated: AtomicU64,
     threads: AtomicU64,
     threads_unsampled: AtomicU64,
+    /// The rate sampled at (the one asked, or the kernel's limit).
+    hz: AtomicU32,
 }
 
 struct Shared {
@@ -280,7 +282,18 @@ pub(crate) fn end() -> Totals {
         truncated: c.truncated.load(Ordering::Relaxed),
         threads: c.threads.load(Ordering::Relaxed),
         threads_unsampled: c.threads_unsampled.load(Ordering::Relaxed),
+        hz: c.hz.load(Ordering::Relaxed),
     }
+}
+
+/// `kernel.perf_event_max_sample_rate`: the most samples per second the
+/// kernel allows an event (None: not readable).
+fn max_sample_rate() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A thread that exited before its event could be opened.
@@ -460,6 +473,18 @@ impl Sampler {
             StackSource::Callchain => 8,
             StackSource::Copy(_) => 128,
         };
+        // Above the kernel's limit `perf_event_open` refuses the rate
+        // (EINVAL), which would send every thread to the timers: the
+        // limit instead, said once.
+        if let Some(max) = max_sample_rate().filter(|&m| m > 0 && self.hz > m) {
+            eprintln!(
+                "ringtrace: CPU sampling: {} Hz asked is above the kernel's limit \
+                 (kernel.perf_event_max_sample_rate = {max}); sampling at {max} Hz",
+                self.hz
+            );
+            self.hz = max;
+        }
+        self.shared.counters.hz.store(self.hz, Ordering::Relaxed);
         // One probe decides whether perf sampling is possible at all;
         // where it is not, CPU-time timers (copied stacks only).
         if let Err(e) = PerfEvent::open(self.my_tid, self.hz, source, 1) {

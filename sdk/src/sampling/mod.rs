@@ -92,6 +92,7 @@ pub(crate) struct Totals {
     pub(crate) truncated: u64,
     pub(crate) threads: u64,
     pub(crate) threads_unsampled: u64,
+    pub(crate) hz: u32,
 }
 
 /// Starts sampling (the session's start, once its flusher runs). In
@@ -168,7 +169,10 @@ impl crate::Builder {
     /// packets, a "callstacks" track per thread and flame graphs in the UI.
     /// JSON output: the object form's `stackFrames` and `samples` (a JSON
     /// trace with sampling on is written in the object form). The kernel's
-    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. With
+    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`: asked
+    /// above it, the sampler samples at the limit, says so once on stderr,
+    /// and reports the rate in
+    /// [`Stats::cpu_sampling_hz`](crate::Stats::cpu_sampling_hz). With
     /// [`system_tracing`](crate::Builder::system_tracing) the samples also
     /// go to each of Perfetto's tracing sessions (on a sequence of their
     /// own, interned per session). In flight-recorder mode

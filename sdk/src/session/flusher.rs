@@ -625,6 +625,7 @@ impl Flusher {
         stats.cpu_stacks_truncated = cpu.truncated;
         stats.cpu_threads_sampled = cpu.threads;
         stats.cpu_threads_unsampled = cpu.threads_unsampled;
+        stats.cpu_sampling_hz = cpu.hz;
         let stats = *stats;
         drop(self.outputs);
         REGISTRY.budget.give_back(self.recorder_bytes);

@@ -800,3 +800,30 @@ pub fn replaced(trace: &str, mode: &str) -> Value {
     let paths: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
     json!({"tid": tid, "sum": sum, "paths": paths, "stats": stats_json(&stats)})
 }
+
+/// A rate above the kernel's limit (`kernel.perf_event_max_sample_rate`
+/// plus one), frame-pointer stacks, a hot thread for 100 ms of CPU time.
+/// The expectation: the limit, the tid, the stats.
+pub fn over_max_rate(trace: &str) -> Value {
+    let max: u32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(max.saturating_add(1))
+        .cpu_sampling_stacks(ringtrace::CpuStacks::FramePointers)
+        .start()
+        .unwrap();
+    let (tid, sum) = std::thread::Builder::new()
+        .name("hot".into())
+        .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(100))))
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    let mut s = stats_json(&stats);
+    s["cpu_sampling_hz"] = json!(stats.cpu_sampling_hz);
+    json!({"max": max, "tid": tid, "sum": sum, "stats": s})
+}
