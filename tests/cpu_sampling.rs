@@ -1032,3 +1032,31 @@ fn a_rate_above_the_kernels_limit_samples_at_the_limit_said_once() {
         stats["cpu_samples"].as_u64().unwrap()
     );
 }
+
+/// With few open files allowed (64) and 60 threads: the sampler's events
+/// take at most half, said once, the threads beyond unsampled; the
+/// program can still open files.
+#[test]
+fn the_sampler_leaves_the_program_half_its_open_files() {
+    let (trace, expect, stderr) = run("cpu-fd-limit", "t.pftrace", "cpu_fd_limit", "");
+    assert_eq!(expect["opened"], 16, "{expect} {stderr}");
+    assert_eq!(
+        stderr.matches("RLIMIT_NOFILE").count(),
+        1,
+        "said once: {stderr}"
+    );
+    let stats = &expect["stats"];
+    assert!(
+        stats["cpu_threads_sampled"].as_u64().unwrap() <= 32,
+        "{stats}"
+    );
+    assert!(
+        stats["cpu_threads_unsampled"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    let samples = samples_model(&trace);
+    assert_eq!(
+        samples["samples"].as_array().unwrap().len() as u64,
+        stats["cpu_samples"].as_u64().unwrap()
+    );
+}

@@ -61,6 +61,17 @@ pub struct Stats {
     /// older than the oldest record it held, or beyond its samples' memory.
     /// Not losses, as the records it forgets.
     pub cpu_samples_aged_out: u64,
+    /// Of [`cpu_samples_lost`](Self::cpu_samples_lost), samples dropped
+    /// because their stacks needed new entries (mappings, names, frames,
+    /// call stacks) in tables whose memory was spent: the memory budget
+    /// ([`buffer_bytes`](crate::Builder::buffer_bytes)), or the tables'
+    /// cap of 16 MiB. Samples of stacks seen before are still kept.
+    pub cpu_samples_no_memory: u64,
+    /// Files mapped executable (the program, its libraries) left unread
+    /// because the symbols and unwind tables read from the others reached
+    /// their cap of 128 MiB: their frames have no names, and stacks are
+    /// unwound through them by frame pointers only.
+    pub cpu_files_no_memory: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
     pub cpu_stacks_truncated: u64,

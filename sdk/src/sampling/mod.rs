@@ -14,11 +14,14 @@
 //! flusher takes the samples each pass and hands them to its encoder; a
 //! thread that exits keeps its samples.
 //!
-//! Bounded: each thread's kernel ring is taken from the session's memory
-//! budget and kept within the locked-memory limit (smaller rings once it is
-//! reached, said once); samples waiting for the flusher are capped. Losses
-//! are counted in [`Stats`](crate::Stats): records the kernel dropped,
-//! samples over the cap, stacks whose unwinding stopped early.
+//! Bounded: each thread's kernel ring and the interning tables are taken
+//! from the session's memory budget (the tables also capped), rings kept
+//! within the locked-memory limit (smaller rings once it is reached, said
+//! once); the files' symbols are capped, perf fds kept to half the limit of
+//! open files; samples waiting for the flusher are capped. Losses are
+//! counted in [`Stats`](crate::Stats): records the kernel dropped, samples
+//! over the cap or past the tables' memory, stacks whose unwinding stopped
+//! early.
 //!
 //! Where `perf_event_open` is refused, a CPU-time timer per thread whose
 //! signal handler copies registers and stack into buffers made beforehand
@@ -71,7 +74,8 @@ pub enum CpuStacks {
     /// `RUSTFLAGS="-C force-frame-pointers=yes"` keeps them.
     FramePointers,
     /// The kernel copies the top 8 KiB of the user stack and the
-    /// registers; the sampler thread unwinds them from `.eh_frame`. Whole
+    /// registers; the sampler thread unwinds them from `.eh_frame`, reading
+    /// what it needs past the copy from the thread's own stack. Whole
     /// stacks without frame pointers, at a few microseconds per sample.
     CopiedStacks,
 }
@@ -93,6 +97,8 @@ pub(crate) struct Totals {
     pub(crate) threads: u64,
     pub(crate) threads_unsampled: u64,
     pub(crate) hz: u32,
+    pub(crate) no_memory: u64,
+    pub(crate) files_no_memory: u64,
 }
 
 /// Starts sampling (the session's start, once its flusher runs). In

@@ -143,6 +143,20 @@ impl ElfFile {
         })
     }
 
+    /// The heap it holds: symbols (their names copied out of the file),
+    /// unwind sections, build id.
+    fn heap_bytes(&self) -> u64 {
+        let names: u64 = self.symbols.iter().map(|s| s.2.len() as u64).sum();
+        let section = |s: &Option<(std::ops::Range<u64>, Arc<[u8]>)>| {
+            s.as_ref().map_or(0, |(_, d)| d.len() as u64 + 16)
+        };
+        self.symbols.capacity() as u64 * std::mem::size_of::<(u64, u64, Box<str>)>() as u64
+            + names
+            + section(&self.unwind.eh_frame)
+            + section(&self.unwind.eh_frame_hdr)
+            + self.build_id.len() as u64
+    }
+
     /// The function containing ELF address `svma`, mangled.
     fn symbol(&self, svma: u64) -> Option<&str> {
         let i = self
@@ -329,7 +343,18 @@ pub(crate) struct Modules {
     last_scan: Option<std::time::Instant>,
     /// Bumped whenever `maps` changes (the unwinder re-reads them).
     pub(crate) generation: u64,
+    /// Files past `FILES_CAP` (left unread).
+    pub(crate) files_no_memory: u64,
+    /// Heap held by the files read (`ElfFile::heap_bytes`).
+    files_bytes: u64,
 }
+
+/// Most heap the mapped files' symbols and unwind sections hold (copied
+/// out of the files); a file past it is left unread (its frames have no
+/// names), counted in `Stats::cpu_files_no_memory`. Kept out of the
+/// memory budget: without them samples have no use, and one large binary's
+/// take a budget's worth (an 18 MB binary's, about 5 MB).
+pub(crate) const FILES_CAP: u64 = 128 << 20;
 
 impl Modules {
     /// Reads `/proc/self/maps` and every new file's ELF.
@@ -352,10 +377,21 @@ impl Modules {
             }
             // By the file mapped (device and inode), not its path: a path
             // may name another file since.
+            let (no_memory, held) = (&mut self.files_no_memory, &mut self.files_bytes);
             let file = self
                 .files
                 .entry((line.dev, line.inode))
-                .or_insert_with(|| ElfFile::read_mapped(&line).map(Arc::new))
+                .or_insert_with(|| {
+                    // What is kept of the files is capped.
+                    let f = ElfFile::read_mapped(&line)?;
+                    let bytes = f.heap_bytes();
+                    if *held + bytes > FILES_CAP {
+                        *no_memory += 1;
+                        return None;
+                    }
+                    *held += bytes;
+                    Some(Arc::new(f))
+                })
                 .clone();
             maps.push(Mapping {
                 start: line.start,

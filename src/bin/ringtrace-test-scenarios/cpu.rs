@@ -213,6 +213,9 @@ fn stats_json(s: &ringtrace::Stats) -> Value {
         "cpu_stacks_truncated": s.cpu_stacks_truncated,
         "cpu_threads_sampled": s.cpu_threads_sampled,
         "cpu_threads_unsampled": s.cpu_threads_unsampled,
+        "cpu_samples_no_memory": s.cpu_samples_no_memory,
+        "cpu_files_no_memory": s.cpu_files_no_memory,
+        "buffer_bytes_peak": s.buffer_bytes_peak,
     })
 }
 
@@ -826,4 +829,48 @@ pub fn over_max_rate(trace: &str) -> Value {
     let mut s = stats_json(&stats);
     s["cpu_sampling_hz"] = json!(stats.cpu_sampling_hz);
     json!({"max": max, "tid": tid, "sum": sum, "stats": s})
+}
+
+/// `RLIMIT_NOFILE` set to 64 open files, then 60 threads alive at once,
+/// sampled with frame pointers: while they live (the sampler looks at the
+/// thread list every 100 ms; 600 ms leave a loaded machine room) the
+/// program opens 16 files. The expectation: how many opened,
+/// the stats.
+pub fn fd_limit(trace: &str) -> Value {
+    let lim = libc::rlimit {
+        rlim_cur: 64,
+        rlim_max: 64,
+    };
+    // SAFETY: setrlimit with a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::FramePointers)
+        .start()
+        .unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = (0..60)
+        .map(|_| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                hot_thread_body(Duration::from_millis(5));
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(600));
+    let files: Vec<_> = (0..16)
+        .filter_map(|_| std::fs::File::open("/dev/null").ok())
+        .collect();
+    let opened = files.len();
+    drop(files);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let stats = guard.stop().unwrap();
+    json!({"opened": opened, "stats": stats_json(&stats)})
 }

@@ -76,6 +76,7 @@ fn main() {
         "cpu_deflate" => cpu::deflate(&trace, &args[4]),
         "cpu_replaced" => cpu::replaced(&trace, &args[4]),
         "cpu_over_max_rate" => cpu::over_max_rate(&trace),
+        "cpu_fd_limit" => cpu::fd_limit(&trace),
         "cpu_refused" => cpu::refused(&trace),
         "cpu_threads" => cpu::threads(&trace),
         "cpu_from_env" => cpu::from_env(),
