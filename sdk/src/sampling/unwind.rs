@@ -41,9 +41,6 @@ pub(crate) struct LiveStack {
     buf: Vec<u8>,
     /// The addresses `buf` holds.
     at: Range<u64>,
-    /// Totals: samples that needed a read, bytes read (the cost).
-    pub(crate) samples: u64,
-    pub(crate) bytes: u64,
 }
 
 impl LiveStack {
@@ -93,11 +90,7 @@ impl LiveStack {
             let len = (to - from) as usize;
             self.buf.resize(len, 0);
             let got = read_own_memory(from, &mut self.buf)?;
-            if *read_so_far == 0 {
-                self.samples += 1;
-            }
             *read_so_far += got as u64;
-            self.bytes += got as u64;
             self.at = from..from + got as u64;
             if last > self.at.end {
                 return None;
@@ -254,5 +247,49 @@ impl StackUnwinder {
                 Err(_) => return false,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_private_anonymous_or_stack_mapping_bounds_a_stack() {
+        let maps = "\
+1000-2000 r-xp 00000000 fd:01 12 /bin/x
+3000-5000 rw-p 00000000 00:00 0 
+6000-7000 rw-s 00000000 00:01 5 /dev/zero (deleted)
+8000-9000 rw-p 00000000 00:00 0                          [stack]
+a000-b000 rw-p 00000000 fd:01 13 /tmp/data
+c000-d000 ---p 00000000 00:00 0 
+";
+        assert_eq!(stack_mapping(maps, 0x3800), Some(0x3000..0x5000));
+        assert_eq!(stack_mapping(maps, 0x8000), Some(0x8000..0x9000));
+        for sp in [0x1800, 0x6800, 0xa800, 0xc800, 0x5000, 0xffff_ffff] {
+            assert_eq!(stack_mapping(maps, sp), None, "{sp:#x}");
+        }
+        assert_eq!(stack_mapping("garbage\n1-2\nzz-1 rw-p", 1), None);
+    }
+
+    #[test]
+    fn a_threads_own_stack_is_read_past_a_copy_within_its_mapping() {
+        let words = [0x1111u64, 0x2222, 0x3333, 0x4444];
+        let sp = words.as_ptr() as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let within = stack_mapping(&maps, sp).expect("this thread's stack");
+        let mut live = LiveStack::default();
+        live.begin();
+        let mut so_far = 0;
+        // Past a copy of one word: the second word, read from the stack.
+        let from = (sp + 8).max(within.start)..within.end;
+        assert_eq!(live.read(sp + 8, &from, &mut so_far), Some(0x2222));
+        assert_eq!(live.read(sp + 24, &from, &mut so_far), Some(0x4444));
+        assert!(so_far > 0 && so_far <= LIVE_CHUNK);
+        // Below the copy's end, or past the mapping: nothing.
+        assert_eq!(live.read(sp, &from, &mut so_far), None);
+        assert_eq!(live.read(within.end - 4, &from, &mut so_far), None);
+        assert_eq!(live.read(u64::MAX - 3, &from, &mut so_far), None);
+        std::hint::black_box(&words);
     }
 }
