@@ -834,8 +834,8 @@ pub fn over_max_rate(trace: &str) -> Value {
 /// `RLIMIT_NOFILE` set to 64 open files, then 60 threads alive at once,
 /// sampled with frame pointers: while they live (the sampler looks at the
 /// thread list every 100 ms; 600 ms leave a loaded machine room) the
-/// program opens 16 files. The expectation: how many opened,
-/// the stats.
+/// program opens 16 files. The expectation: how many opened, the perf
+/// fds open then, the stats.
 pub fn fd_limit(trace: &str) -> Value {
     let lim = libc::rlimit {
         rlim_cur: 64,
@@ -862,6 +862,13 @@ pub fn fd_limit(trace: &str) -> Value {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(600));
+    let perf_fds = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event"))
+        })
+        .count();
     let files: Vec<_> = (0..16)
         .filter_map(|_| std::fs::File::open("/dev/null").ok())
         .collect();
@@ -872,5 +879,5 @@ pub fn fd_limit(trace: &str) -> Value {
         t.join().unwrap();
     }
     let stats = guard.stop().unwrap();
-    json!({"opened": opened, "stats": stats_json(&stats)})
+    json!({"opened": opened, "perf_fds": perf_fds, "stats": stats_json(&stats)})
 }
