@@ -61,6 +61,17 @@ pub struct Stats {
     /// older than the oldest record it held, or beyond its samples' memory.
     /// Not losses, as the records it forgets.
     pub cpu_samples_aged_out: u64,
+    /// Of [`cpu_samples_lost`](Self::cpu_samples_lost), samples dropped
+    /// because their stacks needed new entries (mappings, names, frames,
+    /// call stacks) in tables whose memory was spent: the memory budget
+    /// ([`buffer_bytes`](crate::Builder::buffer_bytes)), or the tables'
+    /// cap of 16 MiB. Samples of stacks seen before are still kept.
+    pub cpu_samples_no_memory: u64,
+    /// Files mapped executable (the program, its libraries) left unread
+    /// because the symbols and unwind tables read from the others reached
+    /// their cap of 128 MiB: their frames have no names, and stacks are
+    /// unwound through them by frame pointers only.
+    pub cpu_files_no_memory: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
     pub cpu_stacks_truncated: u64,
@@ -68,6 +79,13 @@ pub struct Stats {
     pub cpu_threads_sampled: u64,
     /// Threads that could not be sampled (memory budget, perf refused).
     pub cpu_threads_unsampled: u64,
+    /// The rate CPU samples were asked of the kernel at, per CPU-second of
+    /// each thread: [`Builder::cpu_sampling`](crate::Builder::cpu_sampling)'s,
+    /// or the kernel's limit (`kernel.perf_event_max_sample_rate`) where
+    /// that was asked above it (said once on stderr). 0 with sampling off
+    /// or not possible. The timer fallback's rate is also bounded by the
+    /// kernel's tick.
+    pub cpu_sampling_hz: u32,
     /// Root spans kept by whole-request sampling
     /// ([`Builder::sample_ratio`](crate::Builder::sample_ratio)),
     /// with everything under them; 0 without sampling.

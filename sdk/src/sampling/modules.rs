@@ -72,8 +72,10 @@ fn span(start: u64, size: u64) -> Option<std::ops::Range<u64>> {
 }
 
 impl ElfFile {
-    pub(crate) fn read(path: &str) -> Option<ElfFile> {
-        let data = FileMap::open(path)?;
+    /// The file mapped at `line`'s addresses, as it was mapped (see
+    /// [`FileMap::open_mapped`]).
+    fn read_mapped(line: &MapsLine<'_>) -> Option<ElfFile> {
+        let data = FileMap::open_mapped(line)?;
         Self::parse(data.bytes())
     }
 
@@ -141,6 +143,20 @@ impl ElfFile {
         })
     }
 
+    /// The heap it holds: symbols (their names copied out of the file),
+    /// unwind sections, build id.
+    fn heap_bytes(&self) -> u64 {
+        let names: u64 = self.symbols.iter().map(|s| s.2.len() as u64).sum();
+        let section = |s: &Option<(std::ops::Range<u64>, Arc<[u8]>)>| {
+            s.as_ref().map_or(0, |(_, d)| d.len() as u64 + 16)
+        };
+        self.symbols.capacity() as u64 * std::mem::size_of::<(u64, u64, Box<str>)>() as u64
+            + names
+            + section(&self.unwind.eh_frame)
+            + section(&self.unwind.eh_frame_hdr)
+            + self.build_id.len() as u64
+    }
+
     /// The function containing ELF address `svma`, mangled.
     fn symbol(&self, svma: u64) -> Option<&str> {
         let i = self
@@ -165,9 +181,26 @@ struct FileMap {
 }
 
 impl FileMap {
-    fn open(path: &str) -> Option<FileMap> {
+    /// The file mapped at `line`'s addresses, never another one found at
+    /// its path now (a library replaced on disk since it was mapped, shown
+    /// `(deleted)`): first `/proc/self/map_files/<start>-<end>`, the mapped
+    /// file itself (opening it needs `CAP_SYS_ADMIN` or
+    /// `CAP_CHECKPOINT_RESTORE`); else the path, if the file there is the
+    /// one mapped (the device and inode of the maps line). Only a regular
+    /// file is read: the opens do not block (a FIFO put at the path), and a
+    /// file of another kind is left.
+    fn open_mapped(line: &MapsLine<'_>) -> Option<FileMap> {
+        let by_mapping = format!("/proc/self/map_files/{:x}-{:x}", line.start, line.end);
+        if let Some((file, _, _)) = open_regular(&by_mapping) {
+            return Self::map(file);
+        }
+        let (file, dev, ino) = open_regular(line.path)?;
+        (dev == line.dev && ino == line.inode).then(|| Self::map(file))?
+    }
+
+    /// Maps `file` whole, read-only.
+    fn map(file: std::fs::File) -> Option<FileMap> {
         use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(path).ok()?;
         let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
         if len == 0 {
             return None;
@@ -193,6 +226,76 @@ impl FileMap {
         // A file truncated meanwhile would fault on access: the process's
         // own binaries and libraries are not rewritten while it runs.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+/// `path` opened for reading without blocking (a FIFO would wait for a
+/// writer) and kept only if it is a regular file: the file, its device and
+/// inode.
+fn open_regular(path: &str) -> Option<(std::fs::File, u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let kind = meta.file_type();
+    if !kind.is_file() || kind.is_fifo() {
+        return None;
+    }
+    Some((file, meta.dev(), meta.ino()))
+}
+
+/// One line of `/proc/<pid>/maps`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct MapsLine<'a> {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) perms: &'a str,
+    pub(crate) pgoff: u64,
+    /// The device as `stat` gives it (`st_dev`).
+    pub(crate) dev: u64,
+    pub(crate) inode: u64,
+    /// The path, spaces kept, without the kernel's ` (deleted)`.
+    pub(crate) path: &'a str,
+    /// The file was deleted or replaced since it was mapped.
+    pub(crate) deleted: bool,
+}
+
+impl<'a> MapsLine<'a> {
+    /// `line` parsed; None if it is not in the form the kernel writes.
+    pub(crate) fn parse(line: &'a str) -> Option<MapsLine<'a>> {
+        // Five fields separated by single spaces, then spaces up to the
+        // path (which may hold spaces itself, and ends the line).
+        let mut rest = line;
+        let mut field = || {
+            let (f, r) = rest.split_once(' ').unwrap_or((rest, ""));
+            rest = r;
+            f
+        };
+        let (range, perms, off, dev, inode) = (field(), field(), field(), field(), field());
+        let (a, b) = range.split_once('-')?;
+        let (major, minor) = dev.split_once(':')?;
+        let hex = |v: &str| u64::from_str_radix(v, 16).ok();
+        let path = rest.trim_start_matches(' ');
+        let (path, deleted) = match path.strip_suffix(" (deleted)") {
+            Some(p) => (p, true),
+            None => (path, false),
+        };
+        Some(MapsLine {
+            start: hex(a)?,
+            end: hex(b)?,
+            perms,
+            pgoff: hex(off)?,
+            dev: libc::makedev(
+                u32::try_from(hex(major)?).ok()?,
+                u32::try_from(hex(minor)?).ok()?,
+            ),
+            inode: inode.parse().ok()?,
+            path,
+            deleted,
+        })
     }
 }
 
@@ -235,11 +338,23 @@ fn frame_pointer_share(symbols: &[(u64, u64, Box<str>)], addr: u64, text: &[u8])
 pub(crate) struct Modules {
     /// Sorted by start.
     pub(crate) maps: Vec<Mapping>,
-    files: HashMap<String, Option<Arc<ElfFile>>>,
+    /// By device and inode.
+    files: HashMap<(u64, u64), Option<Arc<ElfFile>>>,
     last_scan: Option<std::time::Instant>,
     /// Bumped whenever `maps` changes (the unwinder re-reads them).
     pub(crate) generation: u64,
+    /// Files past `FILES_CAP` (left unread).
+    pub(crate) files_no_memory: u64,
+    /// Heap held by the files read (`ElfFile::heap_bytes`).
+    files_bytes: u64,
 }
+
+/// Most heap the mapped files' symbols and unwind sections hold (copied
+/// out of the files); a file past it is left unread (its frames have no
+/// names), counted in `Stats::cpu_files_no_memory`. Kept out of the
+/// memory budget: without them samples have no use, and one large binary's
+/// take a budget's worth (an 18 MB binary's, about 5 MB).
+pub(crate) const FILES_CAP: u64 = 128 << 20;
 
 impl Modules {
     /// Reads `/proc/self/maps` and every new file's ELF.
@@ -254,35 +369,35 @@ impl Modules {
     pub(crate) fn scan_text(&mut self, text: &str) {
         let mut maps = Vec::new();
         for line in text.lines() {
-            let mut parts = line.split_ascii_whitespace();
-            let (Some(range), Some(perms), Some(off)) = (parts.next(), parts.next(), parts.next())
-            else {
+            let Some(line) = MapsLine::parse(line) else {
                 continue;
             };
-            let path = parts.nth(2).unwrap_or("");
-            if !perms.contains('x') || !path.starts_with('/') {
+            if !line.perms.contains('x') || !line.path.starts_with('/') {
                 continue;
             }
-            let Some((a, b)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(pgoff)) = (
-                u64::from_str_radix(a, 16),
-                u64::from_str_radix(b, 16),
-                u64::from_str_radix(off, 16),
-            ) else {
-                continue;
-            };
+            // By the file mapped (device and inode), not its path: a path
+            // may name another file since.
+            let (no_memory, held) = (&mut self.files_no_memory, &mut self.files_bytes);
             let file = self
                 .files
-                .entry(path.to_string())
-                .or_insert_with(|| ElfFile::read(path).map(Arc::new))
+                .entry((line.dev, line.inode))
+                .or_insert_with(|| {
+                    // What is kept of the files is capped.
+                    let f = ElfFile::read_mapped(&line)?;
+                    let bytes = f.heap_bytes();
+                    if *held + bytes > FILES_CAP {
+                        *no_memory += 1;
+                        return None;
+                    }
+                    *held += bytes;
+                    Some(Arc::new(f))
+                })
                 .clone();
             maps.push(Mapping {
-                start,
-                end,
-                pgoff,
-                path: path.to_string(),
+                start: line.start,
+                end: line.end,
+                pgoff: line.pgoff,
+                path: line.path.to_string(),
                 file,
             });
         }
@@ -330,6 +445,7 @@ impl Modules {
             return false;
         };
         let exe = exe.to_string_lossy();
+        let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
         self.maps
             .iter()
             .find(|m| m.path == exe)
@@ -527,6 +643,63 @@ mod tests {
             file: None,
         };
         assert_eq!(m.rel_pc(0x1001), 0);
+    }
+
+    #[test]
+    fn a_maps_line_keeps_its_paths_spaces_and_says_deleted() {
+        let l = MapsLine::parse(
+            "7f00a000-7f00b000 r-xp 00002000 fd:01 1234                       /tmp/a dir/lib z.so (deleted)",
+        )
+        .unwrap();
+        assert_eq!(
+            (l.start, l.end, l.pgoff, l.inode),
+            (0x7f00a000, 0x7f00b000, 0x2000, 1234)
+        );
+        assert_eq!(l.dev, libc::makedev(0xfd, 1));
+        assert_eq!(
+            (l.path, l.deleted, l.perms),
+            ("/tmp/a dir/lib z.so", true, "r-xp")
+        );
+        let anon = MapsLine::parse("7f00a000-7f00b000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((anon.path, anon.deleted), ("", false));
+        for bad in [
+            "",
+            "zz-1 r-xp 0 fd:01 1 /x",
+            "1-2 r-xp 0 fd01 1 /x",
+            "1-2 r-xp 0 fd:01 x /x",
+        ] {
+            assert_eq!(MapsLine::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_fifo_or_another_file_at_a_mapped_path_is_not_read() {
+        let dir = std::env::temp_dir().join(format!("ringtrace-maps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: a blocking open would never return.
+        assert!(open_regular(fifo.to_str().unwrap()).is_none());
+        let file = dir.join("lib.so");
+        std::fs::write(&file, b"not the mapped file").unwrap();
+        let (_, dev, ino) = open_regular(file.to_str().unwrap()).unwrap();
+        let line = MapsLine {
+            start: 1,
+            end: 2,
+            perms: "r-xp",
+            pgoff: 0,
+            dev,
+            inode: ino + 1,
+            path: file.to_str().unwrap(),
+            deleted: true,
+        };
+        assert!(FileMap::open_mapped(&line).is_none(), "another inode");
+        let line = MapsLine { inode: ino, ..line };
+        assert!(FileMap::open_mapped(&line).is_some(), "the same inode");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -110,8 +110,17 @@ pub(crate) struct Tables {
     pub(crate) mapping_ids: WordMap<(u64, u64), u32>,
     pub(crate) name_ids: WordMap<String, u32>,
     pub(crate) frame_ids: WordMap<u64, u32>,
-    pub(crate) stack_ids: WordMap<Vec<u32>, u32>,
+    /// Call stack ids by the hash of their frame ids (the stack itself is
+    /// kept once, in `callstacks`; a look-up compares it there).
+    pub(crate) stack_ids: WordMap<u64, u32>,
+    /// Heap bytes the tables hold (an estimate: what the entries and the
+    /// maps' slots take), which the sampler takes from the memory budget.
+    pub(crate) bytes: u64,
 }
+
+/// Estimated heap bytes of one map slot beside its key and value (hash
+/// tables keep a control byte per slot and up to an eighth free).
+pub(crate) const SLOT_OVERHEAD: u64 = 8;
 
 /// What an encoder is handed each pass.
 pub(crate) struct SampleView<'a> {

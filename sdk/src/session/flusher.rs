@@ -625,6 +625,9 @@ impl Flusher {
         stats.cpu_stacks_truncated = cpu.truncated;
         stats.cpu_threads_sampled = cpu.threads;
         stats.cpu_threads_unsampled = cpu.threads_unsampled;
+        stats.cpu_sampling_hz = cpu.hz;
+        stats.cpu_samples_no_memory = cpu.no_memory;
+        stats.cpu_files_no_memory = cpu.files_no_memory;
         let stats = *stats;
         drop(self.outputs);
         REGISTRY.budget.give_back(self.recorder_bytes);
