@@ -6,7 +6,7 @@
 //! be zeroed by someone before its first write; in 4 KiB pages that costs
 //! a good part of what a recording thread takes to fill it, in a VM
 //! (BENCHMARKS.md, "Measured for design choices"), so a thread whose
-//! first growths (1 KiB to 4, 16, 64 KiB... within microseconds of its
+//! first growths (512 bytes to 4, 16, 64 KiB... within microseconds of its
 //! first event) reuse pooled pages takes no page fault, and neither does the
 //! flusher making its spares. Perfetto gets the same from one shared buffer
 //! whose chunks are reused: pages are faulted in once per process.
@@ -429,7 +429,7 @@ impl<'a> Pool<'a> {
 
     /// `Builder::start` (and the flusher, through `stock_until`, after a
     /// growth): stocks one segment of each size a ring grows through from
-    /// its first 1 KiB (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
+    /// its first 512 bytes (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
     /// first, mapped in here, while the bounds allow: the first growths of
     /// a thread then take pooled pages. Returns the bytes newly stocked.
     pub(crate) fn stock(&self) -> u64 {

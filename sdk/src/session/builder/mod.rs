@@ -284,8 +284,8 @@ impl Builder {
     }
 
     /// Largest ring of one thread (rounded up to a power of two; at least
-    /// 512 bytes). Default 1 MiB. A thread's ring starts at 1 KiB and
-    /// grows (at least four times larger each time) while the thread records
+    /// 512 bytes). Default 1 MiB. A thread's ring starts at 512 bytes and
+    /// grows (to 4 KiB, then at least four times larger each time) while the thread records
     /// faster than the flusher drains it, up to this size, as long as
     /// [`buffer_bytes`](Builder::buffer_bytes) has room (the smaller segment
     /// it outgrew is freed once drained). A ring never shrinks: a thread
