@@ -24,9 +24,29 @@ use tracing::Metadata;
 /// never have it: their generation stays below 2^31).
 pub(crate) const UNSAMPLED: u64 = 1 << 63;
 
-/// What the layer maps the registry's id of a span not kept to (never a
-/// span table id: generations stay below 2^31).
-pub(crate) const UNSAMPLED_SLOT: u64 = u64::MAX - 1;
+/// Set in what the layer maps the registry's id of a span not kept to,
+/// with the address of the span's metadata in the bits below (never a span
+/// table id: generations stay below 2^31; never `u64::MAX`, the mark of a
+/// kept span whose category is off: metadata is aligned).
+const UNSAMPLED_MARK: u64 = 1 << 63;
+
+/// What the layer maps the registry's id of a span of `meta` not kept to.
+#[inline]
+pub(crate) fn unsampled_slot(meta: &'static Metadata<'static>) -> u64 {
+    UNSAMPLED_MARK | (meta as *const Metadata<'static> as usize as u64)
+}
+
+/// Whether a value of the layer's map marks a span not kept.
+#[inline]
+pub(crate) fn is_unsampled_slot(slot: u64) -> bool {
+    slot >= UNSAMPLED_MARK && slot != u64::MAX
+}
+
+/// The metadata address in a mark of [`unsampled_slot`].
+#[inline]
+pub(crate) fn unsampled_site(slot: u64) -> usize {
+    (slot & !UNSAMPLED_MARK) as usize
+}
 
 /// A user's decision for a root span: `Some(keep)`, or `None` to leave it
 /// to the ratio.
@@ -90,6 +110,14 @@ impl Sampler {
         };
         count(keep);
         keep
+    }
+
+    /// Whether `meta` is a root this sampler names (`sample_roots`): such a
+    /// span is always made, even inside a request not kept, and decided
+    /// if it has no parent.
+    #[inline]
+    pub(crate) fn names(&self, meta: &Metadata<'_>) -> bool {
+        !self.roots.is_empty() && self.decides(meta)
     }
 
     fn decides(&self, meta: &Metadata<'_>) -> bool {

@@ -93,7 +93,10 @@ impl Subscriber for RingtraceSubscriber {
         // ringtrace is not sound: it asks only the calling thread's
         // dispatcher, and may call back into other layers that call
         // ringtrace.
-        if bridge::enabled(meta) {
+        //
+        // With sampling every site is `sometimes`: whether a span or event
+        // is made also depends on the request it is in (`left_out`).
+        if self.sampler.is_none() && bridge::enabled(meta) {
             Interest::always()
         } else {
             Interest::sometimes()
@@ -101,7 +104,10 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
-        bridge::enabled_any(meta)
+        match &self.sampler {
+            None => bridge::enabled_any(meta),
+            Some(sampler) => enabled_sampled(sampler, meta),
+        }
     }
 
     fn new_span(&self, attrs: &Attributes<'_>) -> Id {
@@ -152,7 +158,8 @@ impl Subscriber for RingtraceSubscriber {
         if span.into_u64() & UNSAMPLED != 0 {
             // Not kept: only remembered, for `current_span` and children
             // (a few instructions, without the recording path's frame).
-            bridge::enter_unrecorded(span);
+            observe_unkept(span);
+            bridge::enter_unrecorded(span, 0);
         } else {
             self.enter_kept(span);
         }
@@ -216,7 +223,12 @@ impl RingtraceSubscriber {
     /// that a span not kept does not pay its frame.
     #[inline(never)]
     fn enter_kept(&self, span: &Id) {
-        bridge::enter(self, span, true, 0);
+        // With sampling, its site learns whether its spans stay nested.
+        let nested = self
+            .sampler
+            .as_ref()
+            .map(|_| bridge::current_entered().is_some_and(|top| top & UNSAMPLED == 0));
+        bridge::enter(self, span, true, 0, nested);
     }
 
     #[inline(never)]
@@ -238,6 +250,62 @@ impl RingtraceSubscriber {
                 true
             }
         }
+    }
+}
+
+/// With sampling: whether a span or event of `meta` about to be made is
+/// disabled (`enabled` answers false: `tracing` makes nothing of it). It is
+/// when the innermost span entered on the thread is of a request not kept,
+/// and it is an event, or a span whose site's spans have always stayed
+/// nested where they were made (not a root `sample_roots` names): whatever
+/// is made inside it finds the decision on that span. A span of a site seen
+/// entered alone (moved to another task) is made, and marked, so that it
+/// carries the decision wherever it goes.
+///
+/// `enabled` with sampling: that, and whether the site's category is on
+/// (one look-up of the site; none for an event under a request not kept).
+#[inline]
+fn enabled_sampled(sampler: &Sampler, meta: &Metadata<'_>) -> bool {
+    let under = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
+    if under && meta.is_event() {
+        return false;
+    }
+    let addr = meta as *const Metadata<'_> as usize;
+    match bridge::site_at(addr) {
+        // Not seen yet: made, and checked again with its `'static` metadata.
+        None => true,
+        Some(site) => site.is_on() && !(under && site.stays_nested() && !sampler.names(meta)),
+    }
+}
+
+thread_local! {
+    /// The last span not kept this thread found its site to have moved
+    /// (`observe_unkept`): its next enters need no look.
+    static SEEN_MOVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A span not kept is entered: its site learns whether it is entered inside
+/// a span of a request not kept (its spans stay nested) or not.
+#[inline]
+fn observe_unkept(span: &Id) {
+    if SEEN_MOVED.try_with(|s| s.get() == span.into_u64()) != Ok(true) {
+        observe_unkept_site(span);
+    }
+}
+
+#[inline(never)]
+fn observe_unkept_site(span: &Id) {
+    let Some(meta) = SPANS
+        .with(span.into_u64() & !UNSAMPLED, |e| e.meta)
+        .flatten()
+    else {
+        return;
+    };
+    let nested = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
+    let site = bridge::site_of(meta);
+    site.observe_enter(nested);
+    if site.moves() {
+        let _ = SEEN_MOVED.try_with(|s| s.set(span.into_u64()));
     }
 }
 
