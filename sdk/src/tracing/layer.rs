@@ -220,19 +220,34 @@ impl RingtraceLayer {
             return bridge::enter(&self.spans, id, false, self.key, None);
         }
         // What is entered around it (the sites learn whether their spans
-        // stay nested: `left_out`).
-        let around = bridge::innermost_entered().map(|(top, owner)| {
-            owner == self.key && self.spans.slot(top).is_some_and(is_unsampled_slot)
-        });
+        // stay nested: `left_out`): one not kept, another, or none.
+        let around = || bridge::innermost_entered().map(|(_, owner)| owner == self.unkept_key());
         match self.spans.slot(id.into_u64()) {
             Some(slot) if is_unsampled_slot(slot) => {
                 if let Some(site) = bridge::site_at(unsampled_site(slot)) {
-                    site.observe_enter(around == Some(true));
+                    if !site.moves() {
+                        site.observe_enter(around() == Some(true));
+                    }
                 }
-                bridge::enter_unrecorded(id, self.key);
+                bridge::enter_unrecorded(id, self.unkept_key());
             }
-            _ => bridge::enter(&self.spans, id, true, self.key, Some(around == Some(false))),
+            _ => bridge::enter(
+                &self.spans,
+                id,
+                true,
+                self.key,
+                Some(around() == Some(false)),
+            ),
         }
+    }
+
+    /// What the entries of spans not kept carry on the thread's stack of
+    /// entered spans: this layer's key with the top bit (a ring session,
+    /// which recorded entries carry, never has it), so that whether the
+    /// innermost entry is one is read from the stack alone.
+    #[inline]
+    fn unkept_key(&self) -> u64 {
+        self.key | 1 << 63
     }
 
     /// With sampling: whether a span or event of `meta` about to be made is
@@ -257,14 +272,13 @@ impl RingtraceLayer {
     }
 
     /// Whether the innermost span entered on this thread (the registry's
-    /// current span, with sampling) is one sampling did not keep. False
-    /// when it is not known (an entry of another layer or the subscriber,
-    /// whose ids are not this registry's): the caller asks the registry.
+    /// current span, with sampling) is one sampling did not keep (its entry
+    /// carries [`unkept_key`](Self::unkept_key)). False when it is not
+    /// known (an entry of another layer or the subscriber, whose ids are
+    /// not this registry's): the caller asks the registry.
     #[inline]
     fn under_unsampled(&self) -> bool {
-        bridge::innermost_entered().is_some_and(|(top, owner)| {
-            owner == self.key && self.spans.slot(top).is_some_and(is_unsampled_slot)
-        })
+        bridge::innermost_entered().is_some_and(|(_, owner)| owner == self.unkept_key())
     }
 
     #[inline(never)]

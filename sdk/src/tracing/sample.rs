@@ -9,6 +9,20 @@
 //! thread's stack of entered spans, which is how a child made or an event
 //! emitted under it, on whichever thread enters it, finds it is not kept.
 //! Nothing of it reads the clock, visits a field or touches a ring.
+//!
+//! Most of a request not kept is not made at all: with a sampler, the
+//! layer's `Layer::enabled` and the subscriber's `enabled` (every call site
+//! `Interest::sometimes`) answer false, when the innermost span entered on
+//! the thread is one not kept, for an event, and for a span whose call
+//! site's spans have always been entered nested inside another span (4
+//! enters seen, none alone: `SiteInfo::stays_nested`) and that is not a
+//! root `sample_roots` names. Such a span would only pass its decision on
+//! to what is made inside it, which finds the decision on the span around
+//! it instead. A span of a site once seen entered alone (moved to another
+//! task or thread, where nothing of its request is entered) is always made
+//! and marked, so that it carries the decision there. What is left out is
+//! left out for the whole dispatch: the registry makes no span and no layer
+//! beside ringtrace's sees it.
 
 #![forbid(unsafe_code)]
 

@@ -118,7 +118,14 @@ impl Subscriber for RingtraceSubscriber {
                 // through a marked id, and a freed slot's state is one
                 // `release` may keep.
                 return match SPANS.insert(attrs.metadata(), |_| ()) {
-                    Some(id) => Id::from_u64(id | UNSAMPLED),
+                    Some(id) => {
+                        // A site already seen moved has nothing to learn
+                        // at this span's enters (`observe_unkept`).
+                        if bridge::site_of(attrs.metadata()).moves() {
+                            let _ = SEEN_MOVED.try_with(|s| s.set(id | UNSAMPLED));
+                        }
+                        Id::from_u64(id | UNSAMPLED)
+                    }
                     None => Id::from_u64(NOT_STORED),
                 };
             }
@@ -279,8 +286,8 @@ fn enabled_sampled(sampler: &Sampler, meta: &Metadata<'_>) -> bool {
 }
 
 thread_local! {
-    /// The last span not kept this thread found its site to have moved
-    /// (`observe_unkept`): its next enters need no look.
+    /// The last span not kept this thread made or found with a site seen
+    /// moved (`observe_unkept`): its enters need no look.
     static SEEN_MOVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
