@@ -2,12 +2,12 @@
 //! parent), followed by every span and event under it.
 //!
 //! A span not kept is marked where its id is known to ringtrace: the
-//! subscriber sets [`UNSAMPLED`] in the id it gives `tracing` (its slot in
-//! the span table holds no state, as a span whose category is off; the bit
-//! keeps its handle count and metadata working); the layer maps the
-//! registry's id to [`UNSAMPLED_SLOT`]. Entering such a span puts it on the
-//! thread's stack of entered spans, which is how a child made or an event
-//! emitted under it, on whichever thread enters it, finds it is not kept.
+//! subscriber gives it an id with [`UNSAMPLED`] set (and its metadata's
+//! address: nothing of it is kept, not even a slot of the span table); the
+//! layer maps the registry's id to a mark ([`unsampled_slot`]). Entering
+//! such a span puts it on the thread's stack of entered spans, which is how
+//! a child made or an event emitted under it, on whichever thread enters
+//! it, finds it is not kept.
 //! Nothing of it reads the clock, visits a field or touches a ring.
 //!
 //! Most of a request not kept is not made at all: with a sampler, the

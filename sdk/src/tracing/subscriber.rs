@@ -113,21 +113,7 @@ impl Subscriber for RingtraceSubscriber {
     fn new_span(&self, attrs: &Attributes<'_>) -> Id {
         if let Some(sampler) = &self.sampler {
             if !kept(sampler, attrs) {
-                // A slot for its handles and metadata only: the state left
-                // there by the slot's last span (if any) is never read
-                // through a marked id, and a freed slot's state is one
-                // `release` may keep.
-                return match SPANS.insert(attrs.metadata(), |_| ()) {
-                    Some(id) => {
-                        // A site already seen moved has nothing to learn
-                        // at this span's enters (`observe_unkept`).
-                        if bridge::site_of(attrs.metadata()).moves() {
-                            let _ = SEEN_MOVED.try_with(|s| s.set(id | UNSAMPLED));
-                        }
-                        Id::from_u64(id | UNSAMPLED)
-                    }
-                    None => Id::from_u64(NOT_STORED),
-                };
+                return unkept_id(attrs.metadata());
             }
         }
         match SPANS.insert(attrs.metadata(), |state| {
@@ -182,16 +168,18 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn clone_span(&self, id: &Id) -> Id {
-        SPANS.with(id.into_u64() & !UNSAMPLED, |e| e.refs += 1);
+        if id.into_u64() & UNSAMPLED == 0 {
+            SPANS.with(id.into_u64(), |e| e.refs += 1);
+        }
         id.clone()
     }
 
     fn try_close(&self, id: Id) -> bool {
         if id.into_u64() & UNSAMPLED != 0 {
-            // Not kept: its slot's state (if any) is a freed span's, which
-            // has nothing to write and may stay.
-            let slot = id.into_u64() & !UNSAMPLED;
-            return SPANS.release(slot, |_| false, SpanData::reusable) == Release::Freed;
+            // Not kept: nothing is kept of it, no handle is counted (each
+            // drop of one closes it for the layers on this subscriber,
+            // which see nothing of it that a close could end).
+            return true;
         }
         if let Some(rule) = &self.slow {
             // The last handle: a slow span asks for a capture, once its
@@ -213,10 +201,12 @@ impl Subscriber for RingtraceSubscriber {
 
     fn current_span(&self) -> Current {
         let current = bridge::current_entered().and_then(|id| {
-            SPANS
-                .with(id & !UNSAMPLED, |e| e.meta)
-                .flatten()
-                .map(|m| (id, m))
+            let meta = if id & UNSAMPLED != 0 {
+                unkept_site(id).map(|site| site.meta())
+            } else {
+                SPANS.with(id, |e| e.meta).flatten()
+            };
+            meta.map(|m| (id, m))
         });
         match current {
             Some((id, meta)) => Current::new(Id::from_u64(id), meta),
@@ -285,34 +275,55 @@ fn enabled_sampled(sampler: &Sampler, meta: &Metadata<'_>) -> bool {
     }
 }
 
+/// Bits of the id of a span not kept that hold its metadata's address
+/// (user-space addresses fit in 48 bits on every 64-bit target Rust
+/// supports with 4-level paging; an address above, never seen, is left out:
+/// such a span's `Span::current()` is then none).
+const ADDR_BITS: u32 = 48;
+
 thread_local! {
-    /// The last span not kept this thread made or found with a site seen
-    /// moved (`observe_unkept`): its enters need no look.
-    static SEEN_MOVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The thread's count of spans not kept: 15 bits of it in their ids.
+    static UNKEPT_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The id of a new span not kept: [`UNSAMPLED`], 15 bits of the thread's
+/// count of them, its metadata's address. Nothing else is kept of it: no
+/// slot, no handle count (the span table is not touched): what is made
+/// inside it needs only the mark, and `Span::current()` inside it the
+/// metadata, found from the address through the site it was made at. Two
+/// such spans of one site alive at once share an id only if 2^15 others
+/// were made on the thread between them (or on two threads at the same
+/// count), which changes nothing: nothing is kept under the id.
+#[inline]
+fn unkept_id(meta: &'static Metadata<'static>) -> Id {
+    let _ = bridge::site_of(meta); // made, for `current_span` and `observe_unkept`
+    let addr = meta as *const Metadata<'static> as usize as u64;
+    let addr = if addr >> ADDR_BITS == 0 { addr } else { 0 };
+    let seq = UNKEPT_SEQ
+        .try_with(|s| {
+            let n = s.get().wrapping_add(1);
+            s.set(n);
+            n
+        })
+        .unwrap_or(0);
+    Id::from_u64(UNSAMPLED | (seq & 0x7fff) << ADDR_BITS | addr)
+}
+
+/// The site a span not kept (its id) was made at.
+#[inline]
+fn unkept_site(id: u64) -> Option<&'static bridge::SiteInfo> {
+    bridge::site_at((id & ((1 << ADDR_BITS) - 1)) as usize)
 }
 
 /// A span not kept is entered: its site learns whether it is entered inside
 /// a span of a request not kept (its spans stay nested) or not.
 #[inline]
 fn observe_unkept(span: &Id) {
-    if SEEN_MOVED.try_with(|s| s.get() == span.into_u64()) != Ok(true) {
-        observe_unkept_site(span);
-    }
-}
-
-#[inline(never)]
-fn observe_unkept_site(span: &Id) {
-    let Some(meta) = SPANS
-        .with(span.into_u64() & !UNSAMPLED, |e| e.meta)
-        .flatten()
-    else {
-        return;
-    };
-    let nested = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
-    let site = bridge::site_of(meta);
-    site.observe_enter(nested);
-    if site.moves() {
-        let _ = SEEN_MOVED.try_with(|s| s.set(span.into_u64()));
+    if let Some(site) = unkept_site(span.into_u64()) {
+        if !site.moves() {
+            let nested = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
+            site.observe_enter(nested);
+        }
     }
 }
 

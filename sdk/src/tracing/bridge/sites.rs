@@ -77,6 +77,12 @@ impl SiteInfo {
         (NESTED_ENOUGH..MOVES).contains(&n)
     }
 
+    /// The site's `tracing` metadata.
+    #[inline]
+    pub(crate) fn meta(&self) -> &'static Metadata<'static> {
+        self.meta
+    }
+
     /// Whether a span of this site was seen entered alone.
     #[inline]
     pub(crate) fn moves(&self) -> bool {
