@@ -10,6 +10,8 @@ use common::scratch;
 use common::slices::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tracing::dispatcher::{self, Dispatch};
 use tracing::{info, info_span, Instrument};
 use tracing_subscriber::layer::SubscriberExt;
@@ -308,5 +310,202 @@ fn current_span_and_category_off_spans_carry_the_decision() {
             slices.iter().all(|s| s.cat != "svc"),
             "nothing of a root not kept: {slices:?}"
         );
+    }
+}
+
+/// What `tracing` makes beside ringtrace (a layer on the same registry, or
+/// on the subscriber): spans created, events dispatched.
+#[derive(Clone, Default)]
+struct Made {
+    spans: Arc<AtomicU64>,
+    events: Arc<AtomicU64>,
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Made {
+    fn on_new_span(
+        &self,
+        _: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.spans.fetch_add(1, Ordering::Relaxed);
+    }
+    fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        self.events.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn start_counted(
+    trace: &Path,
+    via: Via,
+    f: impl Fn(ringtrace::Builder) -> ringtrace::Builder,
+) -> (Dispatch, ringtrace::TraceGuard, Made) {
+    let made = Made::default();
+    let b = f(ringtrace::builder().output(trace));
+    let (dispatch, guard) = match via {
+        Via::Layer => {
+            let (layer, guard) = b.layer().unwrap();
+            let registry = tracing_subscriber::registry()
+                .with(layer)
+                .with(made.clone());
+            (Dispatch::new(registry), guard)
+        }
+        Via::Subscriber => {
+            let (sub, guard) = b.subscriber().unwrap();
+            (Dispatch::new(sub.with(made.clone())), guard)
+        }
+    };
+    (dispatch, guard, made)
+}
+
+/// A request not kept is not made where the dispatch can tell: an event in
+/// it never is, a span nested in it is not once its call site's spans were
+/// seen to stay nested (a few enters). Neither the registry (or the
+/// subscriber) nor any layer beside ringtrace's sees them; kept requests
+/// are made whole.
+#[test]
+fn requests_not_kept_are_not_made() {
+    const N: u64 = 200;
+    for via in [Via::Layer, Via::Subscriber] {
+        for ratio in [0.0, 1.0] {
+            let _one = serial();
+            let trace = scratch(&format!("not_made_{via:?}_{ratio}")).join("trace.pftrace");
+            let (dispatch, guard, made) = start_counted(&trace, via, |b| b.sample_ratio(ratio));
+            dispatcher::with_default(&dispatch, || {
+                for id in 0..N {
+                    let _r = info_span!(target: "svc", "request", id).entered();
+                    info!(target: "svc", id, "received");
+                    info_span!(target: "svc", "db", id).in_scope(|| {
+                        info!(target: "svc", id, "query");
+                    });
+                }
+            });
+            let stats = guard.stop().unwrap();
+            let (spans, events) = (
+                made.spans.load(Ordering::Relaxed),
+                made.events.load(Ordering::Relaxed),
+            );
+            let (slices, _) = decode(&trace);
+            let recorded = |name: &str| slices.iter().filter(|s| s.name == name).count() as u64;
+            if ratio == 1.0 {
+                assert_eq!((spans, events), (2 * N, 2 * N), "{via:?}");
+                assert_eq!((recorded("request"), recorded("db")), (N, N));
+                continue;
+            }
+            assert_eq!(stats.roots_skipped, N, "{via:?}");
+            // The roots are made (they carry the decision), and `db` only
+            // until its site is known to stay nested.
+            assert!(
+                (N..N + 8).contains(&spans),
+                "{via:?}: {spans} spans made for {N} requests not kept"
+            );
+            assert_eq!(events, 0, "{via:?}: events of requests not kept");
+            assert_eq!(recorded("request") + recorded("db"), 0);
+        }
+    }
+}
+
+/// Every request runs in a task and moves part of itself to another task
+/// (`tokio::spawn` with `.instrument(span)`, the span made in the request),
+/// where it makes nested spans and events, a number that depends on the
+/// request; tasks interleave on two workers. The trace holds each kept
+/// request whole, exactly what the program made for it, and nothing of the
+/// others, with and without named roots.
+#[test]
+fn requests_crossing_tasks_are_whole_or_absent() {
+    const N: u64 = 300;
+    for via in [Via::Layer, Via::Subscriber] {
+        for named in [false, true] {
+            let _one = serial();
+            let trace = scratch(&format!("crossing_{via:?}_{named}")).join("trace.pftrace");
+            let (dispatch, guard, _made) = start_counted(&trace, via, |b| {
+                let b = b.sample_ratio(0.3);
+                if named {
+                    b.sample_roots(["request"])
+                } else {
+                    b
+                }
+            });
+            let d = dispatch.clone();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("crossing-worker")
+                .on_thread_start(move || std::mem::forget(dispatcher::set_default(&d)))
+                .build()
+                .unwrap();
+            // What the program made, per request: its spans (name, step)
+            // and its number of events.
+            type Made = (BTreeSet<(String, u64)>, usize);
+            let mut expected: BTreeMap<u64, Made> = BTreeMap::new();
+            dispatcher::with_default(&dispatch, || {
+                rt.block_on(async {
+                    let mut handles = Vec::new();
+                    for id in 0..N {
+                        let steps = id % 4 + 1;
+                        // request, moved, the steps; an event per step and
+                        // one in the request.
+                        let mut spans: BTreeSet<(String, u64)> =
+                            [("request".into(), 0), ("moved".into(), 0)].into();
+                        spans.extend((0..steps).map(|n| ("step".to_string(), n)));
+                        expected.insert(id, (spans, steps as usize + 1));
+                        let root = info_span!(target: "svc", "request", id);
+                        handles.push(tokio::spawn(
+                            async move {
+                                tokio::task::yield_now().await;
+                                let moved = info_span!(target: "svc", "moved", id);
+                                tokio::spawn(
+                                    async move {
+                                        for n in 0..steps {
+                                            let step = info_span!(target: "svc", "step", id, n);
+                                            async {
+                                                tokio::task::yield_now().await;
+                                                info!(target: "svc", id, "stepped");
+                                            }
+                                            .instrument(step)
+                                            .await;
+                                        }
+                                    }
+                                    .instrument(moved),
+                                )
+                                .await
+                                .unwrap();
+                                info!(target: "svc", id, "handled");
+                            }
+                            .instrument(root),
+                        ));
+                    }
+                    for h in handles {
+                        h.await.unwrap();
+                    }
+                });
+            });
+            drop(rt);
+            let stats = guard.stop().unwrap();
+            let (slices, _) = decode(&trace);
+            // A span is a slice per enter (each poll of its future).
+            let mut seen: BTreeMap<u64, Made> = BTreeMap::new();
+            for s in slices.iter().filter(|s| !s.is_async() && s.cat == "svc") {
+                let id = s.args["id"].as_u64().unwrap_or_else(|| panic!("{s:?}"));
+                let e = seen.entry(id).or_default();
+                if s.instant {
+                    e.1 += 1;
+                } else {
+                    let n = s.args["n"].as_u64().unwrap_or(0);
+                    e.0.insert((s.name.clone(), n));
+                }
+            }
+            for (id, got) in &seen {
+                assert_eq!(
+                    Some(got),
+                    expected.get(id),
+                    "{via:?} named {named}: request {id} not whole"
+                );
+            }
+            assert_eq!(stats.roots_kept + stats.roots_skipped, N, "{stats:?}");
+            assert_eq!(stats.roots_kept, seen.len() as u64, "{stats:?}");
+            assert_eq!(stats.events_lost, 0);
+            // 90 expected; over 5 standard deviations (7.9) either side.
+            assert!((50..=130).contains(&seen.len()), "{} kept", seen.len());
+        }
     }
 }

@@ -17,10 +17,23 @@ impl Builder {
     /// Keeps whole requests at a rate: each *root* span (one with no
     /// parent) is kept with probability `ratio` (0.0 to 1.0; `0.01`: one
     /// root in a hundred), and every span and event under it, on whatever
-    /// thread or task they run, follows its decision. A root not kept costs
-    /// about what a subscriber that does nothing costs: ringtrace reads no
-    /// clock, formats no field and writes no record for it or anything
-    /// under it.
+    /// thread or task they run, follows its decision. Of a request not
+    /// kept, ringtrace reads no clock, formats no field and writes no
+    /// record, and most of it is not made at all (below): it costs about
+    /// what `tracing` costs with the request's categories off.
+    ///
+    /// * Not made: an event, and a span made while a span of a request not
+    ///   kept is the innermost entered on its thread, once that span's call
+    ///   site has been seen to stay nested (its first few spans are made
+    ///   and watched), are disabled at the dispatch (`enabled` answers
+    ///   false, for the whole subscriber: the registry makes no span and no
+    ///   other layer of it sees them). A call site whose span was once
+    ///   entered with nothing around it (a span moved to another task, as
+    ///   with `tokio::spawn(fut.instrument(span))`) always makes its spans,
+    ///   so they carry the decision into that task. Roots named by
+    ///   [`sample_roots`](Self::sample_roots) are always made. A span or
+    ///   event with an explicit `parent:` follows the span entered on its
+    ///   thread at this step, not that parent.
     ///
     /// * A span's parent is `tracing`'s (explicit `parent:`, else the span
     ///   entered on the thread when it is made): a task spawned inside a

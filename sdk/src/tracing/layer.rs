@@ -8,7 +8,7 @@
 
 use super::bridge::{self, SpanData, SpanStore};
 use super::id_map::IdMap;
-use super::sample::{Sampler, UNSAMPLED_SLOT};
+use super::sample::{is_unsampled_slot, unsampled_site, unsampled_slot, Sampler};
 use super::sealed;
 use super::span_table::SPAN_STATES;
 use crate::session::SlowRule;
@@ -16,7 +16,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tracing::span::{Attributes, Id, Record as SpanValues};
-use tracing::{Event, Subscriber};
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
@@ -55,8 +56,16 @@ impl SpanMap {
     }
 
     /// Marks span `id` as one ringtrace records nothing of: not kept
-    /// ([`UNSAMPLED_SLOT`]), or kept with its category off
+    /// ([`unsampled_slot`]), or kept with its category off
     /// ([`KEPT_OFF_SLOT`], so that its children know they are kept).
+    #[inline]
+    fn mark_unsampled(&self, id: u64, meta: &'static Metadata<'static>) {
+        // Its site is made (if it was not), to learn where its spans are
+        // entered (`RingtraceLayer::enter`).
+        let _ = bridge::site_of(meta);
+        self.mark(id, unsampled_slot(meta));
+    }
+
     #[inline]
     fn mark(&self, id: u64, marker: u64) {
         if let Some(old) = self.ids.insert(id, marker) {
@@ -115,7 +124,7 @@ const KEPT_OFF_SLOT: u64 = u64::MAX;
 /// Whether a map value is a marker, not a span table id.
 #[inline]
 fn is_marker(slot: u64) -> bool {
-    slot >= UNSAMPLED_SLOT
+    slot == KEPT_OFF_SLOT || is_unsampled_slot(slot)
 }
 
 /// How a new span's or an event's parent was decided.
@@ -170,7 +179,7 @@ impl RingtraceLayer {
             Parent::Root => sampler.keep_root(attrs),
         };
         if !keep {
-            self.spans.mark(id.into_u64(), UNSAMPLED_SLOT);
+            self.spans.mark_unsampled(id.into_u64(), attrs.metadata());
         } else if let Some(info) = bridge::enabled_site(attrs.metadata()) {
             self.spans.insert(id.into_u64(), attrs, info);
         } else {
@@ -189,7 +198,7 @@ impl RingtraceLayer {
             return Parent::Root;
         };
         match self.spans.slot(parent.into_u64()) {
-            Some(UNSAMPLED_SLOT) => return Parent::Unsampled,
+            Some(s) if is_unsampled_slot(s) => return Parent::Unsampled,
             Some(_) => return Parent::Kept,
             None => {}
         }
@@ -198,7 +207,7 @@ impl RingtraceLayer {
         };
         for s in span.scope().skip(1) {
             match self.spans.slot(s.id().into_u64()) {
-                Some(UNSAMPLED_SLOT) => return Parent::Unsampled,
+                Some(s) if is_unsampled_slot(s) => return Parent::Unsampled,
                 Some(_) => return Parent::Kept,
                 None => {}
             }
@@ -213,18 +222,69 @@ impl RingtraceLayer {
     /// registry.
     #[inline(never)]
     fn enter(&self, id: &Id) {
-        bridge::enter(&self.spans, id, self.sampler.is_some(), self.key);
+        if self.sampler.is_none() {
+            return bridge::enter(&self.spans, id, false, self.key, None);
+        }
+        // What is entered around it (the sites learn whether their spans
+        // stay nested: `left_out`): one not kept, another, or none.
+        let around = || bridge::innermost_entered().map(|(_, owner)| owner == self.unkept_key());
+        match self.spans.slot(id.into_u64()) {
+            Some(slot) if is_unsampled_slot(slot) => {
+                if let Some(site) = bridge::site_at(unsampled_site(slot)) {
+                    if !site.moves() {
+                        site.observe_enter(around() == Some(true));
+                    }
+                }
+                bridge::enter_unrecorded(id, self.unkept_key());
+            }
+            _ => bridge::enter(
+                &self.spans,
+                id,
+                true,
+                self.key,
+                Some(around() == Some(false)),
+            ),
+        }
+    }
+
+    /// What the entries of spans not kept carry on the thread's stack of
+    /// entered spans: this layer's key with the top bit (a ring session,
+    /// which recorded entries carry, never has it), so that whether the
+    /// innermost entry is one is read from the stack alone.
+    #[inline]
+    fn unkept_key(&self) -> u64 {
+        self.key | 1 << 63
+    }
+
+    /// With sampling: whether a span or event of `meta` about to be made is
+    /// left out of the registry (`Layer::enabled` answers false: nothing
+    /// makes it). It is when the innermost span entered on the thread is of
+    /// a request not kept, and it is an event, or a span whose site's spans
+    /// have always stayed nested where they were made (not a root
+    /// `sample_roots` names): whatever is made inside it finds the
+    /// decision on that span. A span of a site seen entered alone (moved
+    /// to another task) is made, and marked, so that it carries the
+    /// decision wherever it goes.
+    #[inline]
+    fn left_out(&self, sampler: &Sampler, meta: &Metadata<'_>) -> bool {
+        if !self.under_unsampled() {
+            return false;
+        }
+        if meta.is_event() {
+            return true;
+        }
+        let addr = meta as *const Metadata<'_> as usize;
+        bridge::site_at(addr).is_some_and(|site| site.stays_nested()) && !sampler.names(meta)
     }
 
     /// Whether the innermost span entered on this thread (the registry's
-    /// current span, with sampling) is one sampling did not keep. False
-    /// when it is not known (an entry of another layer or the subscriber,
-    /// whose ids are not this registry's): the caller asks the registry.
+    /// current span, with sampling) is one sampling did not keep (its entry
+    /// carries [`unkept_key`](Self::unkept_key)). False when it is not
+    /// known (an entry of another layer or the subscriber, whose ids are
+    /// not this registry's): the caller asks the registry.
     #[inline]
     fn under_unsampled(&self) -> bool {
-        bridge::innermost_entered().is_some_and(|(top, owner)| {
-            owner == self.key && self.spans.slot(top) == Some(UNSAMPLED_SLOT)
-        })
+        bridge::innermost_entered().is_some_and(|(_, owner)| owner == self.unkept_key())
     }
 
     #[inline(never)]
@@ -261,13 +321,33 @@ impl<S> Layer<S> for RingtraceLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
+    /// With sampling, `sometimes`: `enabled` is asked at each span and
+    /// event (whether it is made depends on the request it is in).
+    fn register_callsite(&self, _meta: &'static Metadata<'static>) -> Interest {
+        if self.sampler.is_some() {
+            Interest::sometimes()
+        } else {
+            Interest::always()
+        }
+    }
+
+    /// With sampling, false for what [`left_out`](RingtraceLayer::left_out)
+    /// leaves out of a request not kept.
+    #[inline]
+    fn enabled(&self, meta: &Metadata<'_>, _ctx: Context<'_, S>) -> bool {
+        match &self.sampler {
+            None => true,
+            Some(sampler) => !self.left_out(sampler, meta),
+        }
+    }
+
     #[inline]
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         match &self.sampler {
             None => self.new_span(attrs, id),
             Some(sampler) => {
                 if attrs.is_contextual() && self.under_unsampled() {
-                    return self.spans.mark(id.into_u64(), UNSAMPLED_SLOT);
+                    return self.spans.mark_unsampled(id.into_u64(), attrs.metadata());
                 }
                 let parent = match attrs.parent() {
                     Some(p) => Some(p.clone()),

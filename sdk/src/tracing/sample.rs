@@ -2,13 +2,27 @@
 //! parent), followed by every span and event under it.
 //!
 //! A span not kept is marked where its id is known to ringtrace: the
-//! subscriber sets [`UNSAMPLED`] in the id it gives `tracing` (its slot in
-//! the span table holds no state, as a span whose category is off; the bit
-//! keeps its handle count and metadata working); the layer maps the
-//! registry's id to [`UNSAMPLED_SLOT`]. Entering such a span puts it on the
-//! thread's stack of entered spans, which is how a child made or an event
-//! emitted under it, on whichever thread enters it, finds it is not kept.
+//! subscriber gives it an id with [`UNSAMPLED`] set (and its metadata's
+//! address: nothing of it is kept, not even a slot of the span table); the
+//! layer maps the registry's id to a mark ([`unsampled_slot`]). Entering
+//! such a span puts it on the thread's stack of entered spans, which is how
+//! a child made or an event emitted under it, on whichever thread enters
+//! it, finds it is not kept.
 //! Nothing of it reads the clock, visits a field or touches a ring.
+//!
+//! Most of a request not kept is not made at all: with a sampler, the
+//! layer's `Layer::enabled` and the subscriber's `enabled` (every call site
+//! `Interest::sometimes`) answer false, when the innermost span entered on
+//! the thread is one not kept, for an event, and for a span whose call
+//! site's spans have always been entered nested inside another span (4
+//! enters seen, none alone: `SiteInfo::stays_nested`) and that is not a
+//! root `sample_roots` names. Such a span would only pass its decision on
+//! to what is made inside it, which finds the decision on the span around
+//! it instead. A span of a site once seen entered alone (moved to another
+//! task or thread, where nothing of its request is entered) is always made
+//! and marked, so that it carries the decision there. What is left out is
+//! left out for the whole dispatch: the registry makes no span and no layer
+//! beside ringtrace's sees it.
 
 #![forbid(unsafe_code)]
 
@@ -24,9 +38,29 @@ use tracing::Metadata;
 /// never have it: their generation stays below 2^31).
 pub(crate) const UNSAMPLED: u64 = 1 << 63;
 
-/// What the layer maps the registry's id of a span not kept to (never a
-/// span table id: generations stay below 2^31).
-pub(crate) const UNSAMPLED_SLOT: u64 = u64::MAX - 1;
+/// Set in what the layer maps the registry's id of a span not kept to,
+/// with the address of the span's metadata in the bits below (never a span
+/// table id: generations stay below 2^31; never `u64::MAX`, the mark of a
+/// kept span whose category is off: metadata is aligned).
+const UNSAMPLED_MARK: u64 = 1 << 63;
+
+/// What the layer maps the registry's id of a span of `meta` not kept to.
+#[inline]
+pub(crate) fn unsampled_slot(meta: &'static Metadata<'static>) -> u64 {
+    UNSAMPLED_MARK | (meta as *const Metadata<'static> as usize as u64)
+}
+
+/// Whether a value of the layer's map marks a span not kept.
+#[inline]
+pub(crate) fn is_unsampled_slot(slot: u64) -> bool {
+    slot >= UNSAMPLED_MARK && slot != u64::MAX
+}
+
+/// The metadata address in a mark of [`unsampled_slot`].
+#[inline]
+pub(crate) fn unsampled_site(slot: u64) -> usize {
+    (slot & !UNSAMPLED_MARK) as usize
+}
 
 /// A user's decision for a root span: `Some(keep)`, or `None` to leave it
 /// to the ratio.
@@ -90,6 +124,14 @@ impl Sampler {
         };
         count(keep);
         keep
+    }
+
+    /// Whether `meta` is a root this sampler names (`sample_roots`): such a
+    /// span is always made, even inside a request not kept, and decided
+    /// if it has no parent.
+    #[inline]
+    pub(crate) fn names(&self, meta: &Metadata<'_>) -> bool {
+        !self.roots.is_empty() && self.decides(meta)
     }
 
     fn decides(&self, meta: &Metadata<'_>) -> bool {

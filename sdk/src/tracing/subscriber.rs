@@ -93,7 +93,10 @@ impl Subscriber for RingtraceSubscriber {
         // ringtrace is not sound: it asks only the calling thread's
         // dispatcher, and may call back into other layers that call
         // ringtrace.
-        if bridge::enabled(meta) {
+        //
+        // With sampling every site is `sometimes`: whether a span or event
+        // is made also depends on the request it is in (`left_out`).
+        if self.sampler.is_none() && bridge::enabled(meta) {
             Interest::always()
         } else {
             Interest::sometimes()
@@ -101,20 +104,16 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn enabled(&self, meta: &Metadata<'_>) -> bool {
-        bridge::enabled_any(meta)
+        match &self.sampler {
+            None => bridge::enabled_any(meta),
+            Some(sampler) => enabled_sampled(sampler, meta),
+        }
     }
 
     fn new_span(&self, attrs: &Attributes<'_>) -> Id {
         if let Some(sampler) = &self.sampler {
             if !kept(sampler, attrs) {
-                // A slot for its handles and metadata only: the state left
-                // there by the slot's last span (if any) is never read
-                // through a marked id, and a freed slot's state is one
-                // `release` may keep.
-                return match SPANS.insert(attrs.metadata(), |_| ()) {
-                    Some(id) => Id::from_u64(id | UNSAMPLED),
-                    None => Id::from_u64(NOT_STORED),
-                };
+                return unkept_id(attrs.metadata());
             }
         }
         match SPANS.insert(attrs.metadata(), |state| {
@@ -165,7 +164,8 @@ impl Subscriber for RingtraceSubscriber {
         if span.into_u64() & UNSAMPLED != 0 {
             // Not kept: only remembered, for `current_span` and children
             // (a few instructions, without the recording path's frame).
-            bridge::enter_unrecorded(span);
+            observe_unkept(span);
+            bridge::enter_unrecorded(span, 0);
         } else {
             self.enter_kept(span);
         }
@@ -181,16 +181,18 @@ impl Subscriber for RingtraceSubscriber {
     }
 
     fn clone_span(&self, id: &Id) -> Id {
-        SPANS.with(id.into_u64() & !UNSAMPLED, |e| e.refs += 1);
+        if id.into_u64() & UNSAMPLED == 0 {
+            SPANS.with(id.into_u64(), |e| e.refs += 1);
+        }
         id.clone()
     }
 
     fn try_close(&self, id: Id) -> bool {
         if id.into_u64() & UNSAMPLED != 0 {
-            // Not kept: its slot's state (if any) is a freed span's, which
-            // has nothing to write and may stay.
-            let slot = id.into_u64() & !UNSAMPLED;
-            return SPANS.release(slot, |_| false, SpanData::reusable) == Release::Freed;
+            // Not kept: nothing is kept of it, no handle is counted (each
+            // drop of one closes it for the layers on this subscriber,
+            // which see nothing of it that a close could end).
+            return true;
         }
         if let Some(rule) = &self.slow {
             // The last handle: a slow span asks for a capture, once its
@@ -212,10 +214,12 @@ impl Subscriber for RingtraceSubscriber {
 
     fn current_span(&self) -> Current {
         let current = bridge::current_entered().and_then(|id| {
-            SPANS
-                .with(id & !UNSAMPLED, |e| e.meta)
-                .flatten()
-                .map(|m| (id, m))
+            let meta = if id & UNSAMPLED != 0 {
+                unkept_site(id).map(|site| site.meta())
+            } else {
+                SPANS.with(id, |e| e.meta).flatten()
+            };
+            meta.map(|m| (id, m))
         });
         match current {
             Some((id, meta)) => Current::new(Id::from_u64(id), meta),
@@ -236,7 +240,12 @@ impl RingtraceSubscriber {
     /// that a span not kept does not pay its frame.
     #[inline(never)]
     fn enter_kept(&self, span: &Id) {
-        bridge::enter(self, span, true, 0);
+        // With sampling, its site learns whether its spans stay nested.
+        let nested = self
+            .sampler
+            .as_ref()
+            .map(|_| bridge::current_entered().is_some_and(|top| top & UNSAMPLED == 0));
+        bridge::enter(self, span, true, 0, nested);
     }
 
     #[inline(never)]
@@ -257,6 +266,83 @@ impl RingtraceSubscriber {
                 drop(SPANS.remove(id.into_u64()));
                 true
             }
+        }
+    }
+}
+
+/// With sampling: whether a span or event of `meta` about to be made is
+/// disabled (`enabled` answers false: `tracing` makes nothing of it). It is
+/// when the innermost span entered on the thread is of a request not kept,
+/// and it is an event, or a span whose site's spans have always stayed
+/// nested where they were made (not a root `sample_roots` names): whatever
+/// is made inside it finds the decision on that span. A span of a site seen
+/// entered alone (moved to another task) is made, and marked, so that it
+/// carries the decision wherever it goes.
+///
+/// `enabled` with sampling: that, and whether the site's category is on
+/// (one look-up of the site; none for an event under a request not kept).
+#[inline]
+fn enabled_sampled(sampler: &Sampler, meta: &Metadata<'_>) -> bool {
+    let under = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
+    if under && meta.is_event() {
+        return false;
+    }
+    let addr = meta as *const Metadata<'_> as usize;
+    match bridge::site_at(addr) {
+        // Not seen yet: made, and checked again with its `'static` metadata.
+        None => true,
+        Some(site) => site.is_on() && !(under && site.stays_nested() && !sampler.names(meta)),
+    }
+}
+
+/// Bits of the id of a span not kept that hold its metadata's address
+/// (user-space addresses fit in 48 bits on every 64-bit target Rust
+/// supports with 4-level paging; an address above, never seen, is left out:
+/// such a span's `Span::current()` is then none).
+const ADDR_BITS: u32 = 48;
+
+thread_local! {
+    /// The thread's count of spans not kept: 15 bits of it in their ids.
+    static UNKEPT_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The id of a new span not kept: [`UNSAMPLED`], 15 bits of the thread's
+/// count of them, its metadata's address. Nothing else is kept of it: no
+/// slot, no handle count (the span table is not touched): what is made
+/// inside it needs only the mark, and `Span::current()` inside it the
+/// metadata, found from the address through the site it was made at. Two
+/// such spans of one site alive at once share an id only if 2^15 others
+/// were made on the thread between them (or on two threads at the same
+/// count), which changes nothing: nothing is kept under the id.
+#[inline]
+fn unkept_id(meta: &'static Metadata<'static>) -> Id {
+    let _ = bridge::site_of(meta); // made, for `current_span` and `observe_unkept`
+    let addr = meta as *const Metadata<'static> as usize as u64;
+    let addr = if addr >> ADDR_BITS == 0 { addr } else { 0 };
+    let seq = UNKEPT_SEQ
+        .try_with(|s| {
+            let n = s.get().wrapping_add(1);
+            s.set(n);
+            n
+        })
+        .unwrap_or(0);
+    Id::from_u64(UNSAMPLED | (seq & 0x7fff) << ADDR_BITS | addr)
+}
+
+/// The site a span not kept (its id) was made at.
+#[inline]
+fn unkept_site(id: u64) -> Option<&'static bridge::SiteInfo> {
+    bridge::site_at((id & ((1 << ADDR_BITS) - 1)) as usize)
+}
+
+/// A span not kept is entered: its site learns whether it is entered inside
+/// a span of a request not kept (its spans stay nested) or not.
+#[inline]
+fn observe_unkept(span: &Id) {
+    if let Some(site) = unkept_site(span.into_u64()) {
+        if !site.moves() {
+            let nested = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
+            site.observe_enter(nested);
         }
     }
 }

@@ -88,6 +88,18 @@ pub(crate) fn enabled_site(meta: &'static Metadata<'static>) -> Option<&'static 
     info.full.is_enabled().then_some(info)
 }
 
+/// The site of `meta` (made on its first look-up).
+#[inline]
+pub(crate) fn site_of(meta: &'static Metadata<'static>) -> &'static SiteInfo {
+    site_info(meta)
+}
+
+/// The site whose metadata is at `addr`, if it was made.
+#[inline]
+pub(crate) fn site_at(addr: usize) -> Option<&'static SiteInfo> {
+    known_site(addr)
+}
+
 /// As [`enabled`], for metadata that may not be `'static`: a call site not
 /// seen yet is let through (its span or event, whose metadata is `'static`,
 /// is checked again).
@@ -151,8 +163,18 @@ pub(crate) fn event(event: &Event<'_>) {
 /// Every begin that is not written has its end counted as lost here (the
 /// end will not be written either: the exit finds the entry not recorded),
 /// so that written + lost adds up to what the program recorded.
+///
+/// With sampling, `nested` says whether the span entered around it on this
+/// thread (if any) is of the same decision (kept): the span's site learns
+/// from it whether its spans stay nested ([`SiteInfo::observe_enter`]).
 #[inline(always)]
-pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool, owner: u64) {
+pub(crate) fn enter(
+    store: &impl SpanStore,
+    id: &Id,
+    track_unrecorded: bool,
+    owner: u64,
+    nested: Option<bool>,
+) {
     let mut entered = Entered {
         id: id.into_u64(),
         depth: None,
@@ -163,6 +185,9 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool, own
     // teardown) its end could not be paired: begin and end are both lost.
     let room = stack_has_room();
     let found = store.with_data(id, |data| {
+        if let Some(nested) = nested {
+            data.info.observe_enter(nested);
+        }
         if !data.site.is_enabled() {
             return;
         }
@@ -207,12 +232,13 @@ pub(crate) fn enter(store: &impl SpanStore, id: &Id, track_unrecorded: bool, own
 /// Span `id`, which ringtrace records nothing of (a root not kept, or
 /// under one), is entered on this thread: it goes on the stack of entered
 /// spans only, without a look at its state, the clock or a ring.
+/// Its entry carries `owner` (see [`enter`]).
 #[inline]
-pub(crate) fn enter_unrecorded(id: &Id) {
+pub(crate) fn enter_unrecorded(id: &Id, owner: u64) {
     let entered = Entered {
         id: id.into_u64(),
         depth: None,
-        session: 0,
+        session: owner,
     };
     push_entered(entered);
 }

@@ -7,6 +7,7 @@ use parking_lot::{Mutex, RwLock};
 use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use tracing::Metadata;
 
@@ -26,7 +27,18 @@ pub(crate) struct SiteInfo {
     subsets: [OnceLock<(u64, &'static Callsite)>; SUBSETS],
     /// Call sites for field sets past the first `SUBSETS`.
     more: Mutex<Vec<(u64, &'static Callsite)>>,
+    /// What sampling learned of where this site's spans are entered
+    /// ([`SiteInfo::stays_nested`]): the enters seen inside another span
+    /// (counted up to `NESTED_ENOUGH`), and `MOVES` once one was entered
+    /// with no span around it on its thread.
+    nesting: AtomicU32,
 }
+
+/// Enters seen inside another span before a site's spans are taken to stay
+/// where they are made.
+const NESTED_ENOUGH: u32 = 4;
+/// Set once a span of the site was entered with nothing entered around it.
+const MOVES: u32 = 1 << 31;
 
 /// Field sets of a call site whose sites are found without a lock.
 const SUBSETS: usize = 4;
@@ -49,6 +61,54 @@ impl SiteInfo {
             full,
             subsets: [const { OnceLock::new() }; SUBSETS],
             more: Mutex::new(Vec::new()),
+            nesting: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether this site's spans have always been entered inside another
+    /// span of their thread (at least `NESTED_ENOUGH` times, never once with
+    /// nothing around them). Under a request sampling did not keep, such a
+    /// span need not exist: whatever is made inside it finds the request's
+    /// decision on the span around it. A site whose spans were seen entered
+    /// alone (a span moved to another task or thread) never is.
+    #[inline]
+    pub(crate) fn stays_nested(&self) -> bool {
+        let n = self.nesting.load(Ordering::Relaxed);
+        (NESTED_ENOUGH..MOVES).contains(&n)
+    }
+
+    /// The site's `tracing` metadata.
+    #[inline]
+    pub(crate) fn meta(&self) -> &'static Metadata<'static> {
+        self.meta
+    }
+
+    /// Whether a span of this site was seen entered alone.
+    #[inline]
+    pub(crate) fn moves(&self) -> bool {
+        self.nesting.load(Ordering::Relaxed) >= MOVES
+    }
+
+    /// Whether spans and events of this site are recorded now (its
+    /// category is on).
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.full.is_enabled()
+    }
+
+    /// A span of this site is entered, `nested` inside another span of the
+    /// same request's decision on its thread, or not (with nothing entered
+    /// around it, or a span of another decision). Relaxed: a count.
+    #[inline]
+    pub(crate) fn observe_enter(&self, nested: bool) {
+        let n = self.nesting.load(Ordering::Relaxed);
+        if n >= MOVES {
+            return;
+        }
+        if !nested {
+            self.nesting.fetch_or(MOVES, Ordering::Relaxed);
+        } else if n < NESTED_ENOUGH {
+            self.nesting.fetch_add(1, Ordering::Relaxed);
         }
     }
 

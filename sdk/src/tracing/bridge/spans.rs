@@ -598,6 +598,7 @@ pub(super) fn extend_entered(entries: Vec<Entered>) {
 
 /// The innermost span entered on this thread, if any, as its id and the
 /// session (recorded) or owner (not recorded) its entry carries.
+#[inline]
 pub(crate) fn innermost_entered() -> Option<(u64, u64)> {
     STACK.with(|s| {
         let e = match s.len.get().checked_sub(1) {
@@ -610,6 +611,7 @@ pub(crate) fn innermost_entered() -> Option<(u64, u64)> {
 }
 
 /// The id of the innermost span entered on this thread, if any.
+#[inline]
 pub(crate) fn current_entered() -> Option<u64> {
     STACK.with(|s| match s.len.get().checked_sub(1) {
         Some(i) if i < STACK_INLINE => Some(s.inline[i].get().id),
