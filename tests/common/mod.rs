@@ -8,7 +8,7 @@
 // Each test binary uses a part of them.
 #[allow(unused_imports)]
 pub use ringtrace_test_support::{
-    json_events, perfetto_model, python, rerun_test, run_python, samples_model, scratch,
+    json_events, perfetto_model, python, rerun_test, run_python, samples_model, scratch, Rng,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
