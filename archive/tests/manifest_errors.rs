@@ -212,7 +212,7 @@ fn error_undeclared_machine_id() {
         "undeclared machine id 7",
     );
     // Declaring it is enough.
-    let mut a = declared_relay();
+    let a = declared_relay();
     a.validate().unwrap();
 }
 
