@@ -53,6 +53,22 @@ pub fn run_scenario_ok(
     (trace, expect)
 }
 
+/// Runs `scenario trace expect args...` of the scenario binary; fails the
+/// test if the child fails. Returns the expectation it wrote to `expect`.
+pub fn run_scenario_with(scenario: &str, trace: &Path, expect: &Path, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args([scenario, trace.to_str().unwrap(), expect.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("run scenario binary");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(expect).unwrap()).unwrap()
+}
+
 /// The slices of `model` named `name`.
 pub fn slices_named<'a>(model: &'a Value, name: &str) -> Vec<&'a Value> {
     model["slices"]
