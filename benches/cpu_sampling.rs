@@ -22,23 +22,13 @@
 //! sample's interrupt costs the sampled thread whatever the stack mode.
 
 mod common;
+#[path = "../sdk/benches/sampling_cost/workload.rs"]
+mod workload;
 use common::{median, thread_cpu_ns};
 use ringtrace::CpuStacks;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-#[inline(never)]
-fn mix(block: &[u64], state: u64) -> u64 {
-    block.iter().fold(state, |h, &w| {
-        (h ^ w).wrapping_mul(0x100_0000_01b3).rotate_left(13)
-    })
-}
-
-#[inline(never)]
-fn checksum(data: &[u64]) -> u64 {
-    data.chunks(64)
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| mix(black_box(b), h))
-}
+use workload::checksum;
 
 /// `/proc/self/task/*/schedstat` of the process's thread whose name starts
 /// with `prefix`: CPU ns and times it was scheduled in (its wake-ups).

@@ -592,15 +592,19 @@ fn encode_phase(
         ext,
         if src { "" } else { "-nosrc" }
     ));
-    let guard = ringtrace::builder()
-        .output(&path)
-        .buffer_bytes_per_thread(ring)
-        .buffer_bytes(4 * ring as u64) // the flight recorder keeps half
-        .overwrite(true)
-        .source_locations(src)
-        .enable_categories(["bench"])
-        .start()
-        .expect("start");
+    // Both sessions: a flight recorder into `path`.
+    let start = || {
+        ringtrace::builder()
+            .output(&path)
+            .buffer_bytes_per_thread(ring)
+            .buffer_bytes(4 * ring as u64) // the flight recorder keeps half
+            .overwrite(true)
+            .source_locations(src)
+            .enable_categories(["bench"])
+            .start()
+            .expect("start")
+    };
+    let guard = start();
     nested_scopes(10); // the thread's ring, interning
     ringtrace::flush();
     let header = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -619,15 +623,7 @@ fn encode_phase(
     let mut lost = stats.events_lost;
 
     // Finish with everything still buffered.
-    let guard = ringtrace::builder()
-        .output(&path)
-        .buffer_bytes_per_thread(ring)
-        .buffer_bytes(4 * ring as u64) // the flight recorder keeps half
-        .overwrite(true)
-        .source_locations(src)
-        .enable_categories(["bench"])
-        .start()
-        .expect("start");
+    let guard = start();
     nested_scopes(n_iter);
     let t = Instant::now();
     let stats = guard.stop().expect("stop");

@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::Rng;
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::ffi::OsStringExt;
@@ -137,19 +138,8 @@ fn expect_ok(dir: &Path, vars: &[(&'static str, OsString)]) {
 fn values_that_are_not_utf8_are_errors() {
     let dir = common::scratch("env_utf8");
     let bad = || OsString::from_vec(b"on\xff\xfe".to_vec());
-    for var in [
-        "RINGTRACE_SYSTEM",
-        "RINGTRACE_CATEGORIES",
-        "RINGTRACE_BUFFER_BYTES",
-        "RINGTRACE_BUFFER_BYTES_PER_THREAD",
-        "RINGTRACE_OVERWRITE",
-        "RINGTRACE_MAX_FILE_BYTES",
-        "RINGTRACE_MAX_FILES",
-        "RINGTRACE_CPU_SAMPLING",
-        "RINGTRACE_CLOCK",
-        "RINGTRACE_SAMPLE",
-        "RINGTRACE_SAMPLE_ROOTS",
-    ] {
+    // Every variable but the output (a path, checked below).
+    for &var in VARIABLES.iter().filter(|v| **v != "RINGTRACE_OUTPUT") {
         expect_error(
             &dir,
             &[(var, bad())],
@@ -491,30 +481,18 @@ fn bad_values() -> Vec<OsString> {
     v
 }
 
-/// A seeded xorshift: the same random values each run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Random bytes (no NUL, which no environment value holds), biased to
-    /// what parsers look at: digits, signs, separators, stars, spaces, bytes
-    /// that are not UTF-8.
-    fn bytes(&mut self) -> Vec<u8> {
-        const PICKS: &[u8] = b"0123456789-+.,*eExX _aZ\t\xff\xc3\xa9\x80";
-        let len = (self.next() % 24) as usize;
-        (0..len)
-            .map(|_| match self.next() % 4 {
-                0 => (self.next() % 255 + 1) as u8,
-                _ => PICKS[(self.next() % PICKS.len() as u64) as usize],
-            })
-            .collect()
-    }
+/// Random bytes (no NUL, which no environment value holds), biased to what
+/// parsers look at: digits, signs, separators, stars, spaces, bytes that are
+/// not UTF-8.
+fn random_bytes(rng: &mut Rng) -> Vec<u8> {
+    const PICKS: &[u8] = b"0123456789-+.,*eExX _aZ\t\xff\xc3\xa9\x80";
+    let len = (rng.next() % 24) as usize;
+    (0..len)
+        .map(|_| match rng.next() % 4 {
+            0 => (rng.next() % 255 + 1) as u8,
+            _ => PICKS[(rng.next() % PICKS.len() as u64) as usize],
+        })
+        .collect()
 }
 
 /// One fuzz case: the variables set beside a file output (unless one of
@@ -535,7 +513,7 @@ fn fuzz_every_variable_with_bad_values() {
     let mut cases = Vec::new();
     for &var in VARIABLES {
         let mut values = bad_values();
-        values.extend((0..24).map(|_| OsString::from_vec(rng.bytes())));
+        values.extend((0..24).map(|_| OsString::from_vec(random_bytes(&mut rng))));
         for value in values {
             let value = if var == "RINGTRACE_OUTPUT" {
                 // A name in the test's directory, never a path elsewhere.
@@ -585,7 +563,7 @@ fn fuzz_every_variable_with_bad_values() {
             let var = VARIABLES[1 + (rng.next() % (VARIABLES.len() as u64 - 1)) as usize];
             let value = match rng.next() % 2 {
                 0 => fixed[(rng.next() % fixed.len() as u64) as usize].clone(),
-                _ => OsString::from_vec(rng.bytes()),
+                _ => OsString::from_vec(random_bytes(&mut rng)),
             };
             (var, value)
         };

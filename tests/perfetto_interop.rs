@@ -315,21 +315,7 @@ fn compact_and_compressed_packets_decode_the_same_and_stay_small() {
     for mode in ["default", "compact", "compressed"] {
         let trace = dir.join(format!("{mode}.pftrace"));
         let expect = dir.join(format!("{mode}.expect"));
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
-            .args([
-                "size",
-                trace.to_str().unwrap(),
-                expect.to_str().unwrap(),
-                mode,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let expect: Value = serde_json::from_slice(&std::fs::read(&expect).unwrap()).unwrap();
+        let expect = run_scenario_with("size", &trace, &expect, &[mode]);
         assert_eq!(expect["events_lost"], 0);
         let model = perfetto_model(&trace);
         assert_eq!(model["skipped_packets"], 0);

@@ -8,7 +8,6 @@ use prost::Message;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::time::Duration;
 
 fn kill(child: &std::process::Child, sig: i32) {
@@ -86,22 +85,7 @@ fn sigkill_mid_write_leaves_a_readable_prefix() {
 fn check_load(mode: &str) {
     let dir = scratch(&format!("load-{mode}"));
     let trace = dir.join("load.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
-        .args([
-            "load",
-            trace.to_str().unwrap(),
-            dir.join("load.expect").to_str().unwrap(),
-            mode,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let expect: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("load.expect")).unwrap()).unwrap();
+    let expect = run_scenario_with("load", &trace, &dir.join("load.expect"), &[mode]);
     let events = json_events(&trace);
     let mut written: HashMap<i64, u64> = HashMap::new();
     let mut lost: HashMap<i64, u64> = HashMap::new();
@@ -298,23 +282,12 @@ fn random_event_streams_decode_to_exactly_what_went_in() {
     let dir = scratch("random");
     for seed in 1..=6u64 {
         let trace = dir.join(format!("random{seed}.pftrace"));
-        let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
-            .args([
-                "random_events",
-                trace.to_str().unwrap(),
-                trace.with_extension("expect").to_str().unwrap(),
-                &seed.to_string(),
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let expect = run_scenario_with(
+            "random_events",
+            &trace,
+            &trace.with_extension("expect"),
+            &[&seed.to_string()],
         );
-        let expect: Value =
-            serde_json::from_slice(&std::fs::read(trace.with_extension("expect")).unwrap())
-                .unwrap();
         let model = perfetto_model(&trace);
         let thread = &expect["threads"][0];
         let tid = thread["tid"].as_i64().unwrap();

@@ -26,6 +26,15 @@ fn relay() -> Archive {
     a
 }
 
+/// [`relay`] with both its machines declared: 0 as "host", 7 as "vm".
+fn declared_relay() -> Archive {
+    let mut a = relay();
+    a.file("relay.pftrace")
+        .unwrap()
+        .machines([(0, "host"), (7, "vm")]);
+    a
+}
+
 #[test]
 fn error_missing_version() {
     let m = Manifest {
@@ -203,10 +212,7 @@ fn error_undeclared_machine_id() {
         "undeclared machine id 7",
     );
     // Declaring it is enough.
-    let mut a = relay();
-    a.file("relay.pftrace")
-        .unwrap()
-        .machines([(0, "host"), (7, "vm")]);
+    let a = declared_relay();
     a.validate().unwrap();
 }
 
@@ -283,10 +289,7 @@ fn error_machine_without_file() {
 
 #[test]
 fn error_reference_is_multi_machine() {
-    let mut a = relay();
-    a.file("relay.pftrace")
-        .unwrap()
-        .machines([(0, "host"), (7, "vm")]);
+    let mut a = declared_relay();
     a.file("a.pftrace")
         .unwrap()
         .sync_to("relay.pftrace", Some(Clock::Boottime));
@@ -306,10 +309,7 @@ fn error_reference_is_multi_machine() {
 
 #[test]
 fn error_machine_not_declared() {
-    let mut a = relay();
-    a.file("relay.pftrace")
-        .unwrap()
-        .machines([(0, "host"), (7, "vm")]);
+    let mut a = declared_relay();
     a.file("a.pftrace")
         .unwrap()
         .sync_to("relay.pftrace", Some(Clock::Boottime))
@@ -323,10 +323,9 @@ fn error_machine_not_declared() {
 
 #[test]
 fn error_source_is_multi_machine() {
-    let mut a = relay();
+    let mut a = declared_relay();
     a.file("relay.pftrace")
         .unwrap()
-        .machines([(0, "host"), (7, "vm")])
         .sync_to("a.pftrace", Some(Clock::Boottime));
     assert_rejected(
         &a,

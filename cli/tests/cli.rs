@@ -553,61 +553,25 @@ fn pack_refuses_what_the_manifest_rules_reject() {
     );
     let other = dir.join("other.pftrace");
     let po = other.to_str().unwrap();
+    // `ringtrace pack -o <o> args...`, expecting exit status `code`: its stderr.
+    let pack = |args: &[&str], code| fails(&[&["pack", "-o", o], args].concat(), code);
     // Manifest rules: exit 1, nothing written.
-    let e = fails(
-        &["pack", "-o", o, "--sync", "log.json=phone.pftrace", pa, pb],
-        1,
-    );
+    let e = pack(&["--sync", "log.json=phone.pftrace", pa, pb], 1);
     assert!(
         e.contains("sync_to.file names unknown file 'phone.pftrace'"),
         "{e}"
     );
-    let e = fails(
-        &[
-            "pack",
-            "-o",
-            o,
-            "--sync",
-            "other.pftrace=app.pftrace",
-            pa,
-            po,
-        ],
-        1,
-    );
+    let e = pack(&["--sync", "other.pftrace=app.pftrace", pa, po], 1);
     assert!(
         e.contains("clock overrides require the trace to use a single clock"),
         "{e}"
     );
-    let e = fails(
-        &[
-            "pack",
-            "-o",
-            o,
-            "--sync",
-            "log.json=app.pftrace:BOOTTIME",
-            pa,
-            pb,
-        ],
-        1,
-    );
+    let e = pack(&["--sync", "log.json=app.pftrace:BOOTTIME", pa, pb], 1);
     assert!(e.contains("clockless"), "{e}");
-    let e = fails(
-        &[
-            "pack",
-            "-o",
-            o,
-            "--machines",
-            "app.pftrace=0:host,4294967296:vm",
-            pa,
-        ],
-        1,
-    );
+    let e = pack(&["--machines", "app.pftrace=0:host,4294967296:vm", pa], 1);
     assert!(e.contains("machines: id must be in [0, 4294967295]"), "{e}");
-    let e = fails(
+    let e = pack(
         &[
-            "pack",
-            "-o",
-            o,
             "--machine",
             "app.pftrace=phone",
             "--machine",
@@ -623,47 +587,17 @@ fn pack_refuses_what_the_manifest_rules_reject() {
     );
     assert!(!out.exists());
     // Usage errors: exit 2.
-    let e = fails(
-        &[
-            "pack",
-            "-o",
-            o,
-            "--sync",
-            "log.json=app.pftrace:UTC",
-            pa,
-            pb,
-        ],
-        2,
-    );
+    let e = pack(&["--sync", "log.json=app.pftrace:UTC", pa, pb], 2);
     assert!(e.contains("unknown clock name: UTC"), "{e}");
-    fails(&["pack", "-o", o, "--machine", "app.pftrace", pa], 2);
-    fails(&["pack", "-o", o, "--machine", "nope.pftrace=x", pa], 2);
+    pack(&["--machine", "app.pftrace", pa], 2);
+    pack(&["--machine", "nope.pftrace=x", pa], 2);
     fails(&["pack", pa], 2);
     fails(&["pack", "-o", dir.join("x.rar").to_str().unwrap(), pa], 2);
     fails(&["pack", "-o", o], 2);
-    fails(
-        &[
-            "pack",
-            "-o",
-            o,
-            "--sync",
-            "log.json=app.pftrace@1.5",
-            pa,
-            pb,
-        ],
-        2,
-    );
+    pack(&["--sync", "log.json=app.pftrace@1.5", pa, pb], 2);
     assert!(!out.exists());
     // Unreadable input: exit 1.
-    fails(
-        &[
-            "pack",
-            "-o",
-            o,
-            dir.join("missing.pftrace").to_str().unwrap(),
-        ],
-        1,
-    );
+    pack(&[dir.join("missing.pftrace").to_str().unwrap()], 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -782,27 +716,25 @@ fn pack_and_inspect_refuse_a_file_that_is_no_trace() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A Perfetto trace whose events are in time order but not in file order,
-/// as ringtrace writes them when a thread finds a span moved after another
-/// thread closed it: a thread track whose inner slice's end comes before its
-/// begin in the file, and an async range whose end comes before its begin.
-fn out_of_file_order_perfetto() -> Vec<u8> {
-    use prost::Message;
-    use ringtrace_protos::{
-        track_descriptor, track_event, ProcessDescriptor, ThreadDescriptor, Trace, TracePacket,
-        TrackDescriptor, TrackEvent,
-    };
-    let seq = Some(1u32);
+/// The descriptor packets of a process track (uuid 1) and its thread's
+/// track (uuid 2): `(pid, name)` and `(tid, name)`, on sequence `seq`.
+fn process_and_thread(
+    seq: Option<u32>,
+    (pid, process_name): (i32, Option<&str>),
+    (tid, thread_name): (i64, Option<&str>),
+) -> Vec<ringtrace_protos::TracePacket> {
+    use ringtrace_protos::{ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor};
     let desc = |td: TrackDescriptor| TracePacket {
         trusted_packet_sequence_id: seq,
         track_descriptor: Some(td),
         ..Default::default()
     };
-    let mut packets = vec![
+    vec![
         desc(TrackDescriptor {
             uuid: Some(1),
             process: Some(ProcessDescriptor {
-                pid: Some(7),
+                pid: Some(pid),
+                process_name: process_name.map(str::to_owned),
                 ..Default::default()
             }),
             ..Default::default()
@@ -811,13 +743,30 @@ fn out_of_file_order_perfetto() -> Vec<u8> {
             uuid: Some(2),
             parent_uuid: Some(1),
             thread: Some(ThreadDescriptor {
-                pid: Some(7),
-                tid: Some(8),
+                pid: Some(pid),
+                tid: Some(tid),
+                thread_name: thread_name.map(str::to_owned),
                 ..Default::default()
             }),
             ..Default::default()
         }),
-        desc(TrackDescriptor {
+    ]
+}
+
+/// A Perfetto trace whose events are in time order but not in file order,
+/// as ringtrace writes them when a thread finds a span moved after another
+/// thread closed it: a thread track whose inner slice's end comes before its
+/// begin in the file, and an async range whose end comes before its begin.
+fn out_of_file_order_perfetto() -> Vec<u8> {
+    use prost::Message;
+    use ringtrace_protos::{
+        track_descriptor, track_event, Trace, TracePacket, TrackDescriptor, TrackEvent,
+    };
+    let seq = Some(1u32);
+    let mut packets = process_and_thread(seq, (7, None), (8, None));
+    packets.push(TracePacket {
+        trusted_packet_sequence_id: seq,
+        track_descriptor: Some(TrackDescriptor {
             uuid: Some(3),
             parent_uuid: Some(1),
             static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
@@ -825,7 +774,8 @@ fn out_of_file_order_perfetto() -> Vec<u8> {
             )),
             ..Default::default()
         }),
-    ];
+        ..Default::default()
+    });
     packets[0].sequence_flags = Some(1);
     packets[0].first_packet_on_sequence = Some(true);
     let ev = |ts: u64, track: u64, ty: track_event::Type, name: Option<&str>| {
@@ -1054,8 +1004,7 @@ fn flamegraph_title_names_the_program() {
 fn perfetto_samples(process: Option<&str>) -> Vec<u8> {
     use prost::Message;
     use ringtrace_protos::{
-        Callstack, Frame, InternedData, InternedString, PerfSample, ProcessDescriptor,
-        ThreadDescriptor, Trace, TracePacket, TrackDescriptor,
+        Callstack, Frame, InternedData, InternedString, PerfSample, Trace, TracePacket,
     };
     let s = |iid: u64, text: &str| InternedString {
         iid: Some(iid),
@@ -1064,32 +1013,6 @@ fn perfetto_samples(process: Option<&str>) -> Vec<u8> {
     let frame = |iid: u64| Frame {
         iid: Some(iid),
         function_name_id: Some(iid),
-        ..Default::default()
-    };
-    let process_track = TracePacket {
-        track_descriptor: Some(TrackDescriptor {
-            uuid: Some(1),
-            process: Some(ProcessDescriptor {
-                pid: Some(40),
-                process_name: process.map(str::to_owned),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let thread_track = TracePacket {
-        track_descriptor: Some(TrackDescriptor {
-            uuid: Some(2),
-            parent_uuid: Some(1),
-            thread: Some(ThreadDescriptor {
-                pid: Some(40),
-                tid: Some(41),
-                thread_name: Some("main".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
         ..Default::default()
     };
     let sample = |ts: u64, first: bool| TracePacket {
@@ -1113,15 +1036,9 @@ fn perfetto_samples(process: Option<&str>) -> Vec<u8> {
         }),
         ..Default::default()
     };
-    Trace {
-        packet: vec![
-            process_track,
-            thread_track,
-            sample(100, true),
-            sample(200, false),
-        ],
-    }
-    .encode_to_vec()
+    let mut packets = process_and_thread(None, (40, process), (41, Some("main")));
+    packets.extend([sample(100, true), sample(200, false)]);
+    Trace { packet: packets }.encode_to_vec()
 }
 
 #[test]

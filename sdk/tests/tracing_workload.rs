@@ -99,20 +99,23 @@ fn run_workload(trace: &Path, via: Via) {
     guard.stop().unwrap();
 }
 
-#[test]
-fn spans_events_and_records_perfetto() {
+/// Records the workload through `via` into `file` of a fresh directory
+/// `dir`, and checks the trace.
+fn record_and_check(dir: &str, file: &str, via: Via) {
     let _s = serial();
-    let trace = scratch("workload-pf").join("workload.pftrace");
-    run_workload(&trace, Via::Layer);
+    let trace = scratch(dir).join(file);
+    run_workload(&trace, via);
     check_workload(&trace);
 }
 
 #[test]
+fn spans_events_and_records_perfetto() {
+    record_and_check("workload-pf", "workload.pftrace", Via::Layer);
+}
+
+#[test]
 fn spans_events_and_records_json() {
-    let _s = serial();
-    let trace = scratch("workload-json").join("workload.json");
-    run_workload(&trace, Via::Layer);
-    check_workload(&trace);
+    record_and_check("workload-json", "workload.json", Via::Layer);
 }
 
 // ---------------------------------------------------------------------------
@@ -160,6 +163,15 @@ fn instants(slices: &[Slice]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The names of the slices that are not instants, in file order.
+fn span_names(slices: &[Slice]) -> Vec<&str> {
+    slices
+        .iter()
+        .filter(|s| !s.instant)
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
 fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
@@ -197,11 +209,7 @@ fn per_layer_filters_compose() {
             "INFO app::noisy noisy"
         ])
     );
-    let spans: Vec<&str> = slices
-        .iter()
-        .filter(|s| !s.instant)
-        .map(|s| s.name.as_str())
-        .collect();
+    let spans = span_names(&slices);
     assert_eq!(spans, ["kept_span"]);
     assert_eq!(
         counting.0.lock().unwrap().len(),
@@ -225,11 +233,7 @@ fn per_layer_filters_compose() {
             "INFO app::quiet quiet"
         ])
     );
-    let spans: BTreeSet<&str> = slices
-        .iter()
-        .filter(|s| !s.instant)
-        .map(|s| s.name.as_str())
-        .collect();
+    let spans: BTreeSet<&str> = span_names(&slices).into_iter().collect();
     assert_eq!(spans, BTreeSet::from(["kept_span", "debug_span"]));
 }
 
@@ -238,18 +242,12 @@ fn per_layer_filters_compose() {
 
 #[test]
 fn subscriber_spans_events_and_records_perfetto() {
-    let _s = serial();
-    let trace = scratch("sub-workload-pf").join("workload.pftrace");
-    run_workload(&trace, Via::Subscriber);
-    check_workload(&trace);
+    record_and_check("sub-workload-pf", "workload.pftrace", Via::Subscriber);
 }
 
 #[test]
 fn subscriber_spans_events_and_records_json() {
-    let _s = serial();
-    let trace = scratch("sub-workload-json").join("workload.json");
-    run_workload(&trace, Via::Subscriber);
-    check_workload(&trace);
+    record_and_check("sub-workload-json", "workload.json", Via::Subscriber);
 }
 
 #[test]
@@ -295,11 +293,7 @@ fn subscriber_composes_with_filters_and_tracks_the_current_span() {
             "WARN other other warn"
         ])
     );
-    let spans: BTreeSet<&str> = slices
-        .iter()
-        .filter(|s| !s.instant)
-        .map(|s| s.name.as_str())
-        .collect();
+    let spans: BTreeSet<&str> = span_names(&slices).into_iter().collect();
     assert_eq!(
         spans,
         BTreeSet::from(["kept_span", "debug_span", "outer", "inner"])

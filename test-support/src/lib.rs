@@ -1,7 +1,8 @@
 //! What the tests of every ringtrace crate share, written once: scratch
 //! directories, the Python that has the official Perfetto schema, the trace
 //! decoders (`tests/support/*.py` of the workspace, run by that Python), JSON
-//! trace reading, and the archive checks ([`archive`]).
+//! trace reading, the archive checks ([`archive`]) and a seeded generator
+//! ([`Rng`]).
 //!
 //! A dev-only crate: a dev-dependency of the published crates (a `path`
 //! without a version, which `cargo publish` strips), never a dependency they
@@ -10,6 +11,9 @@
 
 pub mod archive;
 pub mod otlp;
+mod rng;
+
+pub use rng::Rng;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

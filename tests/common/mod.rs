@@ -8,7 +8,7 @@
 // Each test binary uses a part of them.
 #[allow(unused_imports)]
 pub use ringtrace_test_support::{
-    json_events, perfetto_model, python, rerun_test, run_python, samples_model, scratch,
+    json_events, perfetto_model, python, rerun_test, run_python, samples_model, scratch, Rng,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -51,6 +51,22 @@ pub fn run_scenario_ok(
     );
     let expect = expect.unwrap_or_else(|| panic!("scenario {scenario} wrote no expectation"));
     (trace, expect)
+}
+
+/// Runs `scenario trace expect args...` of the scenario binary; fails the
+/// test if the child fails. Returns the expectation it wrote to `expect`.
+pub fn run_scenario_with(scenario: &str, trace: &Path, expect: &Path, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args([scenario, trace.to_str().unwrap(), expect.to_str().unwrap()])
+        .args(args)
+        .output()
+        .expect("run scenario binary");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(expect).unwrap()).unwrap()
 }
 
 /// The slices of `model` named `name`.

@@ -29,6 +29,8 @@
 //! `replay_warm` divided by them is the cost of a sample whose frames are
 //! already known (the steady state of a program's hot code).
 
+mod workload;
+
 use super::engine::StackWork;
 use super::perf::{parse_sample, PerfEvent, PerfRecord, StackSource};
 use super::tables::{SampleView, Tables};
@@ -37,6 +39,7 @@ use crate::encode::{Context, Encoder, ProcessInfo, Sites};
 use crate::record::clock::Calibration;
 use std::hint::black_box;
 use std::time::Duration;
+use workload::checksum;
 
 fn source() -> StackSource {
     match std::env::var("RINGTRACE_COST_STACKS").as_deref() {
@@ -49,19 +52,6 @@ fn file() -> std::path::PathBuf {
     std::env::var_os("RINGTRACE_COST_FILE")
         .expect("RINGTRACE_COST_FILE names the recording")
         .into()
-}
-
-#[inline(never)]
-fn mix(block: &[u64], state: u64) -> u64 {
-    block.iter().fold(state, |h, &w| {
-        (h ^ w).wrapping_mul(0x100_0000_01b3).rotate_left(13)
-    })
-}
-
-#[inline(never)]
-fn checksum(data: &[u64]) -> u64 {
-    data.chunks(64)
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| mix(black_box(b), h))
 }
 
 /// The kernel's layout of a sample's body, rebuilt from what was parsed.

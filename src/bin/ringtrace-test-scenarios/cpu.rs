@@ -37,6 +37,17 @@ fn hot_thread_body(cpu: Duration) -> u64 {
     sum
 }
 
+/// Runs [`hot_thread_body`] for `cpu` on a thread named "hot"; its tid and
+/// the body's sum.
+fn run_hot_thread(cpu: Duration) -> (i64, u64) {
+    std::thread::Builder::new()
+        .name("hot".into())
+        .spawn(move || (super::tid(), hot_thread_body(cpu)))
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -67,12 +78,7 @@ pub fn hot(trace: &str, stacks: &str) -> Value {
         .cpu_sampling_stacks(stacks)
         .start()
         .unwrap();
-    let (tid, sum) = std::thread::Builder::new()
-        .name("hot".into())
-        .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(400))))
-        .unwrap()
-        .join()
-        .unwrap();
+    let (tid, sum) = run_hot_thread(Duration::from_millis(400));
     let stats = guard.stop().unwrap();
     json!({"tid": tid, "sum": sum, "stats": stats_json(&stats)})
 }
@@ -819,12 +825,7 @@ pub fn over_max_rate(trace: &str) -> Value {
         .cpu_sampling_stacks(ringtrace::CpuStacks::FramePointers)
         .start()
         .unwrap();
-    let (tid, sum) = std::thread::Builder::new()
-        .name("hot".into())
-        .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(100))))
-        .unwrap()
-        .join()
-        .unwrap();
+    let (tid, sum) = run_hot_thread(Duration::from_millis(100));
     let stats = guard.stop().unwrap();
     let mut s = stats_json(&stats);
     s["cpu_sampling_hz"] = json!(stats.cpu_sampling_hz);

@@ -2,6 +2,7 @@
 //! counters with random arguments of every type.
 
 use super::tid;
+use ringtrace_test_support::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -18,19 +19,6 @@ pub fn events(trace: &str, seed: u64) -> Value {
     json!({"pid": std::process::id(), "start_ns": start, "end_ns": end, "events_lost": stats.events_lost,
            "events_written": stats.events_written,
            "threads": [{"tid": tid(), "name": "main", "events": events}]})
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn random_string(rng: &mut Rng) -> String {

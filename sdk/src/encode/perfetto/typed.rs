@@ -17,23 +17,22 @@
 //!
 //! Everything else (samples, objects, memory dumps, clock sync, contexts,
 //! linked ids, colors, global samples) has no Perfetto counterpart and is
-//! written in JSON only.
+//! written in JSON only. The tracks these packets go on (uuids, descriptors
+//! written on first use) are in `tracks.rs`.
 
 use super::annotations::annotation_value;
 use super::fields::{
-    CALLSTACK_FRAMES, CD_TYPE, CD_UNIT, CD_UNIT_NAME, COUNTER_THREAD_TIME_NS, DA_NAME, ENTRY_IID,
-    FRAME_FUNCTION_NAME, ID_LOG_MESSAGE_BODY, LMB_BODY, LM_BODY_IID, LM_PRIO,
-    LM_SOURCE_LOCATION_IID, MERGE_NONE, PD_CMDLINE, PD_LEGACY_SORT_INDEX, PD_PID,
-    PD_PROCESS_LABELS, PD_PROCESS_NAME, P_TRACK_DESCRIPTOR, TD_COUNTER, TD_NAME, TD_PARENT_UUID,
-    TD_PROCESS, TD_SIBLING_MERGE_BEHAVIOR, TD_SIBLING_ORDER_RANK, TD_THREAD, TD_UUID, TE_CALLSTACK,
-    TE_CATEGORY_IIDS, TE_COUNTER_VALUE, TE_DEBUG_ANNOTATIONS, TE_DOUBLE_COUNTER_VALUE,
-    TE_EXTRA_COUNTER_TRACK_UUIDS, TE_EXTRA_COUNTER_VALUES, TE_FLOW_IDS, TE_LOG_MESSAGE, TE_NAME,
-    TE_TERMINATING_FLOW_IDS, TE_TRACK_UUID, TE_TYPE, THD_LEGACY_SORT_INDEX, THD_PID,
-    THD_THREAD_NAME, THD_TID, TYPE_INSTANT, TYPE_SLICE_BEGIN, TYPE_SLICE_END, UNIT_TIME_NS,
+    CALLSTACK_FRAMES, DA_NAME, ENTRY_IID, FRAME_FUNCTION_NAME, ID_LOG_MESSAGE_BODY, LMB_BODY,
+    LM_BODY_IID, LM_PRIO, LM_SOURCE_LOCATION_IID, PD_CMDLINE, PD_LEGACY_SORT_INDEX, PD_PID,
+    PD_PROCESS_LABELS, PD_PROCESS_NAME, P_TRACK_DESCRIPTOR, TD_PROCESS, TD_SIBLING_ORDER_RANK,
+    TD_UUID, TE_CALLSTACK, TE_CATEGORY_IIDS, TE_COUNTER_VALUE, TE_DEBUG_ANNOTATIONS,
+    TE_DOUBLE_COUNTER_VALUE, TE_EXTRA_COUNTER_TRACK_UUIDS, TE_EXTRA_COUNTER_VALUES, TE_FLOW_IDS,
+    TE_LOG_MESSAGE, TE_NAME, TE_TERMINATING_FLOW_IDS, TE_TRACK_UUID, TE_TYPE, TYPE_INSTANT,
+    TYPE_SLICE_BEGIN, TYPE_SLICE_END,
 };
 use super::intern::{intern_category, intern_location};
-use super::{PacketTime, PerfettoEncoder, Seq, UUID_KIND_COUNTER};
-use crate::encode::event::{EventView, IdView};
+use super::{PacketTime, PerfettoEncoder, Seq};
+use crate::encode::event::EventView;
 use crate::encode::protowire::{double, int, nested, string, uint};
 use crate::encode::{hash_str, mix};
 use crate::encode::{Context, OpenScope};
@@ -43,10 +42,7 @@ use crate::record::event::{op, LogLevel};
 use crate::record::layout::Record;
 use std::collections::HashMap;
 
-const UUID_KIND_THREAD_TIME: u64 = 3;
-const UUID_KIND_ASYNC_ID: u64 = 4;
-const UUID_KIND_TRACK: u64 = 5;
-const UUID_MASK: u64 = (1 << 63) - 1;
+mod tracks;
 
 /// Per-sequence state of the typed API's events.
 #[derive(Default)]
@@ -111,49 +107,7 @@ fn flow_uuid(cat: &str, name: &str, id: u64) -> u64 {
     mix(hash_str(cat) ^ hash_str(name).rotate_left(21) ^ mix(id)).max(1)
 }
 
-/// The track of an async id: per (category, scope, id); process-scoped for
-/// `id2.local`, trace-global otherwise (the format's rules for async ids).
-fn async_uuid(ctx: &Context<'_>, cat: &str, id: &IdView) -> (u64, Option<u64>) {
-    let key =
-        hash_str(cat) ^ hash_str(id.scope.as_deref().unwrap_or("")).rotate_left(13) ^ mix(id.value);
-    if id.kind == 1 {
-        (
-            ctx.process.derived_uuid(UUID_KIND_ASYNC_ID, key),
-            Some(ctx.process.uuid),
-        )
-    } else {
-        ((mix(key ^ UUID_KIND_ASYNC_ID) & UUID_MASK).max(1), None)
-    }
-}
-
 impl PerfettoEncoder {
-    /// The thread track's descriptor (on `seq`, at its clock position).
-    pub(super) fn describe_thread(&mut self, ctx: &Context<'_>, seq: &mut Seq, out: &mut Vec<u8>) {
-        let (pid, tid, parent, uuid) = (seq.pid, seq.tid, ctx.process.uuid, seq.track_uuid);
-        let sort = seq.ext.sort_index;
-        let name = std::mem::take(&mut seq.name);
-        self.descriptor_packet(seq, out, |p| {
-            nested(p, P_TRACK_DESCRIPTOR, |td| {
-                uint(td, TD_UUID, uuid);
-                uint(td, TD_PARENT_UUID, parent);
-                nested(td, TD_THREAD, |th| {
-                    int(th, THD_PID, pid as i64);
-                    int(th, THD_TID, tid);
-                    if !name.is_empty() {
-                        string(th, THD_THREAD_NAME, &name);
-                    }
-                    if let Some(i) = sort {
-                        int(th, THD_LEGACY_SORT_INDEX, i as i64);
-                    }
-                });
-                if let Some(i) = sort {
-                    int(td, TD_SIBLING_ORDER_RANK, i as i64);
-                }
-            });
-        });
-        seq.name = name;
-    }
-
     /// EVENT, BEGIN_TT and END_TT records.
     pub(super) fn phase_record(
         &mut self,
@@ -254,114 +208,6 @@ impl PerfettoEncoder {
         for id in seq.ext.next_flows.drain(..) {
             super::super::protowire::fixed64(&mut self.te, TE_TERMINATING_FLOW_IDS, id);
         }
-    }
-
-    /// The thread-time counter track of this thread, described on first use.
-    fn thread_time_track(&mut self, ctx: &Context<'_>, seq: &mut Seq, out: &mut Vec<u8>) -> u64 {
-        let uuid = ctx
-            .process
-            .derived_uuid(UUID_KIND_THREAD_TIME, seq.tid as u64);
-        if seq.described.insert(uuid) {
-            let parent = seq.track_uuid;
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    uint(td, TD_PARENT_UUID, parent);
-                    nested(td, TD_COUNTER, |c| {
-                        uint(c, CD_TYPE, COUNTER_THREAD_TIME_NS);
-                        uint(c, CD_UNIT, UNIT_TIME_NS);
-                    });
-                });
-            });
-        }
-        uuid
-    }
-
-    /// A process counter track named `name`, described on first use.
-    fn named_counter_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        name: &str,
-        unit: Option<u64>,
-        unit_name: Option<&str>,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let uuid = ctx.process.derived_uuid(UUID_KIND_COUNTER, hash_str(name));
-        if seq.described.insert(uuid) {
-            let parent = ctx.process.uuid;
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    string(td, TD_NAME, name);
-                    uint(td, TD_PARENT_UUID, parent);
-                    nested(td, TD_COUNTER, |c| match (unit, unit_name) {
-                        (Some(u), _) if u != 0 => uint(c, CD_UNIT, u),
-                        (_, Some(n)) => string(c, CD_UNIT_NAME, n),
-                        _ => {}
-                    });
-                });
-            });
-        }
-        uuid
-    }
-
-    /// A custom track and its ancestors, described on first use on this
-    /// sequence: uuids from the process and the path (the same on every
-    /// sequence), never merged with same-named siblings.
-    fn custom_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        path: &[String],
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let mut parent = ctx.process.uuid;
-        for i in 0..path.len() {
-            let key = crate::encode::track_key(&path[..=i]);
-            let uuid = ctx.process.derived_uuid(UUID_KIND_TRACK, key);
-            if seq.described.insert(uuid) {
-                let name = &path[i];
-                self.descriptor_packet(seq, out, |p| {
-                    nested(p, P_TRACK_DESCRIPTOR, |td| {
-                        uint(td, TD_UUID, uuid);
-                        string(td, TD_NAME, name);
-                        uint(td, TD_PARENT_UUID, parent);
-                        uint(td, TD_SIBLING_MERGE_BEHAVIOR, MERGE_NONE);
-                    });
-                });
-            }
-            parent = uuid;
-        }
-        parent
-    }
-
-    /// The track of an async id, described on first use on this sequence.
-    fn async_id_track(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        cat: &str,
-        name: &str,
-        id: &IdView,
-        out: &mut Vec<u8>,
-    ) -> u64 {
-        let (uuid, parent) = async_uuid(ctx, cat, id);
-        if seq.described.len() > 4096 {
-            seq.described.clear(); // re-describing is harmless; keep memory bounded
-        }
-        if seq.described.insert(uuid) {
-            self.descriptor_packet(seq, out, |p| {
-                nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
-                    string(td, TD_NAME, name);
-                    if let Some(parent) = parent {
-                        uint(td, TD_PARENT_UUID, parent);
-                    }
-                });
-            });
-        }
-        uuid
     }
 
     /// Fills `te` with a typed-API event: type, track, category, name, args,
