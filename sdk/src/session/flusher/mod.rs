@@ -17,11 +17,17 @@
 
 #![forbid(unsafe_code)]
 
+mod rings;
+mod spares;
+
+use rings::RingSet;
+use spares::Spares;
+
 use crate::encode::{Batch, Context, IdMap, ProcessInfo, Sites};
 use crate::output::{Asked, Item, Outputs, Pass, Tally};
 use crate::record::clock::Calibration;
 use crate::record::registry::{ThreadRing, REGISTRY};
-use crate::record::ring::{ANNOUNCED, GROWTH};
+use crate::record::ring::GROWTH;
 use crate::record::sync::Arc;
 use crate::session::control::Control;
 use crate::stats::Stats;
@@ -42,10 +48,6 @@ const DRAIN_CHUNK_WORDS: usize = 1 << 14;
 /// MiB)`) is not left to fill to half (32 MiB, out of the caches by the
 /// time it is read) between two full passes.
 const HOT_WORDS: u64 = 1 << 17;
-/// Quiet rings a pass looks at besides the announced ones, in turn: a
-/// record whose writer was held up while its ring was made quiet (see
-/// `record::ring::announce`) waits a bounded number of passes.
-const QUIET_LOOKS_PER_PASS: usize = 32;
 
 /// What encoders read besides the records: the clock's calibration
 /// (refreshed at each full pass, so a `Context` cannot be kept across
@@ -120,169 +122,6 @@ struct RingState {
     seen_overwritten: u64,
     reported_oversized: u64,
 }
-
-/// What the flusher knows of a grown ring's spare segment.
-#[derive(Default)]
-struct SpareState {
-    /// The ring's segment count when its spare was last prepared.
-    made: u64,
-    /// When that spare was made ready, while it may still be unused.
-    since: Option<Instant>,
-}
-
-/// The flusher's watch on growing rings: rings that grew get their next
-/// segment made at once, between two drains of other records if need be (a
-/// fresh thread's ring quadruples every few hundred microseconds, and a
-/// pass of the flusher can take milliseconds).
-struct Spares {
-    seen: u64,
-    /// `GROWTH`'s count when the pool was last restocked (at the session's
-    /// start: what `start` stocked, if anything).
-    stocked: u64,
-    rings: IdMap<u32, SpareState>,
-    /// Rings whose spare is out and unused, looked at to give it back after
-    /// [`SPARE_IDLE`] even once they are quiet.
-    waiting: IdMap<u32, Arc<ThreadRing>>,
-}
-
-impl Spares {
-    /// Tends the spares if a ring grew since the last look (or if `all`).
-    /// Restocks the pool (`restock`: at a pass's start) only once a look
-    /// finds no new growth: while a ring is growing its spares come first,
-    /// and mapping in the stock (1 MiB of 4 KiB pages) or a drain chunk in
-    /// between made a fresh thread's 4 MiB spare late by that much, and the
-    /// thread then mapped its segment itself (BENCHMARKS.md, "History",
-    /// "First laps").
-    /// Not while stopping: the spares and the stock would be given back at
-    /// once.
-    fn tend_if_grown(&mut self, rings: &mut RingSet, all: bool, restock: bool) {
-        let grown = GROWTH.count();
-        let quiet = grown == self.seen;
-        if !quiet || all {
-            self.seen = grown;
-            // A ring that grew announced itself (growing is the producer's
-            // slow path), so it is active.
-            rings.take_announced();
-            tend_spares(rings.active.values(), &mut self.rings, &mut self.waiting);
-        }
-        if restock && quiet && grown != self.stocked {
-            self.stocked = grown;
-            // Sizes a growth emptied are stocked again, here rather than
-            // on a recording thread's first lap; a ring that grows
-            // meanwhile gets its spare first (a later pass stocks on).
-            // Only after a growth: a stock given back idle stays so until
-            // rings grow again (and none is made in system-tracing-only
-            // mode until a tracing session turns call sites on).
-            REGISTRY
-                .budget
-                .pool()
-                .stock_until(&|| GROWTH.count() != grown);
-        }
-    }
-}
-
-/// The rings the flusher knows (its copy of the registry's list) and those
-/// a pass looks at: the announced ones, which have or may have records. A
-/// ring leaves `active` when a drain leaves it empty and it goes quiet
-/// (`ThreadRing::quiet`), and comes back when its id is announced.
-#[derive(Default)]
-struct RingSet {
-    /// The registry's list, as taken (in order of listing).
-    all: Vec<Arc<ThreadRing>>,
-    by_seq: IdMap<u32, Arc<ThreadRing>>,
-    active: IdMap<u32, Arc<ThreadRing>>,
-    /// Where the next look at quiet rings starts in `all`.
-    cursor: usize,
-    /// The rings the registry listed since the last look (kept for its
-    /// allocation, which goes back and forth with the registry's).
-    added: Vec<Arc<ThreadRing>>,
-    /// The ids taken from `ANNOUNCED` (kept for its allocation).
-    ids: Vec<u32>,
-}
-
-impl RingSet {
-    /// Follows the registry's list: rings new to it are active (announced
-    /// from their creation).
-    fn follow_registry(&mut self) {
-        REGISTRY.take_added(&mut self.added);
-        for tr in self.added.drain(..) {
-            self.by_seq.insert(tr.seq_id, tr.clone());
-            self.active.insert(tr.seq_id, tr.clone());
-            self.all.push(tr);
-        }
-        self.take_announced();
-    }
-
-    /// Rings announced since the last look become active. An id of no ring
-    /// known (a ring of an earlier session, or not yet listed: it is active
-    /// once listed) is passed over.
-    fn take_announced(&mut self) {
-        ANNOUNCED.take(&mut self.ids, self.all.len());
-        for seq in &self.ids {
-            if let Some(tr) = self.by_seq.get(seq) {
-                self.active.entry(*seq).or_insert_with(|| tr.clone());
-            }
-        }
-    }
-
-    /// The rings a pass looks at, into `out`: every one if `sweep`, else the
-    /// active ones and [`QUIET_LOOKS_PER_PASS`] others in turn.
-    fn visits(&mut self, sweep: bool, out: &mut Vec<Arc<ThreadRing>>) {
-        out.clear();
-        if sweep {
-            out.extend(self.all.iter().cloned());
-            return;
-        }
-        out.extend(self.active.values().cloned());
-        let n = self.all.len();
-        for _ in 0..QUIET_LOOKS_PER_PASS.min(n) {
-            self.cursor = if self.cursor + 1 >= n {
-                0
-            } else {
-                self.cursor + 1
-            };
-            let tr = &self.all[self.cursor];
-            if !self.active.contains_key(&tr.seq_id) {
-                out.push(tr.clone());
-            }
-        }
-    }
-
-    /// After a drain of `tr`: quiet if it holds nothing (then it is not
-    /// looked at until it announces itself), else active.
-    fn settle(&mut self, tr: &Arc<ThreadRing>) {
-        if tr.quiet() {
-            self.active.remove(&tr.seq_id);
-        } else {
-            self.activate(tr);
-        }
-    }
-
-    /// `tr` is looked at each pass (a quiet ring found holding records).
-    fn activate(&mut self, tr: &Arc<ThreadRing>) {
-        self.active.entry(tr.seq_id).or_insert_with(|| tr.clone());
-    }
-
-    /// Forgets the rings drained after their threads exited (`gone`,
-    /// sorted), as the registry does.
-    fn forget(&mut self, gone: &[u32]) {
-        if gone.is_empty() {
-            return;
-        }
-        for seq in gone {
-            self.active.remove(seq);
-            self.by_seq.remove(seq);
-        }
-        self.all
-            .retain(|tr| gone.binary_search(&tr.seq_id).is_err());
-        REGISTRY.remove(gone);
-    }
-}
-
-/// A spare segment the producer has not grown into after this long is given
-/// back: its thread has stopped growing (the flusher keeps up with it), and
-/// the memory is the budget's and the process's.
-const SPARE_IDLE: Duration = Duration::from_secs(1);
 
 impl Flusher {
     /// `growth_at_start`: `GROWTH`'s count before the session's call sites
@@ -651,45 +490,5 @@ impl Drop for Finally {
     fn drop(&mut self) {
         GROWTH.set_waker(None);
         self.0.close();
-    }
-}
-
-/// Makes ready the next segment of each active ring that grew since the
-/// last look (`Ring::prepare_spare`), so its thread grows into memory mapped
-/// in here rather than on its own slow path; gives back spares left unused
-/// for [`SPARE_IDLE`] (`waiting`: the rings with one out, active or not).
-/// Rings that never grew get none: a thread that records a few events holds
-/// no more than its first 512 bytes.
-fn tend_spares<'a>(
-    active: impl Iterator<Item = &'a Arc<ThreadRing>>,
-    state: &mut IdMap<u32, SpareState>,
-    waiting: &mut IdMap<u32, Arc<ThreadRing>>,
-) {
-    let now = Instant::now();
-    let mut rings: Vec<Arc<ThreadRing>> = active.cloned().collect();
-    rings.extend(waiting.values().cloned());
-    for tr in &rings {
-        let made = tr.ring.segments_made();
-        if made < 2 {
-            continue;
-        }
-        if tr.is_retired() {
-            tr.ring.reclaim_spare();
-            waiting.remove(&tr.seq_id);
-            continue;
-        }
-        let st = state.entry(tr.seq_id).or_default();
-        if st.made != made {
-            st.made = made;
-            st.since = tr.ring.prepare_spare().then_some(now);
-        } else if st.since.is_some_and(|t| now - t >= SPARE_IDLE) {
-            tr.ring.reclaim_spare();
-            st.since = None;
-        }
-        if st.since.is_some() {
-            waiting.insert(tr.seq_id, tr.clone());
-        } else {
-            waiting.remove(&tr.seq_id);
-        }
     }
 }
