@@ -6,10 +6,11 @@
 //! their rings like every other record. [`OtlpOutput`] is an output of the
 //! flusher (`output.rs`): it reads those records from each drained batch,
 //! turns them into spans (names, times on the Unix clock, attributes,
-//! kind and status by the `otel.*` conventions) and hands each pass's spans
-//! to the exporter's thread (`exporter.rs`) without waiting: spans beyond
-//! the session's memory budget, or beyond the queue's bound once the
-//! thread is behind, are dropped and counted. The exporter batches (512 spans, or 1 s), encodes
+//! kind and status by the `otel.*` conventions) and hands them to the
+//! exporter's thread (`exporter.rs`) without waiting, a batch at a time
+//! (512 spans, 1 s, a flush, the stop): spans beyond the session's memory
+//! budget, or beyond the queue's bound once the thread is behind, are
+//! dropped and counted. The exporter batches (512 spans), encodes
 //! (`proto.rs`), POSTs (`http.rs`), retries with backoff, and at the
 //! session's stop sends what is left within [`STOP_TIMEOUT`].
 //!
