@@ -14,6 +14,8 @@
 //! runs: it is the base of the ratios), `SERVICE_DIR` for the trace files
 //! (default: the system temp directory).
 //! The `-10`, `-1` and `-0` modes sample whole requests (`sample_ratio`: 10%, 1%, none kept).
+//! The OTLP modes (`layer-otlp`, `otlp`, `otel`, `fastrace`, each also `-1`: 1% kept) are
+//! in `otel.rs`; they run only when `SERVICE_MODES` names them.
 //!
 //! What is measured, per run: wall time of the measured requests (after a
 //! warm-up), and the CPU time each thread of the process spent meanwhile
@@ -33,6 +35,8 @@
 // The workspace's bench helpers (`benches/common/`).
 #[path = "../../common/mod.rs"]
 mod common;
+// The OTLP modes (ringtrace's exporter against its peers): `otel.rs`.
+mod otel;
 
 use common::{machine, median};
 use std::collections::HashMap;
@@ -326,6 +330,8 @@ enum Mode {
     Layer10,
     Layer1,
     Layer0,
+    /// The OTLP modes (`otel.rs`).
+    Ext(otel::Ext),
 }
 
 const MODES: [Mode; 16] = [
@@ -366,6 +372,7 @@ impl Mode {
             Mode::Layer10 => "layer-10",
             Mode::Layer1 => "layer-1",
             Mode::Layer0 => "layer-0",
+            Mode::Ext(e) => e.key(),
         }
     }
 
@@ -387,6 +394,7 @@ impl Mode {
             Mode::Layer10 => "ringtrace `layer()`, Perfetto, 10% of requests kept",
             Mode::Layer1 => "ringtrace `layer()`, Perfetto, 1% of requests kept",
             Mode::Layer0 => "ringtrace `layer()`, Perfetto, no request kept",
+            Mode::Ext(e) => e.label(),
         }
     }
 
@@ -401,7 +409,10 @@ impl Mode {
     }
 
     fn from_key(k: &str) -> Option<Mode> {
-        MODES.into_iter().find(|m| m.key() == k)
+        MODES
+            .into_iter()
+            .find(|m| m.key() == k)
+            .or_else(|| otel::Ext::from_key(k).map(Mode::Ext))
     }
 }
 
@@ -445,6 +456,7 @@ enum Tracer {
     None,
     Ringtrace(ringtrace::TraceGuard),
     Chrome(tracing_chrome::FlushGuard),
+    Ext(otel::Guard),
 }
 
 fn install(mode: Mode, path: &std::path::Path) -> Tracer {
@@ -504,6 +516,7 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             tracing_subscriber::registry().with(layer).init();
             Tracer::Chrome(flush)
         }
+        Mode::Ext(e) => Tracer::Ext(otel::install(e, path)),
     }
 }
 
@@ -563,6 +576,7 @@ fn child(mode: Mode, requests: u64, conns: usize, dir: PathBuf) {
             drop(f);
             (0, 0)
         }
+        Tracer::Ext(g) => otel::stop(g, &before, &after),
         Tracer::None => (0, 0),
     };
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -586,6 +600,9 @@ fn child(mode: Mode, requests: u64, conns: usize, dir: PathBuf) {
 fn settle(tracer: &Tracer) {
     if let Tracer::Ringtrace(g) = tracer {
         g.flush();
+    }
+    if let Tracer::Ext(g) = tracer {
+        otel::flush(g);
     }
     let mut last = background_ns(&thread_cpu());
     for _ in 0..100 {
@@ -628,6 +645,9 @@ fn env_num(key: &str, default: u64) -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if otel::sink_main(&args) {
+        return;
+    }
     let requests = env_num("SERVICE_REQUESTS", 20_000);
     let conns = env_num("SERVICE_CONNS", 8) as usize;
     let dir = std::env::var_os("SERVICE_DIR")
@@ -673,6 +693,7 @@ fn main() {
                 .output()
                 .expect("run child");
             let text = String::from_utf8_lossy(&out.stdout);
+            otel::note(modes[i].key(), &text);
             let Some(r) = text.lines().find_map(parse_result) else {
                 eprintln!(
                     "{} failed: {}",
@@ -748,4 +769,5 @@ fn main() {
             },
         );
     }
+    otel::report();
 }
