@@ -33,6 +33,9 @@ cargo test --workspace
 echo "== OTLP export (feature otlp; its test needs the feature on the SDK itself)"
 cargo test -p ringtrace --features otlp --test otlp
 
+echo "== OTLP end to end: spans read back whole from Arize Phoenix (installed from PyPI)"
+./scripts/phoenix-e2e.sh
+
 echo "== memory budget, optimised (peak RSS of many threads against the budget)"
 cargo test --release --test memory
 

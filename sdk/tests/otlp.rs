@@ -229,6 +229,54 @@ fn the_layer_exports_without_a_file() {
     export(Via::Layer, false);
 }
 
+/// A flusher pass holding more spans than the exporter's queue bounds
+/// (2,048), with a collector that keeps up, is exported whole: the bound
+/// is for an exporter that is behind, not for a busy pass.
+#[test]
+fn a_pass_past_the_queue_bound_is_exported_whole() {
+    let _one = serial();
+    let rx = Receiver::start("otlp-burst", "normal");
+    let (d, guard) = start(
+        builder(&rx.endpoint())
+            .buffer_bytes_per_thread(8 << 20)
+            .flush_interval(Duration::from_secs(3600)),
+        Via::Layer,
+    );
+    dispatcher::with_default(&d, || {
+        for _ in 0..2300 {
+            info_span!("burst").in_scope(|| {});
+        }
+    });
+    // One pass takes the 2,300 spans.
+    guard.flush();
+    let stats = guard.stop().unwrap();
+    assert_eq!(
+        (stats.otlp_spans_exported, stats.otlp_spans_dropped),
+        (2300, 0),
+        "{stats:?}"
+    );
+    assert_eq!(rx.wait_spans(2300, Duration::from_secs(30)).len(), 2300);
+}
+
+/// `flush()` sends the spans recorded so far at once, not after the
+/// exporter's batch delay (1 s).
+#[test]
+fn a_flush_sends_at_once() {
+    let _one = serial();
+    let rx = Receiver::start("otlp-flush", "normal");
+    let (d, guard) = start(builder(&rx.endpoint()), Via::Layer);
+    dispatcher::with_default(&d, || {
+        for _ in 0..5 {
+            info_span!("flushed").in_scope(|| {});
+        }
+    });
+    let t = Instant::now();
+    guard.flush();
+    let spans = rx.wait_spans(5, Duration::from_millis(600));
+    assert_eq!(spans.len(), 5, "after {:?}", t.elapsed());
+    guard.stop().unwrap();
+}
+
 /// Spans made, exported and dropped add up, and the stop returns within
 /// its documented timeout.
 fn faulty(endpoint: &str, mid: impl FnOnce(), n: u64) -> (ringtrace::Stats, Duration) {

@@ -26,6 +26,8 @@
 //! requests and prints, per request, the instructions of the workers, of the
 //! background thread and of every thread, against untraced (see the script's
 //! head for its settings).
+//! The OTLP modes (`layer-otlp`, `otlp`, `otel`, `fastrace`, each also `-1`: 1% kept) are
+//! in `otel.rs`; they run only when `SERVICE_MODES` names them.
 //!
 //! What is measured, per run: wall time of the measured requests (after a
 //! warm-up), and the CPU time each thread of the process spent meanwhile
@@ -45,6 +47,8 @@
 // The workspace's bench helpers (`benches/common/`).
 #[path = "../../common/mod.rs"]
 mod common;
+// The OTLP modes (ringtrace's exporter against its peers): `otel.rs`.
+mod otel;
 
 use common::{machine, median};
 use std::collections::HashMap;
@@ -341,6 +345,8 @@ enum Mode {
     /// tracing-perfetto-file's layer on the registry, fields written as
     /// debug annotations.
     PerfettoFile,
+    /// The OTLP modes (`otel.rs`).
+    Ext(otel::Ext),
 }
 
 const MODES: [Mode; 17] = [
@@ -383,6 +389,7 @@ impl Mode {
             Mode::Layer1 => "layer-1",
             Mode::Layer0 => "layer-0",
             Mode::PerfettoFile => "perfetto-file",
+            Mode::Ext(e) => e.key(),
         }
     }
 
@@ -405,6 +412,7 @@ impl Mode {
             Mode::Layer1 => "ringtrace `layer()`, Perfetto, 1% of requests kept",
             Mode::Layer0 => "ringtrace `layer()`, Perfetto, no request kept",
             Mode::PerfettoFile => "tracing-perfetto-file, debug annotations",
+            Mode::Ext(e) => e.label(),
         }
     }
 
@@ -419,7 +427,10 @@ impl Mode {
     }
 
     fn from_key(k: &str) -> Option<Mode> {
-        MODES.into_iter().find(|m| m.key() == k)
+        MODES
+            .into_iter()
+            .find(|m| m.key() == k)
+            .or_else(|| otel::Ext::from_key(k).map(Mode::Ext))
     }
 }
 
@@ -464,6 +475,7 @@ enum Tracer {
     Ringtrace(ringtrace::TraceGuard),
     Chrome(tracing_chrome::FlushGuard),
     PerfettoFile(tracing_perfetto_file::FlushGuard),
+    Ext(otel::Guard),
 }
 
 fn install(mode: Mode, path: &std::path::Path) -> Tracer {
@@ -531,6 +543,7 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             tracing_subscriber::registry().with(layer).init();
             Tracer::PerfettoFile(flush)
         }
+        Mode::Ext(e) => Tracer::Ext(otel::install(e, path)),
     }
 }
 
@@ -594,6 +607,7 @@ fn child(mode: Mode, requests: u64, conns: usize, dir: PathBuf) {
             f.flush().expect("tracing-perfetto-file's flush");
             (0, 0)
         }
+        Tracer::Ext(g) => otel::stop(g, &before, &after),
         Tracer::None => (0, 0),
     };
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -619,6 +633,7 @@ fn settle(tracer: &Tracer) {
         Tracer::Ringtrace(g) => g.flush(),
         // Writes what the threads' queues hold (on this thread).
         Tracer::PerfettoFile(f) => f.flush().expect("tracing-perfetto-file's flush"),
+        Tracer::Ext(g) => otel::flush(g),
         Tracer::None | Tracer::Chrome(_) => {}
     }
     let mut last = background_ns(&thread_cpu());
@@ -662,6 +677,9 @@ fn env_num(key: &str, default: u64) -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if otel::sink_main(&args) {
+        return;
+    }
     let requests = env_num("SERVICE_REQUESTS", 20_000);
     let conns = env_num("SERVICE_CONNS", 8) as usize;
     let dir = std::env::var_os("SERVICE_DIR")
@@ -713,6 +731,7 @@ fn main() {
                 .output()
                 .expect("run child");
             let text = String::from_utf8_lossy(&out.stdout);
+            otel::note(modes[i].key(), &text);
             let Some(r) = text.lines().find_map(parse_result) else {
                 eprintln!(
                     "{} failed: {}",
@@ -788,4 +807,5 @@ fn main() {
             },
         );
     }
+    otel::report();
 }

@@ -32,6 +32,9 @@ pub(crate) struct Counts {
     events_dropped: AtomicU64,
     /// Spans handed over and not yet exported or dropped.
     in_flight: AtomicU64,
+    /// Spans handed over that the thread has not taken from the channel
+    /// yet: while there are none, the thread keeps up, and a pass goes whole.
+    untaken: AtomicU64,
     /// The stop's deadline passed: what was in flight is counted dropped,
     /// the thread counts nothing more.
     abandoned: AtomicBool,
@@ -72,6 +75,9 @@ enum Msg {
         spans: Vec<Span>,
         events: Vec<(u64, Vec<SpanEvent>)>,
         bytes: u64,
+        /// Send the batch now (the output held these spans for the batch
+        /// delay already, or a flush asked for them).
+        now: bool,
     },
     Stop {
         deadline: Instant,
@@ -125,6 +131,7 @@ impl Exporter {
             batch: Vec::new(),
             batch_bytes: 0,
             first_at: None,
+            now: false,
             waiting: HashMap::new(),
             waiting_events: 0,
             stopping,
@@ -143,16 +150,22 @@ impl Exporter {
     }
 
     /// Hands a pass's spans (and events of spans not closed in it) to the
-    /// thread, without waiting: past the queue's bound or the session's
-    /// memory budget, or when the thread is behind by 64 passes, they are
-    /// dropped and counted.
-    pub(crate) fn send(&self, mut spans: Vec<Span>, events: Vec<(u64, Vec<SpanEvent>)>) {
+    /// thread, without waiting. When the thread has taken every earlier
+    /// pass (it keeps up), the pass goes whole, within the session's memory
+    /// budget: a pass holds what a flush interval recorded, more than the
+    /// queue's bound at a high rate. When it has not (a slow or dead
+    /// collector), only what the queue's bound has room for goes. The rest
+    /// is dropped and counted.
+    pub(crate) fn send(&self, mut spans: Vec<Span>, events: Vec<(u64, Vec<SpanEvent>)>, now: bool) {
         if spans.is_empty() && events.is_empty() {
             return;
         }
-        // What the queue has room for goes; the rest is dropped.
-        let queued = self.counts.in_flight.load(Ordering::Relaxed);
-        let room = self.queue_spans.saturating_sub(queued) as usize;
+        let room = if self.counts.untaken.load(Ordering::Acquire) == 0 {
+            usize::MAX
+        } else {
+            let queued = self.counts.in_flight.load(Ordering::Relaxed);
+            self.queue_spans.saturating_sub(queued) as usize
+        };
         if spans.len() > room {
             let over = spans.split_off(room);
             self.counts.dropped(over.len() as u64, events_in(&over));
@@ -170,15 +183,18 @@ impl Exporter {
             return;
         }
         self.counts.in_flight.fetch_add(n, Ordering::Relaxed);
+        self.counts.untaken.fetch_add(n, Ordering::Release);
         match self.tx.try_send(Msg::Spans {
             spans,
             events,
             bytes,
+            now,
         }) {
             Ok(()) => {}
             Err(TrySendError::Full(m) | TrySendError::Disconnected(m)) => {
                 REGISTRY.budget.give_back(bytes);
                 self.counts.resolved(n);
+                self.counts.untaken.fetch_sub(n, Ordering::Release);
                 if let Msg::Spans { spans, events, .. } = m {
                     let ev = events.iter().map(|(_, e)| e.len() as u64).sum::<u64>();
                     self.counts.dropped(n, ev + events_in(&spans));
@@ -253,6 +269,8 @@ struct Worker {
     batch: Vec<Span>,
     batch_bytes: u64,
     first_at: Option<Instant>,
+    /// Export what the batch holds at once (see `Msg::Spans::now`).
+    now: bool,
     /// Events whose span has not come yet.
     waiting: HashMap<u64, Vec<SpanEvent>>,
     waiting_events: usize,
@@ -272,7 +290,11 @@ impl Worker {
                     spans,
                     events,
                     bytes,
-                }) => self.add(spans, events, bytes),
+                    now,
+                }) => {
+                    self.add(spans, events, bytes);
+                    self.now |= now;
+                }
                 Ok(Msg::Stop { deadline, events }) => {
                     // What was queued before the stop, then the rest.
                     while let Ok(m) = rx.try_recv() {
@@ -280,6 +302,7 @@ impl Worker {
                             spans,
                             events,
                             bytes,
+                            ..
                         } = m
                         {
                             self.add(spans, events, bytes);
@@ -307,16 +330,23 @@ impl Worker {
                     return;
                 }
             }
-            let due = self
-                .first_at
-                .is_some_and(|t| t.elapsed() >= self.config.batch_delay);
+            let due = self.now
+                || self
+                    .first_at
+                    .is_some_and(|t| t.elapsed() >= self.config.batch_delay);
             while self.batch.len() >= self.config.batch_spans || (due && !self.batch.is_empty()) {
                 self.export(None);
+            }
+            if due {
+                self.now = false;
             }
         }
     }
 
     fn add(&mut self, spans: Vec<Span>, events: Vec<(u64, Vec<SpanEvent>)>, bytes: u64) {
+        self.counts
+            .untaken
+            .fetch_sub(spans.len() as u64, Ordering::Release);
         self.batch_bytes += bytes;
         for mut s in spans {
             if let Some(ev) = self.waiting.remove(&s.span_id) {
@@ -489,11 +519,13 @@ mod tests {
         }
     }
 
-    /// Past the queue's bound a pass's spans are dropped at once, counted
-    /// with their events, without waiting; at the stop the rest, which a
-    /// dead collector never takes, are counted within the deadline.
+    /// While the thread keeps up, a pass past the queue's bound goes whole;
+    /// once it is behind (a dead collector's retries), a pass past the
+    /// bound is dropped at once, counted with its events, without waiting;
+    /// at the stop the rest, which a dead collector never takes, are
+    /// counted within the deadline.
     #[test]
-    fn a_full_queue_drops_at_once_and_the_stop_counts_the_rest() {
+    fn a_pass_goes_whole_while_the_thread_keeps_up_and_drops_past_the_bound_once_behind() {
         // No session's budget changes meanwhile.
         let _one = crate::session::tests::serial();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -503,28 +535,43 @@ mod tests {
             .port();
         let mut config = Config::new(format!("http://127.0.0.1:{port}/v1/traces"));
         config.queue_spans = 10;
-        config.batch_delay = Duration::from_secs(60);
+        config.batch_spans = 5;
         config.stop_timeout = Duration::from_secs(2);
         let counts = Arc::new(Counts::default());
         let e = Exporter::start(config, Vec::new(), counts.clone());
+        let dropped = || {
+            let mut stats = Stats::default();
+            counts.add_to(&mut stats);
+            (stats.otlp_spans_dropped, stats.otlp_events_dropped)
+        };
         let t = Instant::now();
-        e.send((0..25).map(span).collect(), Vec::new());
+        // The thread is idle: 25 spans, past the bound of 10, go whole.
+        e.send((0..25).map(span).collect(), Vec::new(), false);
+        assert_eq!(dropped(), (0, 0));
+        // It takes them and retries its first batch against nobody.
+        while counts.untaken.load(Ordering::Acquire) != 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the thread takes the pass"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The next pass waits in the channel (the thread took every earlier
+        // one); with it untaken, the one after is past the bound: dropped.
+        e.send((0..25).map(span).collect(), Vec::new(), false);
+        assert_eq!(dropped(), (0, 0));
+        let sent = Instant::now();
+        e.send((0..25).map(span).collect(), Vec::new(), false);
         assert!(
-            t.elapsed() < Duration::from_millis(100),
+            sent.elapsed() < Duration::from_millis(100),
             "send does not wait"
         );
-        let mut stats = Stats::default();
-        counts.add_to(&mut stats);
-        assert_eq!(
-            (stats.otlp_spans_dropped, stats.otlp_events_dropped),
-            (15, 15)
-        );
-        assert_eq!(counts.in_flight.load(Ordering::Relaxed), 10);
+        assert_eq!(dropped(), (25, 25));
         e.stop(HashMap::new());
-        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         let mut stats = Stats::default();
         counts.add_to(&mut stats);
-        assert_eq!(stats.otlp_spans_dropped + stats.otlp_spans_exported, 25);
+        assert_eq!(stats.otlp_spans_dropped + stats.otlp_spans_exported, 75);
         assert_eq!(stats.otlp_spans_exported, 0);
     }
 }

@@ -6,10 +6,11 @@
 //! their rings like every other record. [`OtlpOutput`] is an output of the
 //! flusher (`output.rs`): it reads those records from each drained batch,
 //! turns them into spans (names, times on the Unix clock, attributes,
-//! kind and status by the `otel.*` conventions) and hands each pass's spans
-//! to the exporter's thread (`exporter.rs`) without waiting: spans beyond
-//! the queue's bound or the session's memory budget are dropped and
-//! counted. The exporter batches (512 spans, or 1 s), encodes
+//! kind and status by the `otel.*` conventions) and hands them to the
+//! exporter's thread (`exporter.rs`) without waiting, a batch at a time
+//! (512 spans, 1 s, a flush, the stop): spans beyond the session's memory
+//! budget, or beyond the queue's bound once the thread is behind, are
+//! dropped and counted. The exporter batches (512 spans), encodes
 //! (`proto.rs`), POSTs (`http.rs`), retries with backoff, and at the
 //! session's stop sends what is left within [`STOP_TIMEOUT`].
 //!
@@ -36,6 +37,7 @@ use crate::stats::Stats;
 pub(crate) use builder::apply_env;
 use exporter::{Counts, Exporter};
 use proto::{Span, SpanEvent, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,6 +169,11 @@ pub(crate) struct OtlpOutput {
     /// Realtime minus the trace clock (ns), refreshed with the clock
     /// snapshots.
     offset: i128,
+    /// Since when spans or events wait here for the exporter: they are
+    /// handed over once a batch's worth (`batch_spans`) is here, after the
+    /// batch delay, at a flush or at the stop, so that at a low rate the
+    /// exporter's thread wakes once a batch, not once a flusher pass.
+    held_since: Option<std::time::Instant>,
 }
 
 impl OtlpOutput {
@@ -178,6 +185,7 @@ impl OtlpOutput {
             pass: Vec::new(),
             events: HashMap::new(),
             offset: realtime_offset(),
+            held_since: None,
         }
     }
 
@@ -210,7 +218,7 @@ impl OtlpOutput {
                         span_id: span,
                         parent,
                         flags: flags as u8,
-                        name: cs.name.to_string(),
+                        name: Cow::Borrowed(cs.name),
                         scope: cs.category,
                         kind: proto::KIND_INTERNAL,
                         start: self.unix_ns(ctx, created),
@@ -235,10 +243,13 @@ impl OtlpOutput {
                     let mut attrs = values(cs.arg_names, args);
                     let error = attrs
                         .iter()
-                        .any(|(k, v)| k == "level" && *v == Value::Str("ERROR".into()));
+                        .any(|(k, v)| k == "level" && matches!(v, Value::Str(s) if s == "ERROR"));
                     let name = match attrs.iter().position(|(k, _)| k == "message") {
-                        Some(i) => attrs.remove(i).1.as_text(),
-                        None => cs.name.to_string(),
+                        Some(i) => match attrs.remove(i).1 {
+                            Value::Str(s) => Cow::Owned(s),
+                            v => Cow::Owned(v.as_text()),
+                        },
+                        None => Cow::Borrowed(cs.name),
                     };
                     let e = SpanEvent {
                         time: self.unix_ns(ctx, ts),
@@ -253,13 +264,27 @@ impl OtlpOutput {
     }
 }
 
+impl OtlpOutput {
+    /// The stop: spans still held go first, then the exporter sends what
+    /// it has within the stop's timeout.
+    fn stop_exporter(&mut self) {
+        if let Some(e) = self.exporter.take() {
+            let spans = std::mem::take(&mut self.pass);
+            if !spans.is_empty() {
+                e.send(spans, Vec::new(), true);
+            }
+            e.stop(std::mem::take(&mut self.events));
+        }
+    }
+}
+
 /// Realtime minus the trace clock (BOOTTIME), in ns.
 fn realtime_offset() -> i128 {
     crate::sys::realtime_ns() as i128 - crate::sys::boottime_ns() as i128
 }
 
 /// A record's args as attributes, by the site's names.
-fn values(names: &[&'static str], args: &[u64]) -> Vec<(String, Value)> {
+fn values(names: &[&'static str], args: &[u64]) -> proto::Attrs {
     let mut r = ArgReader::new(args);
     let mut out = Vec::with_capacity(names.len());
     for name in names {
@@ -284,7 +309,7 @@ fn values(names: &[&'static str], args: &[u64]) -> Vec<(String, Value)> {
                 continue;
             }
         };
-        out.push((name.to_string(), v));
+        out.push((Cow::Borrowed(*name), v));
     }
     out
 }
@@ -293,11 +318,11 @@ fn values(names: &[&'static str], args: &[u64]) -> Vec<(String, Value)> {
 /// status; an `error` field or an event at ERROR level sets the status to
 /// ERROR (unless `otel.status_code` says otherwise); the rest are its
 /// attributes (`traceparent` excepted: it is the span's remote parent).
-fn apply_fields(s: &mut Span, fields: Vec<(String, Value)>) {
+fn apply_fields(s: &mut Span, fields: proto::Attrs) {
     let mut code = None;
     for (k, v) in fields {
-        match k.as_str() {
-            "otel.name" => s.name = v.as_text(),
+        match k.as_ref() {
+            "otel.name" => s.name = Cow::Owned(v.as_text()),
             "otel.kind" => {
                 s.kind = match v.as_text().to_ascii_lowercase().as_str() {
                     "server" => proto::KIND_SERVER,
@@ -353,28 +378,36 @@ impl Output for OtlpOutput {
             Item::Close { .. } => {
                 crate::record::layout::OTEL_RECORDS
                     .store(false, std::sync::atomic::Ordering::Relaxed);
-                if let Some(e) = self.exporter.take() {
-                    e.stop(std::mem::take(&mut self.events));
-                }
+                self.stop_exporter();
             }
             _ => {}
         }
     }
 
-    fn end(&mut self, _: &mut Context<'_>, _: &Pass, _: u64, _: &mut Tally) {
-        let spans = std::mem::take(&mut self.pass);
+    fn end(&mut self, _: &mut Context<'_>, pass: &Pass, _: u64, _: &mut Tally) {
+        if self.pass.is_empty() && self.events.is_empty() {
+            return;
+        }
+        let since = *self.held_since.get_or_insert_with(std::time::Instant::now);
+        let asked = pass.flush || pass.stopping;
+        let late = since.elapsed() >= self.config.batch_delay;
+        if !(asked || late || self.pass.len() >= self.config.batch_spans) {
+            return; // held for the next pass
+        }
+        self.held_since = None;
+        // The next pass starts at this one's size (no regrowing, no copies).
+        let next = Vec::with_capacity(self.pass.len());
+        let spans = std::mem::replace(&mut self.pass, next);
         // Events of spans not closed yet wait at the exporter.
         let events: Vec<(u64, Vec<SpanEvent>)> = self.events.drain().collect();
         match &self.exporter {
-            Some(e) => e.send(spans, events),
+            Some(e) => e.send(spans, events, asked || late),
             None => self.counts.dropped(spans.len() as u64, 0),
         }
     }
 
     fn totals(&mut self, stats: &mut Stats) -> Option<std::io::Error> {
-        if let Some(e) = self.exporter.take() {
-            e.stop(std::mem::take(&mut self.events));
-        }
+        self.stop_exporter();
         self.counts.add_to(stats);
         None
     }

@@ -5,6 +5,7 @@
 //! (OTLP 1.x). The tests decode every body with the official schema.
 
 use crate::encode::protowire::{bytes, double, fixed64, int, nested, string, uint};
+use std::borrow::Cow;
 
 // ExportTraceServiceRequest
 const REQ_RESOURCE_SPANS: u32 = 1;
@@ -88,13 +89,14 @@ impl Value {
     }
 }
 
-pub(crate) type Attrs = Vec<(String, Value)>;
+/// Attributes; a key is a field's name (static) but for the resource's.
+pub(crate) type Attrs = Vec<(Cow<'static, str>, Value)>;
 
 /// A span event.
 #[derive(Debug)]
 pub(crate) struct SpanEvent {
     pub(crate) time: u64,
-    pub(crate) name: String,
+    pub(crate) name: Cow<'static, str>,
     pub(crate) attrs: Attrs,
     /// The event was at ERROR level.
     pub(crate) error: bool,
@@ -107,7 +109,7 @@ pub(crate) struct Span {
     pub(crate) span_id: u64,
     pub(crate) parent: u64,
     pub(crate) flags: u8,
-    pub(crate) name: String,
+    pub(crate) name: Cow<'static, str>,
     /// The instrumentation scope (the `tracing` target).
     pub(crate) scope: &'static str,
     pub(crate) kind: u64,
@@ -139,10 +141,10 @@ impl Span {
     }
 }
 
-fn key_values(buf: &mut Vec<u8>, field: u32, attrs: &[(String, Value)]) {
+fn key_values<K: AsRef<str>>(buf: &mut Vec<u8>, field: u32, attrs: &[(K, Value)]) {
     for (k, v) in attrs {
         nested(buf, field, |kv| {
-            string(kv, KV_KEY, k);
+            string(kv, KV_KEY, k.as_ref());
             nested(kv, KV_VALUE, |av| match v {
                 Value::Str(s) => string(av, AV_STRING, s),
                 Value::Bool(b) => uint(av, AV_BOOL, *b as u64),
