@@ -78,6 +78,10 @@ fn slow_scopes_captured_whole(ext: &str) {
         .capture_to(dir.join(format!("slow-{{name}}-{{n}}.{ext}")))
         .capture_before(BEFORE)
         .capture_interval(Duration::ZERO)
+        // Every capture kept: a loaded machine stretches fast requests past
+        // the threshold too, and the default (10 files) would remove the
+        // oldest, the slow ones among them.
+        .capture_files(1_000)
         .capture_slow_scopes(["handle*"], THRESHOLD)
         .start()
         .unwrap();
