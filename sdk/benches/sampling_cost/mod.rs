@@ -27,7 +27,12 @@
 //! (the frames unwound from each copy), so both modes replay the same
 //! stacks. The replay prints the samples it ran; callgrind's total over
 //! `replay_warm` divided by them is the cost of a sample whose frames are
-//! already known (the steady state of a program's hot code).
+//! already known (the steady state of a program's hot code). Samples are
+//! unwound by the sampler's own path, which reads what a walk needs past
+//! the copy from the sampled thread's stack: the recorded thread's stack
+//! (a hot loop's) fits its copy, so the replay reads nothing there; a
+//! recording of deeper stacks would read the replaying process's memory
+//! instead, and is no measure of that path.
 
 mod workload;
 
@@ -134,7 +139,7 @@ fn replay_pass(
     let mut truncated = 0;
     for b in bodies {
         let s = parse_sample(b, source).expect("a recorded sample parses");
-        let (callstack, whole) = work.intern(tables, s.chain, s.regs, s.stack);
+        let (callstack, whole) = work.intern(tables, s.tid, s.chain, s.regs, s.stack);
         truncated += !whole as u64;
         samples.push(super::tables::Sample {
             ts_ns: s.time_ns,

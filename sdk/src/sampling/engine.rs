@@ -454,17 +454,19 @@ impl StackWork {
     }
 
     /// The call stack of a kernel call chain (`chain`), or of a copied
-    /// stack (`regs`) unwound here; false if the unwinding stopped early
-    /// (the cost replay).
+    /// stack (`regs`) unwound here, by the sampler's path (thread `tid`'s
+    /// own stack past the copy, looked up only if the walk needs it);
+    /// false if the unwinding stopped early (the cost replay).
     #[cfg(test)]
     pub(crate) fn intern(
         &mut self,
         tables: &mut Tables,
+        tid: i32,
         chain: Chain<'_>,
         regs: Option<[u64; 3]>,
         stack: &[u8],
     ) -> (u32, bool) {
-        let ok = self.unwind(None, chain, regs, stack);
+        let ok = self.unwind(Some(tid), chain, regs, stack);
         (self.interned(tables, true).unwrap_or(0), ok)
     }
 

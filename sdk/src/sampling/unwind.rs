@@ -41,6 +41,10 @@ pub(crate) struct LiveStack {
     buf: Vec<u8>,
     /// The addresses `buf` holds.
     at: Range<u64>,
+    /// This process's id, read once (glibc's `getpid` is a system call
+    /// each time; a forked child has no sampler thread, and a sampler it
+    /// starts has a `LiveStack` of its own).
+    pid: Option<libc::pid_t>,
 }
 
 impl LiveStack {
@@ -89,7 +93,10 @@ impl LiveStack {
             let to = from.saturating_add(LIVE_CHUNK).min(within.end);
             let len = (to - from) as usize;
             self.buf.resize(len, 0);
-            let got = read_own_memory(from, &mut self.buf)?;
+            let pid = *self
+                .pid
+                .get_or_insert_with(|| std::process::id() as libc::pid_t);
+            let got = read_own_memory(pid, from, &mut self.buf)?;
             *read_so_far += got as u64;
             self.at = from..from + got as u64;
             if last > self.at.end {
@@ -130,10 +137,39 @@ pub(crate) fn stack_mapping(maps: &str, sp: u64) -> Option<Range<u64>> {
     None
 }
 
-/// Reads `out.len()` bytes of this process's memory at `addr` into `out`
-/// with `process_vm_readv` (an unmapped page ends the read: an error or a
-/// short count, never a fault). The count read, None if nothing was.
-fn read_own_memory(addr: u64, out: &mut [u8]) -> Option<usize> {
+/// One sample's reads past its copy: the sampled thread, the reader of its
+/// stack, and the part of its stack past the copy, looked up at the first
+/// read (a stack within its copy, the common case, never looks).
+struct PastCopy<'a> {
+    tid: i32,
+    live: &'a mut LiveStack,
+    /// None: not looked up yet; Some(None): no stack mapping found.
+    within: Option<Option<Range<u64>>>,
+    read_so_far: u64,
+}
+
+impl PastCopy<'_> {
+    /// The word at `addr`, past the copy of the stack at `sp` that ends at
+    /// `end`. Kept out of line: the unwinder's reads within the copy stay
+    /// a few instructions.
+    #[inline(never)]
+    fn read(&mut self, addr: u64, sp: u64, end: u64) -> Option<u64> {
+        let live = &mut *self.live;
+        let tid = self.tid;
+        let within = self.within.get_or_insert_with(|| {
+            let w = live.bounds(tid, sp)?;
+            live.begin();
+            Some(end.max(w.start)..w.end)
+        });
+        live.read(addr, within.as_ref()?, &mut self.read_so_far)
+    }
+}
+
+/// Reads `out.len()` bytes of this process's memory (`pid`, its own id)
+/// at `addr` into `out` with `process_vm_readv` (an unmapped page ends the
+/// read: an error or a short count, never a fault). The count read, None
+/// if nothing was.
+fn read_own_memory(pid: libc::pid_t, addr: u64, out: &mut [u8]) -> Option<usize> {
     let local = libc::iovec {
         iov_base: out.as_mut_ptr() as *mut libc::c_void,
         iov_len: out.len(),
@@ -145,8 +181,9 @@ fn read_own_memory(addr: u64, out: &mut [u8]) -> Option<usize> {
     // SAFETY: `local` is `out`, writable for its length and ours for the
     // call; the remote range is only read by the kernel, which checks it
     // page by page and reports a page not mapped (EFAULT or a short count)
-    // instead of faulting; pid is our own, which the call always allows.
-    let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    // instead of faulting; `pid` is our own (the caller's
+    // `std::process::id()`), which the call always allows.
+    let got = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
     (got > 0).then_some(got as usize)
 }
 
@@ -214,18 +251,23 @@ impl StackUnwinder {
         let [ip, sp, bp] = regs;
         let end = sp.saturating_add(stack.len() as u64);
         // Past the copy: from its end to the end of the thread's stack.
-        let mut live = live.and_then(|(tid, l)| {
-            let within = l.bounds(tid, sp)?;
-            l.begin();
-            Some((l, end.max(within.start)..within.end, 0u64))
+        let mut live = live.map(|(tid, live)| PastCopy {
+            tid,
+            live,
+            within: None,
+            read_so_far: 0,
         });
         let mut read = |addr: u64| -> Result<u64, ()> {
-            if addr >= sp && addr.checked_add(8).is_some_and(|e| e <= end) {
-                let at = (addr - sp) as usize;
-                return Ok(u64::from_ne_bytes(stack[at..at + 8].try_into().unwrap()));
+            // Within the copy (an address below `sp` wraps past its end).
+            let at = addr.wrapping_sub(sp);
+            if let Some(w) = usize::try_from(at)
+                .ok()
+                .and_then(|at| stack.get(at..)?.first_chunk::<8>())
+            {
+                return Ok(u64::from_ne_bytes(*w));
             }
             match &mut live {
-                Some((l, within, so_far)) => l.read(addr, within, so_far).ok_or(()),
+                Some(past) => past.read(addr, sp, end).ok_or(()),
                 None => Err(()),
             }
         };
