@@ -70,7 +70,7 @@ impl Tables {
     }
 
     /// The frame of `pc` (a return address already moved back into its
-    /// call instruction).
+    /// call instruction), not named yet: the flusher names it (`resolve`).
     fn frame(&mut self, modules: &mut Modules, pc: u64) -> u32 {
         if let Some(&id) = self.frame_ids.get(&pc) {
             return id;
@@ -78,25 +78,14 @@ impl Tables {
         let map = modules.find(pc);
         let mapping = self.mapping(modules, map);
         let rel_pc = map.map_or(pc, |i| modules.maps[i].rel_pc(pc));
-        let name = match map.and_then(|i| modules.function_name(i, pc)) {
-            Some(n) => match self.name_ids.get(&n) {
-                Some(&id) => id,
-                None => {
-                    self.names.push(n.clone());
-                    let id = self.names.len() as u32;
-                    self.name_ids.insert(n, id);
-                    id
-                }
-            },
-            None => 0,
-        };
         self.frames.push(FrameDef {
-            name,
+            name: 0,
             mapping,
             rel_pc,
         });
         let id = self.frames.len() as u32;
         self.frame_ids.insert(pc, id);
+        self.unnamed.push(id);
         id
     }
 
@@ -117,6 +106,7 @@ impl Tables {
         self.callstacks.push(scratch.clone());
         let id = self.callstacks.len() as u32;
         self.stack_ids.insert(scratch.clone(), id);
+        self.unexpanded.push(id);
         id
     }
 }
@@ -147,7 +137,90 @@ struct Shared {
     ready: AtomicBool,
     pending: Mutex<Pending>,
     tables: Mutex<Tables>,
+    /// Names the frames (the flusher's, before it encodes).
+    symbolizer: Mutex<Symbolizer>,
     counters: Counters,
+}
+
+/// Names the frames the sampler interned since the last time, and gives
+/// the call stacks made meanwhile their inlined frames: on the flusher
+/// (before each hand-over of the tables), never on the sampler thread,
+/// whose reads of the kernel's rings must keep up. Files are read and
+/// names looked up outside the tables' lock (the sampler goes on
+/// interning); only the results are written under it.
+fn resolve(shared: &Shared) {
+    let mut sym = shared.symbolizer.lock();
+    let sym = &mut *sym;
+    // What the sampler made since the last time: every frame of these
+    // call stacks is among these frames or named already.
+    let (frames, stacks, todo) = {
+        let mut t = shared.tables.lock();
+        if t.unnamed.is_empty() && t.unexpanded.is_empty() {
+            return;
+        }
+        let frames = std::mem::take(&mut t.unnamed);
+        let stacks = std::mem::take(&mut t.unexpanded);
+        let todo: Vec<(String, u64)> = frames
+            .iter()
+            .map(|&id| {
+                let f = t.frames[id as usize - 1];
+                let m = &t.mappings[f.mapping as usize - 1];
+                (m.path.clone(), f.rel_pc.wrapping_add(m.load_bias))
+            })
+            .collect();
+        (frames, stacks, todo)
+    };
+    let started = Instant::now();
+    let mut named: Vec<Vec<String>> = Vec::with_capacity(todo.len());
+    for (path, svma) in &todo {
+        let mut names = Vec::new();
+        sym.symbolizer.frame_names(path, *svma, &mut names);
+        named.push(names);
+    }
+    sym.spent += started.elapsed();
+    let mut t = shared.tables.lock();
+    for (&id, names) in frames.iter().zip(named) {
+        // Innermost first: the last is the function itself.
+        let mut names = names.into_iter().rev();
+        let outer = names.next().unwrap_or_default();
+        let f = t.frames[id as usize - 1];
+        t.frames[id as usize - 1].name = t.name(outer);
+        let inlined: Vec<u32> = names
+            .map(|n| {
+                let name = t.name(n);
+                t.frames.push(FrameDef { name, ..f });
+                t.frames.len() as u32
+            })
+            .collect();
+        if !inlined.is_empty() {
+            t.inlined.insert(id, inlined.into());
+        }
+    }
+    let mut expanded = std::mem::take(&mut sym.scratch);
+    for id in stacks {
+        let stack = &t.callstacks[id as usize - 1];
+        if !stack.iter().any(|f| t.inlined.contains_key(f)) {
+            continue;
+        }
+        expanded.clear();
+        for f in stack {
+            expanded.push(*f);
+            if let Some(more) = t.inlined.get(f) {
+                expanded.extend_from_slice(more);
+            }
+        }
+        t.callstacks[id as usize - 1] = expanded.clone();
+    }
+    sym.scratch = expanded;
+}
+
+/// The flusher's naming state.
+#[derive(Default)]
+struct Symbolizer {
+    symbolizer: super::debuginfo::Symbolizer,
+    /// Time spent naming frames (files read, look-ups).
+    spent: Duration,
+    scratch: Vec<u32>,
 }
 
 struct Running {
@@ -179,6 +252,7 @@ pub(crate) fn start(hz: u32, stacks: CpuStacks) {
         ready: AtomicBool::new(false),
         pending: Mutex::new(Pending::default()),
         tables: Mutex::new(Tables::default()),
+        symbolizer: Mutex::new(Symbolizer::default()),
         counters: Counters::default(),
     });
     *LAST.lock() = Some(shared.clone());
@@ -252,6 +326,9 @@ pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
     if pending.samples.is_empty() && pending.lost == 0 {
         return;
     }
+    // Their frames and call stacks were interned before they were handed
+    // over: named now.
+    resolve(&shared);
     let tables = shared.tables.lock();
     f(&SampleView {
         tables: &tables,
@@ -263,6 +340,7 @@ pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
 /// Hands the tables to `f` (a flight recorder's write-out).
 pub(crate) fn with_tables(f: impl FnOnce(&Tables)) {
     if let Some(shared) = LAST.lock().clone() {
+        resolve(&shared);
         f(&shared.tables.lock());
     }
 }

@@ -44,6 +44,8 @@ pub(crate) mod tables;
 #[path = "../../benches/sampling_cost/mod.rs"]
 mod cost;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod debuginfo;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod engine;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod modules;

@@ -2,15 +2,19 @@
 //! file's ELF read once (build id, symbol table, unwind sections), and the
 //! look-up of an address to (mapping, `rel_pc`, function name).
 //!
-//! Names come from `.symtab` (and `.dynsym` where it is stripped): an
-//! address map built in milliseconds, never DWARF line tables (hundreds of
-//! milliseconds for a few addresses). Demangled at look-up, once per frame.
+//! Names come from `.symtab` and `.dynsym`, with those of the file's debug
+//! file and `.gnu_debugdata` where it has them (`debuginfo`): an address
+//! map built in milliseconds. Where the file has DWARF, the functions
+//! inlined at an address are named too, each a frame of its own (read the
+//! first time an address of a unit is looked up). Demangled at look-up,
+//! once per frame.
 //!
 //! Every number read from a file (addresses, sizes, offsets) is untrusted:
 //! a span that overflows, or data that does not match its header, is left
 //! out (a symbol, a section, a segment), never a panic.
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use super::debuginfo::{self, Dwarf, Symbol};
+use object::{Object, ObjectSection, ObjectSegment};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -30,7 +34,9 @@ impl Mapping {
         pc.wrapping_sub(self.start).wrapping_add(self.pgoff)
     }
 
-    /// The ELF's address of `pc`.
+    /// The ELF's address of `pc` (tests: the flusher names frames by
+    /// `rel_pc` and `load_bias`).
+    #[cfg(test)]
     fn svma(&self, pc: u64) -> Option<u64> {
         let f = self.file.as_ref()?;
         Some(self.rel_pc(pc).wrapping_add(f.load_bias))
@@ -48,8 +54,11 @@ pub(crate) struct ElfFile {
     pub(crate) build_id: Vec<u8>,
     /// Address minus file offset of the executable segment.
     pub(crate) load_bias: u64,
-    /// (address, size, mangled name), sorted by address.
-    symbols: Vec<(u64, u64, Box<str>)>,
+    /// (address, size, mangled name), sorted by address: the file's own,
+    /// its `.gnu_debugdata`'s and its debug file's.
+    symbols: Vec<Symbol>,
+    /// Its DWARF (or its debug file's), for inlined frames.
+    dwarf: Option<Dwarf>,
     /// Unwind sections, for the copied-stack unwinder.
     pub(crate) unwind: UnwindSections,
     /// Of the functions looked at, the share that sets up a frame pointer.
@@ -72,9 +81,29 @@ fn span(start: u64, size: u64) -> Option<std::ops::Range<u64>> {
 }
 
 impl ElfFile {
+    /// The ELF at `path`: its own symbols and unwind sections (what the
+    /// sampler reads).
     pub(crate) fn read(path: &str) -> Option<ElfFile> {
         let data = FileMap::open(path)?;
         Self::parse(data.bytes())
+    }
+
+    /// The ELF at `path` for naming frames: with the symbols of its debug
+    /// file, looked for under `debug_root` (`/usr/lib/debug`), and its
+    /// DWARF (or its debug file's).
+    pub(crate) fn read_with(path: &str, debug_root: &std::path::Path) -> Option<ElfFile> {
+        let data = Arc::new(FileMap::open(path)?);
+        let mut elf = Self::parse(data.bytes())?;
+        let obj = object::File::parse(data.bytes()).ok()?;
+        let mut more = Vec::new();
+        let debug =
+            debuginfo::debug_file_symbols(debug_root, std::path::Path::new(path), &obj, &mut more);
+        if !more.is_empty() {
+            elf.symbols.append(&mut more);
+            sort_symbols(&mut elf.symbols);
+        }
+        elf.dwarf = Dwarf::of(data.clone()).or_else(|| debug.and_then(Dwarf::of));
+        Some(elf)
     }
 
     /// What is read from the ELF `bytes`; None if they are no ELF (or no
@@ -95,15 +124,10 @@ impl ElfFile {
             })
             .map_or(0, |s| s.address().wrapping_sub(s.file_range().0));
         // A symbol whose end overflows is no function of a sane file.
-        let mut symbols: Vec<(u64, u64, Box<str>)> = obj
-            .symbols()
-            .chain(obj.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-            .filter(|s| s.address().checked_add(s.size()).is_some())
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.into())))
-            .collect();
-        symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        symbols.dedup_by_key(|s| s.0);
+        let mut symbols = Vec::new();
+        debuginfo::text_symbols(&obj, &mut symbols);
+        debuginfo::mini_debuginfo_symbols(&obj, &mut symbols);
+        sort_symbols(&mut symbols);
         // A section's address range, and its bytes where the unwinder reads
         // them: left out if the range overflows or the bytes in the file
         // are not as many as the header says.
@@ -136,9 +160,42 @@ impl ElfFile {
             build_id,
             load_bias,
             symbols,
+            dwarf: None,
             unwind,
             frame_pointer_share,
         })
+    }
+
+    /// The names of the frames at ELF address `svma`, demangled,
+    /// innermost first: the functions inlined there (where the file has
+    /// DWARF), then the function of the symbol table they are inlined
+    /// into ("" if none names it). `out` is cleared first.
+    pub(crate) fn frame_names(&self, svma: u64, out: &mut Vec<String>) {
+        out.clear();
+        if let Some(dwarf) = &self.dwarf {
+            dwarf.inlined(svma, out);
+            out.retain(|n| !n.is_empty());
+            for n in out.iter_mut() {
+                *n = format!("{:#}", rustc_demangle::demangle(n));
+            }
+        }
+        out.push(
+            self.symbol(svma)
+                .map(|n| format!("{:#}", rustc_demangle::demangle(n)))
+                .unwrap_or_default(),
+        );
+    }
+
+    /// How many function symbols were read (tests).
+    #[cfg(test)]
+    pub(crate) fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// The function containing ELF address `svma`, mangled (tests).
+    #[cfg(test)]
+    pub(crate) fn symbol_at(&self, svma: u64) -> Option<&str> {
+        self.symbol(svma)
     }
 
     /// The function containing ELF address `svma`, mangled.
@@ -157,15 +214,21 @@ impl ElfFile {
     }
 }
 
+/// Sorted by address, one per address (the one of the largest size).
+fn sort_symbols(symbols: &mut Vec<Symbol>) {
+    symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    symbols.dedup_by_key(|s| s.0);
+}
+
 /// A file mapped read-only: only the pages of the sections read are
 /// faulted in (a debug binary is tens of MB; its symbols a fraction).
-struct FileMap {
+pub(crate) struct FileMap {
     ptr: *mut libc::c_void,
     len: usize,
 }
 
 impl FileMap {
-    fn open(path: &str) -> Option<FileMap> {
+    pub(crate) fn open(path: &str) -> Option<FileMap> {
         use std::os::fd::AsRawFd;
         let file = std::fs::File::open(path).ok()?;
         let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
@@ -188,13 +251,20 @@ impl FileMap {
         (ptr != libc::MAP_FAILED).then_some(FileMap { ptr, len })
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: `len` bytes are mapped readable at `ptr` until `drop`.
         // A file truncated meanwhile would fault on access: the process's
         // own binaries and libraries are not rewritten while it runs.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 }
+
+// SAFETY: the mapping is private and read-only: nothing writes its bytes
+// (`bytes` hands out shared slices only), so threads may read them at
+// once; it is unmapped only by `drop`, which has the `FileMap` to itself.
+unsafe impl Send for FileMap {}
+// SAFETY: as above: shared access is reads of bytes nothing changes.
+unsafe impl Sync for FileMap {}
 
 impl Drop for FileMap {
     fn drop(&mut self) {
@@ -205,7 +275,7 @@ impl Drop for FileMap {
 
 /// The share of (up to 512) functions of `text` at `addr` whose first
 /// instructions are `push %rbp; mov %rsp,%rbp` (after an `endbr64`).
-fn frame_pointer_share(symbols: &[(u64, u64, Box<str>)], addr: u64, text: &[u8]) -> f32 {
+fn frame_pointer_share(symbols: &[Symbol], addr: u64, text: &[u8]) -> f32 {
     const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
     const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
     let funcs: Vec<&[u8]> = symbols
@@ -338,6 +408,7 @@ impl Modules {
     }
 
     /// The demangled name of the function at `pc` in mapping `map`.
+    #[cfg(test)]
     pub(crate) fn function_name(&self, map: usize, pc: u64) -> Option<String> {
         let m = self.maps.get(map)?;
         let svma = m.svma(pc)?;
@@ -500,6 +571,7 @@ mod tests {
             build_id: Vec::new(),
             load_bias: 0,
             symbols: vec![(u64::MAX - 0x10, 0x100, "f".into())],
+            dwarf: None,
             unwind: UnwindSections::default(),
             frame_pointer_share: 0.0,
         };

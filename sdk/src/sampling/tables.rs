@@ -94,8 +94,11 @@ pub(crate) struct FrameDef {
 
 /// Everything samples refer to, only ever appended to (ids stay valid for
 /// the whole session; each file's encoder interns, under ids of its own,
-/// the entries its samples use). The maps are the sampler's (its
-/// interning), unused without it.
+/// the entries its samples use). The sampler makes frames (one per
+/// address, unnamed) and call stacks; the flusher names the frames and
+/// puts the frames of inlined functions into the call stacks before any
+/// sample using them is handed to an encoder (`engine::resolve`). The
+/// maps are the sampler's (its interning), unused without it.
 #[derive(Default)]
 #[cfg_attr(
     not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
@@ -111,6 +114,34 @@ pub(crate) struct Tables {
     pub(crate) name_ids: WordMap<String, u32>,
     pub(crate) frame_ids: WordMap<u64, u32>,
     pub(crate) stack_ids: WordMap<Vec<u32>, u32>,
+    /// Frames the sampler made that the flusher has not named yet.
+    pub(crate) unnamed: Vec<u32>,
+    /// Call stacks the sampler made whose frames' inlined functions the
+    /// flusher has not put in yet.
+    pub(crate) unexpanded: Vec<u32>,
+    /// A frame's inlined functions: the ids of their frames, outermost
+    /// first (put after it in every call stack that holds it).
+    pub(crate) inlined: WordMap<u32, Box<[u32]>>,
+}
+
+#[cfg_attr(
+    not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
+impl Tables {
+    /// The id of `name` (0 for "": no name), interned.
+    pub(crate) fn name(&mut self, name: String) -> u32 {
+        if name.is_empty() {
+            return 0;
+        }
+        if let Some(&id) = self.name_ids.get(&name) {
+            return id;
+        }
+        self.names.push(name.clone());
+        let id = self.names.len() as u32;
+        self.name_ids.insert(name, id);
+        id
+    }
 }
 
 /// What an encoder is handed each pass.

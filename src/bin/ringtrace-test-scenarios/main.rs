@@ -85,6 +85,8 @@ fn main() {
         "env_check_tracing" => env::check_tracing(),
         "env_layer" => env::layer(),
         "cpu_bad_elf" => cpu::bad_elf(&trace),
+        "cpu_json_parse" => cpu::json_parse(&trace),
+        "cpu_inline" => cpu::inline(&trace),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
