@@ -170,14 +170,12 @@ fn resolve(shared: &Shared) {
             .collect();
         (frames, stacks, todo)
     };
-    let started = Instant::now();
     let mut named: Vec<Vec<String>> = Vec::with_capacity(todo.len());
     for (path, svma) in &todo {
         let mut names = Vec::new();
         sym.symbolizer.frame_names(path, *svma, &mut names);
         named.push(names);
     }
-    sym.spent += started.elapsed();
     let mut t = shared.tables.lock();
     for (&id, names) in frames.iter().zip(named) {
         // Innermost first: the last is the function itself.
@@ -218,8 +216,6 @@ fn resolve(shared: &Shared) {
 #[derive(Default)]
 struct Symbolizer {
     symbolizer: super::debuginfo::Symbolizer,
-    /// Time spent naming frames (files read, look-ups).
-    spent: Duration,
     scratch: Vec<u32>,
 }
 
