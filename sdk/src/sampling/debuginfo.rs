@@ -469,22 +469,23 @@ mod tests {
             let svma = map.rel_pc(pc).wrapping_add(map.load_bias());
             sym.frame_names(&map.path, svma, names);
         };
-        let found = (start..start + 256).any(|pc| {
+        // Innermost first: what the inlined function inlined itself
+        // (`black_box`, in an optimized build), then it, then its caller.
+        let mut seen = Vec::new();
+        let found = (start..start + 64).any(|pc| {
             frame_names(pc, &mut names);
-            names.len() == 2
-                && names[0].ends_with("an_inlined_function")
-                && names[1].ends_with("calls_an_inlined_function")
+            seen.push(names.clone());
+            let n = names.len();
+            n >= 2
+                && names[n - 2].ends_with("tests::an_inlined_function")
+                && names[n - 1].ends_with("tests::calls_an_inlined_function")
         });
-        frame_names(start, &mut names);
-        assert!(
-            found,
-            "no address names the inlined function; at the start: {names:?}"
-        );
-        assert_eq!(
-            names.len(),
-            1,
-            "the entry is the caller's own code: {names:?}"
-        );
+        assert!(found, "no address names the inlined function: {seen:?}");
+        // Its entry is the caller's own code.
+        assert!(seen[0]
+            .last()
+            .unwrap()
+            .ends_with("tests::calls_an_inlined_function"));
     }
 }
 
