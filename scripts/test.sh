@@ -47,6 +47,9 @@ echo "== python decoder self-tests"
 echo "== cargo test (workspace: unit, integration, doc tests)"
 cargo test --workspace
 
+echo "== OTLP export (feature otlp; its test needs the feature on the SDK itself)"
+cargo test -p ringtrace --features otlp --test otlp
+
 echo "== memory budget, optimised (peak RSS of many threads against the budget)"
 cargo test --release --test memory
 

@@ -836,6 +836,239 @@ fn a_malformed_elf_mapped_by_the_program_makes_no_panic() {
     assert!(named >= 30, "{named} samples name the hot path");
 }
 
+/// The `(start, end)` of the slices named `name` of thread `tid`.
+fn named_slices(model: &Value, tid: i64, name: &str) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = common::thread_slices(model, tid)
+        .into_iter()
+        .filter(|s| s["name"] == name)
+        .map(|s| {
+            let ts = s["ts"].as_u64().unwrap();
+            (ts, ts + s["dur"].as_u64().unwrap())
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Third-party code built as in a release build, without frame pointers
+/// (`cpu_deflate`: flate2 on miniz_oxide into a 96 KiB buffer on the
+/// stack, flate2 making its compressor in a 64 KiB frame, and serde_json):
+/// at least 95% of the samples inside each scope go from the thread's
+/// start through the scenario's functions; in `compress`, most of them on
+/// into miniz_oxide under the big frame; none is counted cut short but a
+/// few.
+fn check_deflate_trace(stacks: &str) {
+    let (trace, expect, stderr) = run(
+        &format!("cpu-deflate-{stacks}"),
+        "t.pftrace",
+        "cpu_deflate",
+        stacks,
+    );
+    assert!(!stderr.contains("CPU sampling off"), "{stderr}");
+    let samples = samples_model(&trace);
+    let model = perfetto_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    let all = samples["samples"].as_array().unwrap();
+    assert_eq!(
+        all.len() as u64,
+        expect["stats"]["cpu_samples"].as_u64().unwrap()
+    );
+    let mine: Vec<&Value> = all
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .collect();
+    assert!(mine.len() >= 100, "{} samples of the thread", mine.len());
+    for (scope, callee, lib) in [
+        ("compress", "cpu::compress", "miniz_oxide"),
+        ("parse", "cpu::parse", "serde_json"),
+    ] {
+        let slices = named_slices(&model, tid, scope);
+        assert!(!slices.is_empty(), "the thread's {scope} slices");
+        let in_scope: Vec<Vec<String>> = mine
+            .iter()
+            .filter(|s| inside(&slices, s["ts"].as_u64().unwrap()))
+            .map(|s| names(s))
+            .collect();
+        let whole = |s: &Vec<String>| {
+            let at = |f: &str| s.iter().position(|n| n.contains(f));
+            matches!(
+                (at("thread_start"), at("cpu::deflate_thread_body"), at(callee)),
+                (Some(a), Some(b), Some(c)) if a < b && b < c
+            )
+        };
+        let good = in_scope.iter().filter(|s| whole(s)).count();
+        assert!(
+            in_scope.len() >= 20 && good * 100 >= in_scope.len() * 95,
+            "{good} of {} samples inside `{scope}` reach the thread's start; first cut: {:?}",
+            in_scope.len(),
+            in_scope.iter().find(|s| !whole(s))
+        );
+        let in_lib = in_scope
+            .iter()
+            .filter(|s| whole(s) && s.iter().any(|n| n.contains(lib)))
+            .count();
+        assert!(
+            in_lib * 2 >= in_scope.len(),
+            "{in_lib} of {} samples inside `{scope}` reach the thread's start from {lib}",
+            in_scope.len()
+        );
+    }
+    let truncated = expect["stats"]["cpu_stacks_truncated"].as_u64().unwrap();
+    assert!(
+        truncated * 100 <= mine.len() as u64 * 5,
+        "{truncated} stacks cut short of {} samples",
+        mine.len()
+    );
+}
+
+#[test]
+fn third_party_code_under_a_64_kib_frame_unwinds_to_the_threads_start() {
+    check_deflate_trace("copied");
+}
+
+#[test]
+fn auto_unwinds_third_party_code_under_a_64_kib_frame_to_the_threads_start() {
+    check_deflate_trace("auto");
+}
+
+/// Runs `cpu_replaced` in `mode` (killed after 120 s: a sampler stuck on
+/// a file at a mapped path would keep `stop` waiting) and checks that the
+/// samples in each copy of zlib name its `crc32`.
+fn check_replaced(mode: &str) {
+    let dir = scratch(&format!("cpu-replaced-{mode}"));
+    let trace = dir.join("t.pftrace");
+    let expect = trace.with_extension("expect.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"))
+        .args([
+            "cpu_replaced",
+            trace.to_str().unwrap(),
+            expect.to_str().unwrap(),
+            mode,
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let since = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if since.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("cpu_replaced {mode} hung (the session's stop never returned)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "cpu_replaced {mode} failed: {stderr}");
+    let expect: Value = serde_json::from_slice(&std::fs::read(&expect).unwrap()).unwrap();
+    let samples = samples_model(&trace);
+    perfetto_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    for path in expect["paths"].as_array().unwrap() {
+        let path = path.as_str().unwrap();
+        let in_copy: Vec<Vec<String>> = samples["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["tid"].as_i64() == Some(tid))
+            .filter(|s| {
+                let frames = s["frames"].as_array().unwrap();
+                frames
+                    .last()
+                    .is_some_and(|f| f["mapping"].as_str() == Some(path))
+            })
+            .map(names)
+            .collect();
+        let named = in_copy
+            .iter()
+            .filter(|s| s.last().is_some_and(|n| n.starts_with("crc32")))
+            .count();
+        assert!(
+            in_copy.len() >= 20 && named * 100 >= in_copy.len() * 90,
+            "{named} of {} samples in {path} name its crc32; first: {:?}",
+            in_copy.len(),
+            in_copy.first()
+        );
+    }
+}
+
+/// A library replaced on disk after it was mapped (`(deleted)` in the
+/// maps) keeps the names of the file mapped, not the new one's; a path
+/// with a space is read whole.
+#[test]
+fn a_library_replaced_on_disk_keeps_its_names() {
+    check_replaced("replaced");
+}
+
+/// A FIFO put at a mapped library's path: the sampler does not wait on
+/// it (the session stops), and the library's names are those mapped.
+#[test]
+fn a_fifo_at_a_mapped_path_does_not_hang_the_stop() {
+    check_replaced("fifo");
+}
+
+/// A rate above `kernel.perf_event_max_sample_rate`: sampled with perf at
+/// the limit (not the timer fallback at the tick's rate), said once on
+/// stderr, the rate in the stats.
+#[test]
+fn a_rate_above_the_kernels_limit_samples_at_the_limit_said_once() {
+    let (trace, expect, stderr) = run("cpu-over-max", "t.pftrace", "cpu_over_max_rate", "");
+    let max = expect["max"].as_u64().unwrap();
+    assert_eq!(
+        stderr.matches("ringtrace:").count(),
+        1,
+        "one message: {stderr}"
+    );
+    assert!(
+        stderr.contains("perf_event_max_sample_rate") && stderr.contains(&format!("{max} Hz")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("timers"), "{stderr}");
+    let stats = &expect["stats"];
+    assert_eq!(stats["cpu_sampling_hz"], max, "{stats}");
+    // 100 ms of CPU: the timer fallback's 250 Hz would give about 25.
+    let taken =
+        stats["cpu_samples"].as_u64().unwrap() + stats["cpu_samples_lost"].as_u64().unwrap();
+    assert!(taken >= 200.min(max / 10), "{stats}");
+    let samples = samples_model(&trace);
+    assert_eq!(
+        samples["samples"].as_array().unwrap().len() as u64,
+        stats["cpu_samples"].as_u64().unwrap()
+    );
+}
+
+/// With few open files allowed (64) and 60 threads: the sampler's events
+/// take at most half, said once, the threads beyond unsampled; the
+/// program can still open files.
+#[test]
+fn the_sampler_leaves_the_program_half_its_open_files() {
+    let (trace, expect, stderr) = run("cpu-fd-limit", "t.pftrace", "cpu_fd_limit", "");
+    assert_eq!(expect["opened"], 16, "{expect} {stderr}");
+    assert_eq!(
+        stderr.matches("RLIMIT_NOFILE").count(),
+        1,
+        "said once: {stderr}"
+    );
+    let stats = &expect["stats"];
+    let perf_fds = expect["perf_fds"].as_u64().unwrap();
+    assert!(
+        perf_fds > 0 && perf_fds <= 32,
+        "{perf_fds} perf fds open at once"
+    );
+    assert!(
+        stats["cpu_threads_unsampled"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    let samples = samples_model(&trace);
+    assert_eq!(
+        samples["samples"].as_array().unwrap().len() as u64,
+        stats["cpu_samples"].as_u64().unwrap()
+    );
+}
+
 /// The innermost frame of each sample of `tid`: (name, mapping).
 fn leaves(samples: &Value, tid: i64) -> Vec<(String, String)> {
     samples["samples"]

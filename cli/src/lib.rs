@@ -3,7 +3,7 @@
 //! archives ([`inspect`]), converting ([`convert`]). Everything here reads
 //! untrusted files, so each entry point ends in a result or a clear error,
 //! and decompression is bounded by an unpack limit
-//! ([`unpack_limit`], `RINGTRACE_MAX_UNPACKED`); `tests/fuzz.rs` holds them
+//! ([`unpack_limit`], `RINGTRACE_MAX_UNPACKED`); `tests/fuzz/` holds them
 //! to that.
 
 #![forbid(unsafe_code)]

@@ -17,6 +17,9 @@
 //!   stack modes, what they cost, where they are refused.
 //! - [`production`]: leaving it on in production: whole requests sampled,
 //!   slow ones captured, the disk bounded (in parts, or a hard limit).
+//! - `otlp` (feature `otlp`): spans of kept requests sent to an
+//!   OpenTelemetry collector, W3C trace context across services, the same
+//!   ids in the Perfetto file.
 //!
 //! The `log` bridge is documented in its module, `ringtrace::log` (feature
 //! `log`); `tracing` integration in [`Builder::layer`](crate::Builder::layer) and
@@ -29,6 +32,7 @@
 //! - `tracing` (default): `tracing` spans and events recorded by ringtrace.
 //! - `log`: records of the `log` crate as log instants.
 //! - `cpu-sampling`: CPU stack samples of every thread ([`cpu_sampling`]).
+//! - `otlp`: OTLP export and `ringtrace::context` (the guide `otlp`).
 
 pub mod memory {
     #![doc = include_str!("../docs/memory.md")]
@@ -56,4 +60,9 @@ pub mod cpu_sampling {
 
 pub mod production {
     #![doc = include_str!("../docs/production.md")]
+}
+
+#[cfg(feature = "otlp")]
+pub mod otlp {
+    #![doc = include_str!("../docs/otlp.md")]
 }

@@ -2,8 +2,8 @@
 //!
 //! An in-process tracing SDK: annotate code with [`trace_scope!`],
 //! [`trace_instant!`], [`trace_counter!`] or [`#[traced]`](traced); ringtrace
-//! records each event into the calling thread's lock-free ring buffer in
-//! nanoseconds, and a background flusher writes a trace that opens in
+//! records each event into the calling thread's lock-free ring buffer, and
+//! a background flusher writes a trace that opens in
 //! [Perfetto](https://ui.perfetto.dev) (`.pftrace`) or any Chrome Trace Event
 //! Format viewer (`.json`).
 //!
@@ -132,16 +132,22 @@
 //! | `tracing` | on | [`Builder::layer`] and [`Builder::subscriber`]: `tracing` spans and events recorded by ringtrace; the builder's options of `tracing` spans ([`Builder::sample_ratio`], [`Builder::sample_roots`], [`Builder::sample_with`], [`Builder::capture_slow`]) |
 //! | `log` | off | `ringtrace::log`: records of the `log` crate recorded as log instants |
 //! | `cpu-sampling` | off | [`Builder::cpu_sampling`]: CPU stack samples of every thread (Linux x86_64), unwound and symbolized off the recording threads; brings an ELF reader, an `.eh_frame` unwinder and demangling |
+//! | `otlp` | off | `Builder::otlp`: the spans of kept `tracing` requests sent to an OpenTelemetry collector (OTLP/HTTP, protobuf), and `ringtrace::context` (W3C trace context); implies `tracing`, adds no dependency |
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod archive;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod context;
 mod encode;
 pub mod events;
 #[cfg(feature = "log")]
 pub mod log;
+#[cfg(feature = "otlp")]
+mod otlp;
 mod output;
 mod record;
 mod sampling;
@@ -156,6 +162,11 @@ mod tracing;
 #[cfg(feature = "tracing")]
 pub use crate::tracing::{RingtraceLayer, RingtraceSubscriber};
 pub use events::values::LogLevel;
+/// How long a session's stop waits for the OTLP exporter to send the spans
+/// still queued (feature `otlp`); what is not sent by then is dropped and
+/// counted in [`Stats::otlp_spans_dropped`].
+#[cfg(feature = "otlp")]
+pub use otlp::STOP_TIMEOUT as OTLP_STOP_TIMEOUT;
 pub use record::args::TraceValue;
 pub use record::callsite::{category_enabled, disable_categories, enable_categories};
 pub use record::scope::{IntoCounterValue, ScopeGuard, TracedFuture};

@@ -21,10 +21,11 @@
 //! ([`activate_triggers`](Output::activate_triggers)); at the end the
 //! session adds each output's [`totals`](Output::totals).
 //!
-//! Two implement it: the session's own output (`session::file_output`: its
-//! file, the flight recorder in front of it, windows and captures) and
+//! Three implement it: the session's own output (`session::file_output`:
+//! its file, the flight recorder in front of it, windows and captures),
 //! system tracing's feed (`system::feed`: one Perfetto encoder per tracing
-//! session of `traced`). A new destination is one more implementation,
+//! session of `traced`) and the OTLP export (`otlp`, feature `otlp`: spans
+//! handed to an exporter thread). A new destination is one more implementation,
 //! pushed into [`Outputs`] when the session starts: `output/count_by_name.rs`
 //! (a test) is one, written from this page alone.
 //!

@@ -61,6 +61,20 @@ pub struct Stats {
     /// older than the oldest record it held, or beyond its samples' memory.
     /// Not losses, as the records it forgets.
     pub cpu_samples_aged_out: u64,
+    /// Of [`cpu_samples_lost`](Self::cpu_samples_lost), samples dropped
+    /// because their stacks needed new entries (mappings, names, frames,
+    /// call stacks) in tables whose memory was spent: the memory budget
+    /// ([`buffer_bytes`](crate::Builder::buffer_bytes)), or the tables'
+    /// cap of 16 MiB. Samples of stacks seen before are still kept.
+    pub cpu_samples_no_memory: u64,
+    /// Files mapped executable (the program, its libraries) left unread
+    /// because the tables read from the files reached their cap of
+    /// 128 MiB: by the sampler (symbols and unwind tables: stacks are
+    /// unwound through them by frame pointers only), or for naming frames
+    /// (symbols with their debug files': their frames have no names); and
+    /// DWARF left unread for that cap (counted at a bound of its tables:
+    /// the file's frames named from its symbols, without inlined frames).
+    pub cpu_files_no_memory: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
     pub cpu_stacks_truncated: u64,
@@ -68,6 +82,13 @@ pub struct Stats {
     pub cpu_threads_sampled: u64,
     /// Threads that could not be sampled (memory budget, perf refused).
     pub cpu_threads_unsampled: u64,
+    /// The rate CPU samples were asked of the kernel at, per CPU-second of
+    /// each thread: [`Builder::cpu_sampling`](crate::Builder::cpu_sampling)'s,
+    /// or the kernel's limit (`kernel.perf_event_max_sample_rate`) where
+    /// that was asked above it (said once on stderr). 0 with sampling off
+    /// or not possible. The timer fallback's rate is also bounded by the
+    /// kernel's tick.
+    pub cpu_sampling_hz: u32,
     /// Root spans kept by whole-request sampling
     /// ([`Builder::sample_ratio`](crate::Builder::sample_ratio)),
     /// with everything under them; 0 without sampling.
@@ -132,6 +153,18 @@ pub struct Stats {
     /// connection at the time, a send that failed, or the session stopping
     /// first. Said once on stderr. 0 without system tracing.
     pub triggers_dropped: u64,
+    /// Spans the OTLP exporter sent and the collector took (feature `otlp`,
+    /// [`Builder::otlp`](crate::Builder::otlp); 0 without it).
+    pub otlp_spans_exported: u64,
+    /// Spans the OTLP exporter did not deliver: its queue full (a slow or
+    /// dead collector), the session's memory budget used up, a batch given
+    /// up after its retries or refused (a 4xx other than 429), spans the
+    /// collector rejected (partial success), or not sent by the stop's
+    /// deadline. Said once on stderr.
+    pub otlp_spans_dropped: u64,
+    /// Span events the OTLP exporter did not deliver: dropped with their
+    /// spans' batches, or whose span never came (still open at the stop).
+    pub otlp_events_dropped: u64,
 }
 
 /// What the ways in count process-wide, read by a session at its start and

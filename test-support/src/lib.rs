@@ -9,6 +9,7 @@
 //! what failed.
 
 pub mod archive;
+pub mod otlp;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -74,7 +75,7 @@ pub fn run_python(script: &str, args: &[&str]) -> String {
 }
 
 /// The workspace's decoder script `name` (in `tests/support/`).
-fn support_script(name: &str) -> PathBuf {
+pub(crate) fn support_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/support")
         .join(name)

@@ -20,7 +20,8 @@
 //! files (default: the system temp directory); `PEERS_ONLY=puffin,fastrace`
 //! for a subset (ringtrace always runs: it is the base of the ratios; the
 //! keys: puffin, fastrace, perfetto-recorder, tracy, perfetto-sdk, registry,
-//! registry-layer, tracing-chrome, tracing-perfetto, tracing-perfetto-sdk).
+//! registry-layer, tracing-chrome, tracing-perfetto, tracing-perfetto-file,
+//! tracing-perfetto-sdk).
 //!
 //! One file (Google's SDK aside, in `gsdk.rs`): the harness, each peer's
 //! module and the report side by side, so one read shows every peer runs
@@ -700,6 +701,63 @@ mod tr {
         }
         p
     }
+
+    /// tracing-perfetto-file: its layer on the registry, fields written as
+    /// debug annotations (its fullest recording; spans on tracks of their
+    /// own, its default).
+    pub fn perfetto_file(cfg: &Cfg) -> Peer {
+        use tracing_perfetto_file::PerfettoLayer;
+        let mut p = Peer {
+            name: "tracing-perfetto-file",
+            tracing_layer: true,
+            ..Default::default()
+        };
+        let create = |path: &Path| {
+            let file =
+                std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(path).unwrap());
+            PerfettoLayer::builder(file)
+                .with_debug_annotations()
+                .build()
+        };
+        if cfg.timing {
+            let (layer, guard) = create(&out_path("peers-tracing-perfetto-file-timing.pftrace"));
+            let dispatch = tracing::Dispatch::new(
+                tracing_subscriber::registry()
+                    .with(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO)),
+            );
+            // Each thread writes its queue to the file when it fills: no
+            // drain between repetitions.
+            workloads(cfg, &mut p, &dispatch, || {});
+            drop(dispatch);
+            guard.flush().unwrap();
+        }
+        if cfg.file {
+            let path = out_path("peers-tracing-perfetto-file.pftrace");
+            let rss = reset_peak();
+            let (layer, guard) = create(&path);
+            let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+            tracing::dispatcher::with_default(&dispatch, || nested(cfg.file_scopes));
+            let t = Instant::now();
+            drop(dispatch);
+            guard.flush().unwrap();
+            drop(guard);
+            let finish = t.elapsed();
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            let found = count_track_events(&bytes);
+            p.file = Some(FileStats {
+                format: "Perfetto",
+                bytes_per_scope: Some(bytes.len() as f64 / cfg.file_scopes as f64),
+                finish_ms: finish.as_secs_f64() * 1e3,
+                peak_mib: (status_kib("VmHWM:").saturating_sub(rss)) as f64 / 1024.0,
+                lost: format!("{} of {} events in the file", found, 2 * cfg.file_scopes),
+            });
+            p.notes.push(
+                "encodes on the recording thread into a queue of its own, which that thread writes to the file when it fills"
+                    .into(),
+            );
+        }
+        p
+    }
 }
 
 // ------------------------------------------------------------------ puffin
@@ -1107,6 +1165,7 @@ const FILE_PEERS: &[&str] = &[
     "ringtrace-subscriber",
     "tracing-chrome",
     "tracing-perfetto",
+    "tracing-perfetto-file",
     #[cfg(feature = "perfetto-sdk")]
     "tracing-perfetto-sdk",
 ];
@@ -1127,6 +1186,7 @@ fn run_peer(key: &str, cfg: &Cfg) -> Option<Peer> {
         "registry-layer" => tr::registry_noop_layer(cfg),
         "tracing-chrome" => tr::chrome(cfg),
         "tracing-perfetto" => tr::perfetto(cfg),
+        "tracing-perfetto-file" => tr::perfetto_file(cfg),
         #[cfg(feature = "perfetto-sdk")]
         "tracing-perfetto-sdk" => gsdk::layer(cfg),
         _ => return None,
@@ -1225,6 +1285,7 @@ fn main() {
         "registry-layer",
         "tracing-chrome",
         "tracing-perfetto",
+        "tracing-perfetto-file",
     ]);
     #[cfg(feature = "perfetto-sdk")]
     keys.push("tracing-perfetto-sdk");

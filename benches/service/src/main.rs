@@ -14,6 +14,18 @@
 //! runs: it is the base of the ratios), `SERVICE_DIR` for the trace files
 //! (default: the system temp directory).
 //! The `-10`, `-1` and `-0` modes sample whole requests (`sample_ratio`: 10%, 1%, none kept).
+//! `perfetto-file` is tracing-perfetto-file's layer on the registry with
+//! fields written as debug annotations (its fullest recording); it has no
+//! background thread: each worker encodes into a queue of its own and writes
+//! the file itself when the queue fills (the flushes around the measured
+//! requests write the rest from the main thread).
+//! `--modes` prints every mode's key, one a line; `--child MODE` runs one.
+//!
+//! Instructions instead of time: `./instructions.sh` runs every mode as a
+//! child under callgrind (`--separate-threads=yes`) at 6000 and 2000
+//! requests and prints, per request, the instructions of the workers, of the
+//! background thread and of every thread, against untraced (see the script's
+//! head for its settings).
 //!
 //! What is measured, per run: wall time of the measured requests (after a
 //! warm-up), and the CPU time each thread of the process spent meanwhile
@@ -326,9 +338,12 @@ enum Mode {
     Layer10,
     Layer1,
     Layer0,
+    /// tracing-perfetto-file's layer on the registry, fields written as
+    /// debug annotations.
+    PerfettoFile,
 }
 
-const MODES: [Mode; 16] = [
+const MODES: [Mode; 17] = [
     Mode::Untraced,
     Mode::Registry,
     Mode::Subscriber,
@@ -345,6 +360,7 @@ const MODES: [Mode; 16] = [
     Mode::Layer10,
     Mode::Layer1,
     Mode::Layer0,
+    Mode::PerfettoFile,
 ];
 
 impl Mode {
@@ -366,6 +382,7 @@ impl Mode {
             Mode::Layer10 => "layer-10",
             Mode::Layer1 => "layer-1",
             Mode::Layer0 => "layer-0",
+            Mode::PerfettoFile => "perfetto-file",
         }
     }
 
@@ -387,6 +404,7 @@ impl Mode {
             Mode::Layer10 => "ringtrace `layer()`, Perfetto, 10% of requests kept",
             Mode::Layer1 => "ringtrace `layer()`, Perfetto, 1% of requests kept",
             Mode::Layer0 => "ringtrace `layer()`, Perfetto, no request kept",
+            Mode::PerfettoFile => "tracing-perfetto-file, debug annotations",
         }
     }
 
@@ -445,6 +463,7 @@ enum Tracer {
     None,
     Ringtrace(ringtrace::TraceGuard),
     Chrome(tracing_chrome::FlushGuard),
+    PerfettoFile(tracing_perfetto_file::FlushGuard),
 }
 
 fn install(mode: Mode, path: &std::path::Path) -> Tracer {
@@ -503,6 +522,14 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
                 .build();
             tracing_subscriber::registry().with(layer).init();
             Tracer::Chrome(flush)
+        }
+        Mode::PerfettoFile => {
+            let file = std::fs::File::create(path).expect("tracing-perfetto-file's trace file");
+            let (layer, flush) = tracing_perfetto_file::PerfettoLayer::builder(file)
+                .with_debug_annotations()
+                .build();
+            tracing_subscriber::registry().with(layer).init();
+            Tracer::PerfettoFile(flush)
         }
     }
 }
@@ -563,6 +590,10 @@ fn child(mode: Mode, requests: u64, conns: usize, dir: PathBuf) {
             drop(f);
             (0, 0)
         }
+        Tracer::PerfettoFile(f) => {
+            f.flush().expect("tracing-perfetto-file's flush");
+            (0, 0)
+        }
         Tracer::None => (0, 0),
     };
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -584,8 +615,11 @@ fn child(mode: Mode, requests: u64, conns: usize, dir: PathBuf) {
 /// Waits until the tracer has written what was recorded: ringtrace's flush,
 /// then (for every mode) until the background threads stop using CPU.
 fn settle(tracer: &Tracer) {
-    if let Tracer::Ringtrace(g) = tracer {
-        g.flush();
+    match tracer {
+        Tracer::Ringtrace(g) => g.flush(),
+        // Writes what the threads' queues hold (on this thread).
+        Tracer::PerfettoFile(f) => f.flush().expect("tracing-perfetto-file's flush"),
+        Tracer::None | Tracer::Chrome(_) => {}
     }
     let mut last = background_ns(&thread_cpu());
     for _ in 0..100 {
@@ -633,6 +667,12 @@ fn main() {
     let dir = std::env::var_os("SERVICE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
+    if args.len() == 2 && args[1] == "--modes" {
+        for m in MODES {
+            println!("{}", m.key());
+        }
+        return;
+    }
     if args.len() == 3 && args[1] == "--child" {
         let mode = Mode::from_key(&args[2]).expect("mode");
         child(mode, requests, conns, dir);
@@ -736,12 +776,12 @@ fn main() {
             } else {
                 "".into()
             },
-            if traced && !matches!(m, Mode::Chrome) {
+            if traced && !matches!(m, Mode::Chrome | Mode::PerfettoFile) {
                 format!("{events:.1}")
             } else {
                 "".into()
             },
-            if matches!(m, Mode::Chrome) || !traced {
+            if matches!(m, Mode::Chrome | Mode::PerfettoFile) || !traced {
                 "".into()
             } else {
                 lost.to_string()

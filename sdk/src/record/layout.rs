@@ -16,7 +16,14 @@
 //! BEGIN_TT     [hdr(site | depth << 24), ts, thread ns, args...]   (BEGIN with thread time)
 //! END_TT       [hdr(depth), ts, thread ns]                          (END with thread time)
 //! LOST         [hdr, ts, count]            (written by the ring)
+//! OTEL span    [hdr(site | 0 << 24), end ts, created ts, trace id hi, lo, span id, parent id, flags, args...]
+//! OTEL event   [hdr(site | 1 << 24), ts, span id, args...]
 //! ```
+//!
+//! OTEL records are written only while an OTLP exporter runs
+//! ([`OTEL_RECORDS`]): a `tracing` span's whole life at its close, an event
+//! inside a span with the span's id. [`parse`] skips them (no file encoder
+//! sees them); the exporter's output reads them with [`parse_otel`].
 //!
 //! An EVENT record carries one event of any Trace Event Format phase with
 //! values known only at run time (names, ids, stacks, args with dynamic
@@ -47,6 +54,23 @@ pub(crate) const KIND_ASYNC_END: u64 = 8;
 // kinds added for the macros (9 up) never collide with them.
 /// END that also carries args (values recorded while the slice was open).
 pub(crate) const KIND_END_ARGS: u64 = 14;
+/// Bit 62 of a flow id: the id is the same in every process (an
+/// OpenTelemetry trace's crossing, `otlp`), not made process-unique by the
+/// encoders ([`scoped_flow`]).
+pub(crate) const FLOW_GLOBAL: u64 = 1 << 62;
+
+/// A FLOW word's id as the encoders write it: process-scoped ids (a
+/// counter) mixed with `scope` (the process's), global ones as they are.
+#[inline]
+pub(crate) fn scoped_flow(flow: u64, scope: u64) -> u64 {
+    let id = flow & !FLOW_IN;
+    if id & FLOW_GLOBAL != 0 {
+        id
+    } else {
+        id ^ scope
+    }
+}
+
 /// Flow ids bound to the slice that the thread's next end record closes.
 pub(crate) const KIND_FLOW: u64 = 15;
 /// Bit 63 of a word of a FLOW record: the flow comes *into* the slice (it
@@ -60,6 +84,88 @@ pub(crate) const KIND_EVENT: u64 = 9;
 pub(crate) const KIND_BEGIN_TT: u64 = 10;
 /// END with the thread's CPU time after the timestamp.
 pub(crate) const KIND_END_TT: u64 = 11;
+
+/// A span's or event's OpenTelemetry record (feature `otlp`; layouts in the
+/// module doc). Skipped by [`parse`].
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const KIND_OTEL: u64 = 12;
+/// `op` of an OTEL record: a finished span.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const OTEL_SPAN: u64 = 0;
+/// `op` of an OTEL record: an event inside a span.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const OTEL_EVENT: u64 = 1;
+/// Whether the session wants OTEL records (an OTLP exporter runs): set at
+/// its start, cleared at its stop. Relaxed: a record more or less around
+/// either is harmless (the exporter counts what it gets).
+pub(crate) static OTEL_RECORDS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A decoded OTEL record.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+#[derive(Debug)]
+pub(crate) enum OtelRecord<'a> {
+    Span {
+        end: u64,
+        created: u64,
+        trace: [u64; 2],
+        span: u64,
+        parent: u64,
+        flags: u64,
+        site: u32,
+        args: &'a [u64],
+    },
+    Event {
+        ts: u64,
+        span: u64,
+        site: u32,
+        args: &'a [u64],
+    },
+}
+
+/// The OTEL records among `words` (every other record skipped whole).
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) fn parse_otel(words: &[u64]) -> impl Iterator<Item = OtelRecord<'_>> {
+    let mut pos = 0;
+    std::iter::from_fn(move || loop {
+        let hdr = *words.get(pos)?;
+        let len = header_len(hdr) as usize;
+        if len < 2 || pos + len > words.len() {
+            pos = words.len();
+            return None;
+        }
+        let w = &words[pos..pos + len];
+        pos += len;
+        if header_kind(hdr) != KIND_OTEL {
+            continue;
+        }
+        let payload = header_payload(hdr);
+        let site = (payload & MAX_SITE_ID as u64) as u32;
+        match payload >> 24 {
+            OTEL_SPAN if len >= 8 => {
+                return Some(OtelRecord::Span {
+                    end: w[1],
+                    created: w[2],
+                    trace: [w[3], w[4]],
+                    span: w[5],
+                    parent: w[6],
+                    flags: w[7],
+                    site,
+                    args: &w[8..],
+                })
+            }
+            OTEL_EVENT if len >= 3 => {
+                return Some(OtelRecord::Event {
+                    ts: w[1],
+                    span: w[2],
+                    site,
+                    args: &w[3..],
+                })
+            }
+            _ => continue,
+        }
+    })
+}
 
 /// Call site ids must fit in 24 bits.
 pub(crate) const MAX_SITE_ID: u32 = (1 << 24) - 1;
@@ -288,5 +394,57 @@ impl<'a> Iterator for Records<'a> {
             };
             return Some(rec);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::header::make_header;
+
+    /// An OTEL record between two others: the file encoders' reader skips
+    /// it whole, the exporter's reads it and nothing else.
+    #[test]
+    fn otel_records_are_read_by_the_exporter_only() {
+        let mut words = vec![make_header(KIND_INSTANT, 3, 5), 10, 7];
+        words.extend([
+            make_header(KIND_OTEL, 9, 6 | OTEL_SPAN << 24),
+            20,
+            11,
+            1,
+            2,
+            3,
+            4,
+            1,
+            8,
+        ]);
+        words.extend([make_header(KIND_OTEL, 3, 6 | OTEL_EVENT << 24), 15, 3]);
+        words.extend([make_header(KIND_END, 2, 0), 30]);
+        let kinds: Vec<u64> = parse(&words)
+            .map(|r| match r {
+                Record::Instant { ts, .. } | Record::End { ts, .. } => ts,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, [10, 30]);
+        let otel: Vec<String> = parse_otel(&words).map(|r| format!("{r:?}")).collect();
+        assert_eq!(otel.len(), 2);
+        assert!(otel[0].contains("Span { end: 20, created: 11, trace: [1, 2], span: 3, parent: 4"));
+        assert!(otel[1].contains("Event { ts: 15, span: 3, site: 6"));
+        // Cut short, or an unknown op: nothing, no panic.
+        assert_eq!(parse_otel(&words[3..8]).count(), 0);
+        let odd = [make_header(KIND_OTEL, 3, 7 << 24), 1, 2];
+        assert_eq!(parse_otel(&odd).count(), 0);
+    }
+
+    /// A process's flow ids are mixed with its scope, global ones kept as
+    /// they are (the same in every process); the direction bit is dropped.
+    #[test]
+    fn global_flow_ids_are_not_scoped() {
+        assert_eq!(scoped_flow(5 | FLOW_IN, 0x30), 5 ^ 0x30);
+        assert_eq!(
+            scoped_flow(FLOW_GLOBAL | 5 | FLOW_IN, 0x30),
+            FLOW_GLOBAL | 5
+        );
     }
 }

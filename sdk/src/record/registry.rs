@@ -4,7 +4,7 @@
 //! A thread gets its ring on its first event of a session (the only time it
 //! takes a lock or allocates: the registry's lock once, around two pushes;
 //! the allocations are made before it), if the process-wide budget has room for it
-//! (`THREAD_BYTES` and a 1 KiB first segment); else that event is dropped and
+//! (`THREAD_BYTES` and a 512-byte first segment); else that event is dropped and
 //! counted, and the next one tries again. The ring is shared, by `Arc`,
 //! between:
 //! * the thread, through the value of a pthread key (`OWNER_KEY`, whose
@@ -87,10 +87,11 @@ impl std::ops::Deref for ThreadRing {
 /// What a recording thread costs besides its ring's segments, taken from the
 /// budget when its ring is made and given back when the flusher drops it:
 /// this struct, and an allowance for the flusher's and the encoder's state
-/// of the thread (sequence, interning tables, open scopes: about 420 bytes
-/// measured with JSON) and its entries in the registry's lists and the
-/// flusher's (its list, its map by id and set of active rings, the list of
-/// announced ids: about 150 bytes with their spare capacity).
+/// of the thread (sequence, interning tables, open scopes) and its entries
+/// in the registry's lists and the flusher's (its list, its map by id and
+/// set of active rings, the list of announced ids, with their spare
+/// capacity): 768 bytes covers both (BENCHMARKS.md, "Measured for design
+/// choices").
 /// Nothing else of a thread that records through the macros is on the heap
 /// (the `tracing` bridge's site cache is taken from the budget on its own,
 /// see `take_thread_state`; the typed API's pool of field buffers and the
@@ -101,9 +102,11 @@ impl std::ops::Deref for ThreadRing {
 pub(crate) const THREAD_BYTES: u64 = std::mem::size_of::<ThreadRing>() as u64 + 768;
 
 /// Size of a thread's first ring segment: small, so that a thread that
-/// records little holds little; the ring grows (at least quadrupling) while
-/// it fills faster than the flusher drains it, up to the per-thread cap.
-pub(crate) const INITIAL_RING_BYTES: usize = 1 << 10;
+/// records little holds little (64 words: a few scopes with arguments per
+/// flusher pass; 10,000 such threads hold 5 MiB of it); the ring grows
+/// (to a page first, then quadrupling: `Ring::next_words`) while it fills
+/// faster than the flusher drains it, up to the per-thread cap.
+pub(crate) const INITIAL_RING_BYTES: usize = 512;
 
 /// Largest ring of a thread when the session does not say
 /// (`Builder::buffer_bytes_per_thread`).

@@ -84,7 +84,7 @@ pub(crate) const PAGE: usize = 64;
 
 /// Makes zeroed, mapped-in storage of `words` slots (a power of two).
 ///
-/// A thread's first segment (1 KiB) comes from the heap, on its first event.
+/// A thread's first segment (512 bytes) comes from the heap, on its first event.
 /// Every segment a ring grows into is a page multiple and gets an anonymous
 /// mapping of its own: growing never touches the heap of the recording
 /// thread, and freeing a segment gives its memory back to the system at

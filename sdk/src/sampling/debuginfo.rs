@@ -20,12 +20,12 @@
 //! its debug file's when they are not compressed, never copied: the
 //! sections are read where the file is mapped, and `addr2line` parses a
 //! unit's line program and functions the first time an address in it is
-//! looked up (once per frame interned, on the sampler thread).
+//! looked up (once per frame interned, on the flusher).
 //!
 //! Every number read from a file is untrusted: what does not add up is
 //! left out, never a panic.
 
-use super::modules::{ElfFile, FileMap};
+use super::modules::{ElfFile, FileMap, FilesCap, MapsLine};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -173,26 +173,55 @@ pub(crate) fn debug_file_symbols(
     Some(map)
 }
 
-/// Names frames by file and address (the flusher's): each file read once,
-/// with its debug file's symbols and its DWARF.
-#[derive(Default)]
+/// Names frames by file and address (the flusher's): each file read once
+/// (by device and inode: the file that was mapped, never another found at
+/// its path since), with its debug file's symbols and its DWARF, what it
+/// holds counted within `modules::FILES_CAP`.
 pub(crate) struct Symbolizer {
-    files: std::collections::HashMap<String, Option<ElfFile>>,
+    files: std::collections::HashMap<(u64, u64), Option<ElfFile>>,
+    cap: Arc<FilesCap>,
 }
 
 impl Symbolizer {
-    /// The names of the frames at ELF address `svma` of the file at
-    /// `path`, innermost first (`ElfFile::frame_names`); `out` is left
-    /// empty if the file cannot be read.
-    pub(crate) fn frame_names(&mut self, path: &str, svma: u64, out: &mut Vec<String>) {
+    /// Holding its files within `cap` (shared with the sampler's).
+    pub(crate) fn new(cap: Arc<FilesCap>) -> Symbolizer {
+        Symbolizer {
+            files: Default::default(),
+            cap,
+        }
+    }
+
+    /// The names of the frames at ELF address `svma` of the file mapped
+    /// as `line` says, innermost first (`ElfFile::frame_names`); `out` is
+    /// left empty if that file cannot be read, its build id is not
+    /// `build_id` (the one the sampler read from the mapping; empty: not
+    /// compared), or its tables would pass the cap.
+    pub(crate) fn frame_names(
+        &mut self,
+        line: &MapsLine<'_>,
+        build_id: &[u8],
+        svma: u64,
+        out: &mut Vec<String>,
+    ) {
         out.clear();
-        if !path.starts_with('/') {
+        if !line.path.starts_with('/') || (line.dev, line.inode) == (0, 0) {
             return;
         }
-        let file = self
-            .files
-            .entry(path.to_string())
-            .or_insert_with(|| ElfFile::read_with(path, Path::new(DEBUG_ROOT)));
+        let cap = &self.cap;
+        let file = self.files.entry((line.dev, line.inode)).or_insert_with(|| {
+            let mut f = ElfFile::read_mapped_with(line, Path::new(DEBUG_ROOT))?;
+            if !build_id.is_empty() && f.build_id != build_id {
+                return None;
+            }
+            if !cap.hold(f.heap_bytes()) {
+                return None;
+            }
+            let dwarf = f.dwarf_bytes();
+            if dwarf > 0 && !cap.hold(dwarf) {
+                f.forget_dwarf();
+            }
+            Some(f)
+        });
         if let Some(f) = file {
             f.frame_names(svma, out);
         }
@@ -233,6 +262,8 @@ type Reader = gimli::EndianReader<gimli::RunTimeEndian, Section>;
 /// A file's DWARF, read for inlined frames the first time one is asked for.
 pub(crate) struct Dwarf {
     map: Arc<FileMap>,
+    /// Bytes of its `.debug_info` and `.debug_line`.
+    lines: u64,
     context: OnceLock<Option<addr2line::Context<Reader>>>,
 }
 
@@ -257,8 +288,18 @@ impl Dwarf {
             .fold(0, u64::saturating_add);
         (total.max(rest) <= DWARF_CAP).then(|| Dwarf {
             map,
+            lines: total,
             context: OnceLock::new(),
         })
+    }
+
+    /// The most heap its tables take once every unit is parsed: about 3
+    /// times its `.debug_info` and `.debug_line` (measured in
+    /// BENCHMARKS.md, "Symbols"), counted against `modules::FILES_CAP`
+    /// when the file is read (units are parsed as addresses in them are
+    /// named, so most programs hold a fraction).
+    pub(crate) fn heap_bound(&self) -> u64 {
+        self.lines.saturating_mul(3)
     }
 
     fn context(&self) -> Option<&addr2line::Context<Reader>> {
@@ -463,11 +504,11 @@ mod tests {
         let start = calls_an_inlined_function as *const () as u64;
         let i = m.find(start).expect("our text is mapped");
         let map = &m.maps[i];
-        let mut sym = Symbolizer::default();
+        let mut sym = Symbolizer::new(Arc::default());
         let mut names = Vec::new();
         let mut frame_names = |pc: u64, names: &mut Vec<String>| {
             let svma = map.rel_pc(pc).wrapping_add(map.load_bias());
-            sym.frame_names(&map.path, svma, names);
+            sym.frame_names(&map.maps_line(), &[], svma, names);
         };
         // Innermost first: what the inlined function inlined itself
         // (`black_box`, in an optimized build), then it, then its caller.
@@ -553,7 +594,7 @@ mod cost {
         let base = m.maps[i].start;
         let (a1, _) = rss();
         let mut names = Vec::new();
-        let mut sym = Symbolizer::default();
+        let mut sym = Symbolizer::new(std::sync::Arc::default());
         let map = &m.maps[i];
         let pcs: Vec<u64> = (0..20_000u64)
             .map(|k| base + k * 97)
@@ -563,7 +604,7 @@ mod cost {
         let mut inlined = 0;
         for &pc in &pcs {
             let svma = map.rel_pc(pc).wrapping_add(map.load_bias());
-            sym.frame_names(&map.path, svma, &mut names);
+            sym.frame_names(&map.maps_line(), &[], svma, &mut names);
             inlined += names.len().saturating_sub(1);
         }
         let looked = t.elapsed();

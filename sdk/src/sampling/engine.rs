@@ -1,15 +1,16 @@
 //! The sampler thread and the tables of mappings, frames and call stacks
 //! samples refer to (see the module's documentation in `mod.rs`).
 
-use super::modules::Modules;
+use super::modules::{FilesCap, Modules};
 use super::perf::{Chain, OpenError, PerfEvent, PerfRecord, StackSource};
-use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables};
+use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables, WordHasher, SLOT_OVERHEAD};
 use super::wake::{Bell, Epoll, TaskList, BELL};
 use super::{perf, timer, unwind, CpuStacks, Totals};
 use crate::record::registry::REGISTRY;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::hash::{BuildHasher, BuildHasherDefault};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,9 @@ use std::time::{Duration, Instant};
 /// needed to unwind whole, and most of a debug build's (measured in
 /// BENCHMARKS.md, "Measured for design choices"). The
 /// kernel copies it in the sampled thread's interrupt, so half of 16 KiB
-/// is a cost the thread no longer pays; deeper stacks are cut there,
-/// counted in `Stats::cpu_stacks_truncated` and marked in the trace.
+/// is a cost the thread no longer pays; what deeper stacks need beyond it
+/// the sampler reads from the thread's own stack (`unwind::LiveStack`),
+/// at no cost to the thread.
 pub(crate) const STACK_COPY: u32 = 8 << 10;
 /// How often the thread list is read (also the longest a sample waits in
 /// a ring whose watermark is not reached).
@@ -31,12 +33,31 @@ const TIMER_EVERY: Duration = Duration::from_millis(20);
 const READY_WAIT: Duration = Duration::from_millis(500);
 /// Most samples waiting for the flusher (beyond: dropped and counted).
 const PENDING_CAP: usize = 1 << 16;
+/// Most heap the tables of mappings, names, frames and call stacks hold
+/// (an estimate), also taken from the memory budget as they grow: past
+/// either, samples whose stacks need new entries are dropped and counted
+/// (`Stats::cpu_samples_no_memory`). Ids stay valid for the session, so
+/// nothing is evicted.
+pub(crate) const TABLES_CAP: u64 = 16 << 20;
+/// Budget taken for the tables at a time (the first before any thread's
+/// ring).
+const TABLES_CHUNK: u64 = 64 << 10;
+/// A sample is interned only while this much is taken beyond what the
+/// tables hold (a sample's new entries rarely need more; one that does
+/// overruns it once, and the next sample takes another chunk or is
+/// dropped).
+const TABLES_HEADROOM: u64 = 16 << 10;
 
 impl Tables {
-    fn mapping(&mut self, modules: &Modules, map: Option<usize>) -> u32 {
+    /// The id of mapping `map` (None: no mapping holds the address); None
+    /// if it is new and `room` is false.
+    fn mapping(&mut self, modules: &Modules, map: Option<usize>, room: bool) -> Option<u32> {
         let key = map.map_or((0, 0), |i| (modules.maps[i].start, modules.maps[i].end));
         if let Some(&id) = self.mapping_ids.get(&key) {
-            return id;
+            return Some(id);
+        }
+        if !room {
+            return None;
         }
         let def = match map {
             Some(i) => {
@@ -52,6 +73,8 @@ impl Tables {
                     end: m.end,
                     pgoff: m.pgoff,
                     load_bias: m.load_bias(),
+                    dev: m.dev,
+                    inode: m.inode,
                 }
             }
             None => MappingDef {
@@ -61,53 +84,160 @@ impl Tables {
                 end: 0,
                 pgoff: 0,
                 load_bias: 0,
+                dev: 0,
+                inode: 0,
             },
         };
+        self.bytes += (std::mem::size_of::<MappingDef>() + def.path.len() + def.build_id.len())
+            as u64
+            + 20
+            + SLOT_OVERHEAD;
         self.mappings.push(def);
         let id = self.mappings.len() as u32;
         self.mapping_ids.insert(key, id);
-        id
+        Some(id)
     }
 
     /// The frame of `pc` (a return address already moved back into its
-    /// call instruction), not named yet: the flusher names it (`resolve`).
-    fn frame(&mut self, modules: &mut Modules, pc: u64) -> u32 {
+    /// call instruction); None if it is new and `room` is false. Not named
+    /// yet: the flusher names it (`resolve`).
+    fn frame(&mut self, modules: &mut Modules, pc: u64, room: bool) -> Option<u32> {
         if let Some(&id) = self.frame_ids.get(&pc) {
-            return id;
+            return Some(id);
+        }
+        if !room {
+            return None;
         }
         let map = modules.find(pc);
-        let mapping = self.mapping(modules, map);
+        let mapping = self.mapping(modules, map, true)?;
         let rel_pc = map.map_or(pc, |i| modules.maps[i].rel_pc(pc));
         self.frames.push(FrameDef {
             name: 0,
             mapping,
             rel_pc,
         });
+        self.bytes += std::mem::size_of::<FrameDef>() as u64 + 12 + SLOT_OVERHEAD;
         let id = self.frames.len() as u32;
         self.frame_ids.insert(pc, id);
         self.unnamed.push(id);
-        id
+        Some(id)
     }
 
-    /// The call stack of `pcs` (innermost first, as unwound).
-    fn callstack(&mut self, modules: &mut Modules, pcs: &[u64], scratch: &mut Vec<u32>) -> u32 {
+    /// The call stack of `pcs` (innermost first, as unwound); None if it
+    /// needs an entry not in the tables and `room` is false (their memory
+    /// is spent).
+    fn callstack(
+        &mut self,
+        modules: &mut Modules,
+        pcs: &[u64],
+        scratch: &mut Vec<u32>,
+        room: bool,
+    ) -> Option<u32> {
         if pcs.is_empty() {
-            return 0;
+            return Some(0);
         }
         scratch.clear();
         for (i, &pc) in pcs.iter().enumerate().rev() {
             // Return addresses name the call before them.
             let at = if i == 0 { pc } else { pc.wrapping_sub(1) };
-            scratch.push(self.frame(modules, at));
+            scratch.push(self.frame(modules, at, room)?);
         }
-        if let Some(&id) = self.stack_ids.get(scratch.as_slice()) {
-            return id;
+        let hash = BuildHasherDefault::<WordHasher>::default().hash_one(scratch.as_slice());
+        let known = self.stack_ids.get(&hash).copied();
+        if let Some(id) = known {
+            if self.is_stack(id, scratch) {
+                return Some(id);
+            }
+        }
+        if !room {
+            return None;
         }
         self.callstacks.push(scratch.clone());
         let id = self.callstacks.len() as u32;
-        self.stack_ids.insert(scratch.clone(), id);
+        self.bytes += 24 + 4 * scratch.len() as u64 + 12 + SLOT_OVERHEAD;
+        // Another stack of the same hash keeps the slot (this one is
+        // interned again at each use: a cost, never a wrong stack).
+        if known.is_none() {
+            self.stack_ids.insert(hash, id);
+        }
         self.unexpanded.push(id);
-        id
+        Some(id)
+    }
+}
+
+impl Tables {
+    /// Names frame `id` with `names` (innermost first, `ElfFile::frame_names`):
+    /// the last its own, each other a frame of an inlined function, put
+    /// in `inlined` (outermost first). What it adds is counted in `bytes`.
+    fn name_frame(&mut self, id: u32, names: Vec<String>) {
+        let mut names = names.into_iter().rev();
+        let outer = names.next().unwrap_or_default();
+        let f = self.frames[id as usize - 1];
+        self.frames[id as usize - 1].name = self.name(outer);
+        let inlined: Vec<u32> = names
+            .map(|n| {
+                let name = self.name(n);
+                self.frames.push(FrameDef { name, ..f });
+                self.bytes += std::mem::size_of::<FrameDef>() as u64;
+                self.frames.len() as u32
+            })
+            .collect();
+        if !inlined.is_empty() {
+            self.bytes += 4 + 16 + 4 * inlined.len() as u64 + SLOT_OVERHEAD;
+            self.inlined.insert(id, inlined.into());
+        }
+    }
+
+    /// Puts into call stack `id`, after each of its frames, the frames of
+    /// the functions inlined there (`scratch`: reused space). The stack
+    /// keeps its id and its slot in `stack_ids` (`is_stack` finds it in
+    /// either form); only the frames added count in `bytes`.
+    fn expand(&mut self, id: u32, scratch: &mut Vec<u32>) {
+        let Some(stack) = self.callstacks.get(id as usize - 1) else {
+            return;
+        };
+        if !stack.iter().any(|f| self.inlined.contains_key(f)) {
+            return;
+        }
+        scratch.clear();
+        for f in stack {
+            scratch.push(*f);
+            if let Some(more) = self.inlined.get(f) {
+                scratch.extend_from_slice(more);
+            }
+        }
+        self.bytes += 4 * (scratch.len() - stack.len()) as u64;
+        self.callstacks[id as usize - 1] = scratch.clone();
+    }
+
+    /// Whether call stack `id` is `raw` (its frames as the sampler interns
+    /// them): stored as made, or as the flusher expanded it (each frame
+    /// followed by the frames of the functions inlined there, `inlined`).
+    /// Those frames are never the sampler's (no address is interned to
+    /// them), so a stack in one form is never taken for another stack in
+    /// the other: `stack_ids` stays keyed by the hash of the form the
+    /// sampler makes, which the expansion leaves as it was.
+    fn is_stack(&self, id: u32, raw: &[u32]) -> bool {
+        let Some(stored) = self.callstacks.get(id as usize - 1) else {
+            return false;
+        };
+        if stored.len() == raw.len() {
+            return stored.as_slice() == raw;
+        }
+        let mut at = 0;
+        for f in raw {
+            if stored.get(at) != Some(f) {
+                return false;
+            }
+            at += 1;
+            if let Some(more) = self.inlined.get(f) {
+                if stored.get(at..at + more.len()) != Some(&more[..]) {
+                    return false;
+                }
+                at += more.len();
+            }
+        }
+        at == stored.len()
     }
 }
 
@@ -127,6 +257,11 @@ struct Counters {
     truncated: AtomicU64,
     threads: AtomicU64,
     threads_unsampled: AtomicU64,
+    /// The rate sampled at (the one asked, or the kernel's limit).
+    hz: AtomicU32,
+    /// Samples dropped: their stacks needed table entries past the
+    /// tables' memory.
+    no_memory: AtomicU64,
 }
 
 struct Shared {
@@ -139,6 +274,11 @@ struct Shared {
     tables: Mutex<Tables>,
     /// Names the frames (the flusher's, before it encodes).
     symbolizer: Mutex<Symbolizer>,
+    /// Budget bytes taken for `tables` (given back at `end`).
+    tables_taken: AtomicU64,
+    /// What the mapped files' tables hold (the sampler's and the
+    /// flusher's), within `modules::FILES_CAP`.
+    files_cap: Arc<FilesCap>,
     counters: Counters,
 }
 
@@ -148,72 +288,63 @@ struct Shared {
 /// whose reads of the kernel's rings must keep up. Files are read and
 /// names looked up outside the tables' lock (the sampler goes on
 /// interning); only the results are written under it.
+///
+/// What it adds (names, the frames of inlined functions, the longer
+/// expanded stacks) is counted in `Tables::bytes` and taken from the
+/// budget as the sampler's entries are (`tables_room`): past the tables'
+/// memory a frame stays unnamed and its stacks unexpanded. An expanded
+/// stack keeps its id and its slot in `stack_ids`, which is keyed by the
+/// hash of the stack as the sampler makes it (`Tables::is_stack`).
 fn resolve(shared: &Shared) {
     let mut sym = shared.symbolizer.lock();
     let sym = &mut *sym;
     // What the sampler made since the last time: every frame of these
     // call stacks is among these frames or named already.
-    let (frames, stacks, todo) = {
+    let (frames, stacks, todo, maps) = {
         let mut t = shared.tables.lock();
         if t.unnamed.is_empty() && t.unexpanded.is_empty() {
             return;
         }
         let frames = std::mem::take(&mut t.unnamed);
         let stacks = std::mem::take(&mut t.unexpanded);
-        let todo: Vec<(String, u64)> = frames
+        let mut maps: HashMap<u32, MappingDef> = HashMap::new();
+        let todo: Vec<(u32, u64)> = frames
             .iter()
             .map(|&id| {
                 let f = t.frames[id as usize - 1];
                 let m = &t.mappings[f.mapping as usize - 1];
-                (m.path.clone(), f.rel_pc.wrapping_add(m.load_bias))
+                maps.entry(f.mapping).or_insert_with(|| m.clone());
+                (f.mapping, f.rel_pc.wrapping_add(m.load_bias))
             })
             .collect();
-        (frames, stacks, todo)
+        (frames, stacks, todo, maps)
     };
     let mut named: Vec<Vec<String>> = Vec::with_capacity(todo.len());
-    for (path, svma) in &todo {
+    for (mapping, svma) in &todo {
         let mut names = Vec::new();
-        sym.symbolizer.frame_names(path, *svma, &mut names);
+        if let Some(m) = maps.get(mapping) {
+            sym.symbolizer
+                .frame_names(&m.maps_line(), &m.build_id, *svma, &mut names);
+        }
         named.push(names);
     }
     let mut t = shared.tables.lock();
+    let t = &mut *t;
     for (&id, names) in frames.iter().zip(named) {
-        // Innermost first: the last is the function itself.
-        let mut names = names.into_iter().rev();
-        let outer = names.next().unwrap_or_default();
-        let f = t.frames[id as usize - 1];
-        t.frames[id as usize - 1].name = t.name(outer);
-        let inlined: Vec<u32> = names
-            .map(|n| {
-                let name = t.name(n);
-                t.frames.push(FrameDef { name, ..f });
-                t.frames.len() as u32
-            })
-            .collect();
-        if !inlined.is_empty() {
-            t.inlined.insert(id, inlined.into());
+        if names.is_empty() || !tables_room(t, &shared.tables_taken) {
+            // No name, or no memory for one: left unnamed.
+            continue;
         }
+        t.name_frame(id, names);
     }
     let mut expanded = std::mem::take(&mut sym.scratch);
     for id in stacks {
-        let stack = &t.callstacks[id as usize - 1];
-        if !stack.iter().any(|f| t.inlined.contains_key(f)) {
-            continue;
-        }
-        expanded.clear();
-        for f in stack {
-            expanded.push(*f);
-            if let Some(more) = t.inlined.get(f) {
-                expanded.extend_from_slice(more);
-            }
-        }
-        t.callstacks[id as usize - 1] = expanded.clone();
+        t.expand(id, &mut expanded);
     }
     sym.scratch = expanded;
 }
 
 /// The flusher's naming state.
-#[derive(Default)]
 struct Symbolizer {
     symbolizer: super::debuginfo::Symbolizer,
     scratch: Vec<u32>,
@@ -242,13 +373,19 @@ pub(crate) fn start(hz: u32, stacks: CpuStacks) {
             return;
         }
     };
+    let files_cap: Arc<FilesCap> = Arc::default();
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         bell,
         ready: AtomicBool::new(false),
         pending: Mutex::new(Pending::default()),
         tables: Mutex::new(Tables::default()),
-        symbolizer: Mutex::new(Symbolizer::default()),
+        symbolizer: Mutex::new(Symbolizer {
+            symbolizer: super::debuginfo::Symbolizer::new(files_cap.clone()),
+            scratch: Vec::new(),
+        }),
+        tables_taken: AtomicU64::new(0),
+        files_cap,
         counters: Counters::default(),
     });
     *LAST.lock() = Some(shared.clone());
@@ -347,6 +484,9 @@ pub(crate) fn end() -> Totals {
     let Some(shared) = LAST.lock().take() else {
         return Totals::default();
     };
+    crate::record::registry::REGISTRY
+        .budget
+        .give_back(shared.tables_taken.swap(0, Ordering::Relaxed));
     let c = &shared.counters;
     Totals {
         samples: c.samples.load(Ordering::Relaxed),
@@ -354,7 +494,52 @@ pub(crate) fn end() -> Totals {
         truncated: c.truncated.load(Ordering::Relaxed),
         threads: c.threads.load(Ordering::Relaxed),
         threads_unsampled: c.threads_unsampled.load(Ordering::Relaxed),
+        hz: c.hz.load(Ordering::Relaxed),
+        no_memory: c.no_memory.load(Ordering::Relaxed),
+        files_no_memory: shared.files_cap.refused(),
     }
+}
+
+/// Whether `tables` may take new entries: `TABLES_HEADROOM` beyond what
+/// they hold is taken from the budget (taking more chunks if needed,
+/// within `TABLES_CAP`). Taken under the tables' lock only (the sampler's
+/// interning, the flusher's naming, `resolve`).
+fn tables_room(tables: &Tables, taken: &AtomicU64) -> bool {
+    let mut have = taken.load(Ordering::Relaxed);
+    while have < tables.bytes + TABLES_HEADROOM {
+        if have + TABLES_CHUNK > TABLES_CAP || !REGISTRY.budget.try_take(TABLES_CHUNK) {
+            taken.store(have, Ordering::Relaxed);
+            return false;
+        }
+        have += TABLES_CHUNK;
+    }
+    taken.store(have, Ordering::Relaxed);
+    true
+}
+
+/// Half the soft limit of open files (`RLIMIT_NOFILE`), at least 1.
+fn fd_cap() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 512;
+    }
+    usize::try_from(lim.rlim_cur / 2)
+        .unwrap_or(usize::MAX)
+        .max(1)
+}
+
+/// `kernel.perf_event_max_sample_rate`: the most samples per second the
+/// kernel allows an event (None: not readable).
+fn max_sample_rate() -> Option<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A thread that exited before its event could be opened.
@@ -397,15 +582,26 @@ impl Source {
 pub(crate) struct StackWork {
     pub(crate) modules: Modules,
     unwinder: unwind::StackUnwinder,
+    /// The sampled threads' own stacks, past their copies.
+    pub(crate) live: unwind::LiveStack,
     pcs: Vec<u64>,
     scratch: Vec<u32>,
 }
 
 impl StackWork {
+    /// With files' tables of its own (the cost replay).
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
+        Self::with_files_cap(Arc::default())
+    }
+
+    /// With the files' tables held within `files_cap` (shared with the
+    /// flusher's naming).
+    pub(crate) fn with_files_cap(files_cap: Arc<FilesCap>) -> Self {
         StackWork {
-            modules: Modules::default(),
+            modules: Modules::with_files_cap(files_cap),
             unwinder: unwind::StackUnwinder::new(),
+            live: unwind::LiveStack::default(),
             pcs: Vec::new(),
             scratch: Vec::new(),
         }
@@ -414,7 +610,7 @@ impl StackWork {
     /// The frames of a copied stack, innermost first (the cost replay).
     #[cfg(test)]
     pub(crate) fn unwind_pcs(&mut self, regs: [u64; 3], stack: &[u8], out: &mut Vec<u64>) {
-        self.unwinder.unwind(&self.modules, regs, stack, out);
+        self.unwinder.unwind(&self.modules, regs, stack, None, out);
     }
 
     /// The call stack of a kernel call chain (`chain`), or of a copied
@@ -428,24 +624,30 @@ impl StackWork {
         regs: Option<[u64; 3]>,
         stack: &[u8],
     ) -> (u32, bool) {
-        let ok = self.unwind(chain, regs, stack);
-        (self.interned(tables), ok)
+        let ok = self.unwind(None, chain, regs, stack);
+        (self.interned(tables, true).unwrap_or(0), ok)
     }
 
     /// The frames of a kernel call chain (`chain`) or of a copied stack
-    /// (`regs`, unwound here), kept for `interned`; false if the unwinding
-    /// stopped early.
+    /// (`regs`, unwound here; with `tid`, the sampled thread of this
+    /// process, past the copy from its own stack), kept for `interned`;
+    /// false if the unwinding stopped early.
     pub(crate) fn unwind(
         &mut self,
+        tid: Option<i32>,
         chain: Chain<'_>,
         regs: Option<[u64; 3]>,
         stack: &[u8],
     ) -> bool {
         self.pcs.clear();
         match regs {
-            Some(regs) => self
-                .unwinder
-                .unwind(&self.modules, regs, stack, &mut self.pcs),
+            Some(regs) => self.unwinder.unwind(
+                &self.modules,
+                regs,
+                stack,
+                tid.map(|t| (t, &mut self.live)),
+                &mut self.pcs,
+            ),
             None => {
                 self.pcs.extend(chain.pcs());
                 true
@@ -454,8 +656,9 @@ impl StackWork {
     }
 
     /// The interned call stack of the frames `unwind` found.
-    pub(crate) fn interned(&mut self, tables: &mut Tables) -> u32 {
-        tables.callstack(&mut self.modules, &self.pcs, &mut self.scratch)
+    /// None: the stack needs entries the tables have no `room` for.
+    pub(crate) fn interned(&mut self, tables: &mut Tables, room: bool) -> Option<u32> {
+        tables.callstack(&mut self.modules, &self.pcs, &mut self.scratch, room)
     }
 }
 
@@ -472,6 +675,9 @@ struct Sampler {
     /// Data pages per ring (halved when the locked-memory limit is hit).
     pages: usize,
     said_mlock: bool,
+    /// Most perf events open at once (half `RLIMIT_NOFILE`'s soft limit).
+    fd_cap: usize,
+    said_fds: bool,
     my_tid: i32,
     batch: Vec<Sample>,
     /// The perf fds (and the bell) the sampler sleeps on.
@@ -483,16 +689,19 @@ struct Sampler {
 
 impl Sampler {
     fn new(shared: Arc<Shared>, hz: u32, stacks: CpuStacks) -> Self {
+        let work = StackWork::with_files_cap(shared.files_cap.clone());
         Sampler {
             shared,
             hz,
             stacks,
-            work: StackWork::new(),
+            work,
             timers: false,
             threads: HashMap::new(),
             refused: Default::default(),
             pages: 0,
             said_mlock: false,
+            fd_cap: fd_cap(),
+            said_fds: false,
             my_tid: crate::sys::tid() as i32,
             batch: Vec::new(),
             epoll: Epoll::new(),
@@ -503,6 +712,9 @@ impl Sampler {
 
     fn run(mut self) {
         self.work.modules.scan();
+        // The tables' first room, before the rings take the budget: a ring
+        // whose samples cannot be interned is of no use.
+        tables_room(&self.shared.tables.lock(), &self.shared.tables_taken);
         if self.stacks == CpuStacks::Auto {
             self.stacks = if self.work.modules.main_has_frame_pointers() {
                 CpuStacks::FramePointers
@@ -525,6 +737,18 @@ impl Sampler {
             StackSource::Callchain => 8,
             StackSource::Copy(_) => 128,
         };
+        // Above the kernel's limit `perf_event_open` refuses the rate
+        // (EINVAL), which would send every thread to the timers: the
+        // limit instead, said once.
+        if let Some(max) = max_sample_rate().filter(|&m| m > 0 && self.hz > m) {
+            eprintln!(
+                "ringtrace: CPU sampling: {} Hz asked is above the kernel's limit \
+                 (kernel.perf_event_max_sample_rate = {max}); sampling at {max} Hz",
+                self.hz
+            );
+            self.hz = max;
+        }
+        self.shared.counters.hz.store(self.hz, Ordering::Relaxed);
         // One probe decides whether perf sampling is possible at all;
         // where it is not, CPU-time timers (copied stacks only).
         if let Err(e) = PerfEvent::open(self.my_tid, self.hz, source, 1) {
@@ -626,6 +850,7 @@ impl Sampler {
             let mut sink = std::mem::take(&mut self.batch);
             self.drain_one(&mut w.source, &mut sink);
             self.publish(sink);
+            self.work.live.forget(tid);
             // `w` drops here: its memory goes back to the budget.
         }
     }
@@ -703,6 +928,19 @@ impl Sampler {
                 }
             });
         }
+        // One fd per thread: at most half the process's limit of open
+        // files, the rest left to the program (said once).
+        if self.threads.len() >= self.fd_cap {
+            if !self.said_fds {
+                self.said_fds = true;
+                eprintln!(
+                    "ringtrace: CPU sampling: {} threads sampled, half the limit of open \
+                     files (RLIMIT_NOFILE); threads beyond are not sampled",
+                    self.threads.len()
+                );
+            }
+            return Ok(None);
+        }
         let page = perf::page_size() as u64;
         // This thread's ring: smaller than the others' when the budget
         // has no room for a whole one (down to 16 pages, then unsampled).
@@ -772,11 +1010,19 @@ impl Sampler {
         let mut truncated = 0;
         let tables = &self.shared.tables;
         let work = &mut self.work;
+        let taken = &self.shared.tables_taken;
+        let mut no_memory = 0;
         let mut add = |tid, ts_ns, cpu, chain: Chain<'_>, regs: Option<[u64; 3]>, stack: &[u8]| {
             // Unwound outside the tables' lock, which the flusher holds
             // while it encodes.
-            let complete = work.unwind(chain, regs, stack);
-            let callstack = work.interned(&mut tables.lock());
+            let complete = work.unwind(Some(tid), chain, regs, stack);
+            let mut t = tables.lock();
+            let room = tables_room(&t, taken);
+            let Some(callstack) = work.interned(&mut t, room) else {
+                no_memory += 1;
+                return;
+            };
+            drop(t);
             truncated += !complete as u64;
             sink.push(Sample {
                 ts_ns,
@@ -807,6 +1053,8 @@ impl Sampler {
         }
         let c = &self.shared.counters;
         c.truncated.fetch_add(truncated, Ordering::Relaxed);
+        c.no_memory.fetch_add(no_memory, Ordering::Relaxed);
+        lost += no_memory;
         if lost > 0 {
             c.lost.fetch_add(lost, Ordering::Relaxed);
             self.shared.pending.lock().lost += lost;
@@ -829,5 +1077,132 @@ impl Sampler {
             p.samples.append(&mut sink);
         }
         self.batch = sink;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn a_function_to_sample() -> u64 {
+        std::hint::black_box(3)
+    }
+
+    /// Without room the tables give the ids of stacks they hold and refuse
+    /// the others, adding nothing; with room a stack is stored once and
+    /// found again; the bytes they count grow with what they hold.
+    #[test]
+    fn tables_without_room_intern_only_known_stacks() {
+        let mut modules = Modules::default();
+        modules.scan();
+        let mut tables = Tables::default();
+        let mut scratch = Vec::new();
+        let pc = a_function_to_sample as *const () as u64 + 1;
+        let a = [pc, pc + 100, pc + 200];
+        let b = [pc, pc + 300];
+        assert_eq!(
+            tables.callstack(&mut modules, &a, &mut scratch, false),
+            None
+        );
+        assert_eq!(tables.bytes, 0);
+        assert!(tables.frames.is_empty() && tables.callstacks.is_empty());
+        let id = tables
+            .callstack(&mut modules, &a, &mut scratch, true)
+            .unwrap();
+        let held = tables.bytes;
+        assert!(held > 0);
+        assert_eq!(
+            tables.callstack(&mut modules, &a, &mut scratch, false),
+            Some(id)
+        );
+        assert_eq!(
+            tables.callstack(&mut modules, &b, &mut scratch, false),
+            None
+        );
+        assert_eq!((tables.bytes, tables.callstacks.len()), (held, 1));
+        assert_eq!(
+            tables.callstack(&mut modules, &[], &mut scratch, false),
+            Some(0)
+        );
+        let other = tables
+            .callstack(&mut modules, &b, &mut scratch, true)
+            .unwrap();
+        assert_ne!(other, id);
+        assert!(tables.bytes > held);
+        // Each stack once: in `callstacks`, its map keyed by a hash.
+        assert_eq!(tables.callstacks.len(), 2);
+        assert_eq!(tables.stack_ids.len(), 2);
+        assert_eq!(a_function_to_sample(), 3);
+    }
+
+    /// A call stack the flusher gave inlined frames (`name_frame`,
+    /// `expand`) is found again by the sampler under its id, without room
+    /// and without being stored twice, as is one made from a frame named
+    /// already; what naming adds counts in the tables' bytes.
+    #[test]
+    fn a_stack_given_its_inlined_frames_is_found_again_and_counted() {
+        let mut modules = Modules::default();
+        modules.scan();
+        let mut tables = Tables::default();
+        let (mut scratch, mut expanded) = (Vec::new(), Vec::new());
+        let pc = a_function_to_sample as *const () as u64 + 1;
+        let a = [pc, pc + 100, pc + 200];
+        let id = tables
+            .callstack(&mut modules, &a, &mut scratch, true)
+            .unwrap();
+        assert_eq!(tables.unexpanded, [id]);
+        let frames = std::mem::take(&mut tables.unnamed);
+        assert_eq!(frames.len(), 3);
+        let before = tables.bytes;
+        // The middle frame: `inner` inlined into `outer`.
+        tables.name_frame(frames[1], vec!["inner".into(), "outer".into()]);
+        for id in std::mem::take(&mut tables.unexpanded) {
+            tables.expand(id, &mut expanded);
+        }
+        let stack = &tables.callstacks[id as usize - 1];
+        assert_eq!(stack.len(), 4);
+        let inner = stack[2];
+        assert_eq!(
+            tables.names[tables.frames[inner as usize - 1].name as usize - 1],
+            "inner"
+        );
+        assert!(tables.bytes > before, "names, a frame and a longer stack");
+        let held = (tables.bytes, tables.callstacks.len(), tables.frames.len());
+        assert_eq!(
+            tables.callstack(&mut modules, &a, &mut scratch, false),
+            Some(id),
+            "the expanded stack is found without room"
+        );
+        assert_eq!(
+            tables.callstack(&mut modules, &a, &mut scratch, true),
+            Some(id)
+        );
+        assert_eq!(
+            (tables.bytes, tables.callstacks.len(), tables.frames.len()),
+            held,
+            "nothing stored again"
+        );
+        // A stack made after the naming holds the named frame: stored as
+        // made, found again before and after its expansion.
+        let b = [pc + 300, pc + 100, pc + 200];
+        let other = tables
+            .callstack(&mut modules, &b, &mut scratch, true)
+            .unwrap();
+        assert_ne!(other, id);
+        assert_eq!(
+            tables.callstack(&mut modules, &b, &mut scratch, false),
+            Some(other)
+        );
+        for id in std::mem::take(&mut tables.unexpanded) {
+            tables.expand(id, &mut expanded);
+        }
+        assert_eq!(tables.callstacks[other as usize - 1].len(), 4);
+        assert_eq!(
+            tables.callstack(&mut modules, &b, &mut scratch, false),
+            Some(other)
+        );
+        assert_eq!(tables.callstacks.len(), 2);
+        assert_eq!(tables.stack_ids.len(), 2);
     }
 }

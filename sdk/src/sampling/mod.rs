@@ -10,15 +10,20 @@
 //! and registers unwound there from `.eh_frame` (`unwind`);
 //! [`CpuStacks::Auto`] takes the first when the program's own functions
 //! keep frame pointers. Addresses become interned mappings, frames and
-//! call stacks (`tables`), names from the symbol tables (`modules`). The
-//! flusher takes the samples each pass and hands them to its encoder; a
-//! thread that exits keeps its samples.
+//! call stacks (`tables`), unnamed. The flusher takes the samples each
+//! pass, names their new frames from the symbol tables (`modules`), debug
+//! files and DWARF (`debuginfo`: inlined functions as frames of their own)
+//! of the files mapped, and hands them to its encoder; a thread that exits
+//! keeps its samples.
 //!
-//! Bounded: each thread's kernel ring is taken from the session's memory
-//! budget and kept within the locked-memory limit (smaller rings once it is
-//! reached, said once); samples waiting for the flusher are capped. Losses
-//! are counted in [`Stats`](crate::Stats): records the kernel dropped,
-//! samples over the cap, stacks whose unwinding stopped early.
+//! Bounded: each thread's kernel ring and the interning tables are taken
+//! from the session's memory budget (the tables also capped), rings kept
+//! within the locked-memory limit (smaller rings once it is reached, said
+//! once); the files' symbols (and DWARF tables) are capped, perf fds kept to half the limit of
+//! open files; samples waiting for the flusher are capped. Losses are
+//! counted in [`Stats`](crate::Stats): records the kernel dropped, samples
+//! over the cap or past the tables' memory, stacks whose unwinding stopped
+//! early.
 //!
 //! Where `perf_event_open` is refused, a CPU-time timer per thread whose
 //! signal handler copies registers and stack into buffers made beforehand
@@ -73,8 +78,10 @@ pub enum CpuStacks {
     /// `RUSTFLAGS="-C force-frame-pointers=yes"` keeps them.
     FramePointers,
     /// The kernel copies the top 8 KiB of the user stack and the
-    /// registers; the sampler thread unwinds them from `.eh_frame`. Whole
-    /// stacks without frame pointers, at a few microseconds per sample.
+    /// registers; the sampler thread unwinds them from `.eh_frame`, reading
+    /// what it needs past the copy from the thread's own stack. Whole
+    /// stacks without frame pointers, at more CPU per sample than
+    /// `FramePointers` (the repository's `BENCHMARKS.md`, "CPU sampling").
     CopiedStacks,
 }
 
@@ -94,6 +101,9 @@ pub(crate) struct Totals {
     pub(crate) truncated: u64,
     pub(crate) threads: u64,
     pub(crate) threads_unsampled: u64,
+    pub(crate) hz: u32,
+    pub(crate) no_memory: u64,
+    pub(crate) files_no_memory: u64,
 }
 
 /// Starts sampling (the session's start, once its flusher runs). In
@@ -170,7 +180,10 @@ impl crate::Builder {
     /// packets, a "callstacks" track per thread and flame graphs in the UI.
     /// JSON output: the object form's `stackFrames` and `samples` (a JSON
     /// trace with sampling on is written in the object form). The kernel's
-    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`. With
+    /// rate limit (`kernel.perf_event_max_sample_rate`) bounds `hz`: asked
+    /// above it, the sampler samples at the limit, says so once on stderr,
+    /// and reports the rate in
+    /// [`Stats::cpu_sampling_hz`](crate::Stats::cpu_sampling_hz). With
     /// [`system_tracing`](crate::Builder::system_tracing) the samples also
     /// go to each of Perfetto's tracing sessions (on a sequence of their
     /// own, interned per session). In flight-recorder mode

@@ -16,6 +16,7 @@
 use super::debuginfo::{self, Dwarf, Symbol};
 use object::{Object, ObjectSection, ObjectSegment};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One executable mapping of a file.
@@ -25,6 +26,9 @@ pub(crate) struct Mapping {
     /// File offset of `start`.
     pub(crate) pgoff: u64,
     pub(crate) path: String,
+    /// The mapped file's device and inode (`MapsLine`).
+    pub(crate) dev: u64,
+    pub(crate) inode: u64,
     pub(crate) file: Option<Arc<ElfFile>>,
 }
 
@@ -40,6 +44,21 @@ impl Mapping {
     fn svma(&self, pc: u64) -> Option<u64> {
         let f = self.file.as_ref()?;
         Some(self.rel_pc(pc).wrapping_add(f.load_bias))
+    }
+
+    /// The line of `/proc/self/maps` it was read from (tests).
+    #[cfg(test)]
+    pub(crate) fn maps_line(&self) -> MapsLine<'_> {
+        MapsLine {
+            start: self.start,
+            end: self.end,
+            perms: "r-xp",
+            pgoff: self.pgoff,
+            dev: self.dev,
+            inode: self.inode,
+            path: &self.path,
+            deleted: false,
+        }
     }
 
     /// `svma - file offset` of the segment mapped here (Perfetto's
@@ -81,19 +100,46 @@ fn span(start: u64, size: u64) -> Option<std::ops::Range<u64>> {
 }
 
 impl ElfFile {
-    /// The ELF at `path`: its own symbols and unwind sections (what the
-    /// sampler reads).
+    /// The file mapped at `line`'s addresses, as it was mapped (see
+    /// [`FileMap::open_mapped`]): its own symbols and unwind sections
+    /// (what the sampler reads).
+    fn read_mapped(line: &MapsLine<'_>) -> Option<ElfFile> {
+        let data = FileMap::open_mapped(line)?;
+        Self::parse(data.bytes())
+    }
+
+    /// The ELF at `path` (tests: the sampler and the flusher read the
+    /// file mapped, `read_mapped`, `read_mapped_with`).
+    #[cfg(test)]
     pub(crate) fn read(path: &str) -> Option<ElfFile> {
         let data = FileMap::open(path)?;
         Self::parse(data.bytes())
     }
 
-    /// The ELF at `path` for naming frames: with the symbols of its debug
-    /// file, looked for under `debug_root` (`/usr/lib/debug`), and its
-    /// DWARF (or its debug file's).
+    /// The file mapped at `line`'s addresses, as it was mapped (never
+    /// another file at its path now), for naming frames: with the symbols
+    /// of its debug file, looked for under `debug_root` (`/usr/lib/debug`)
+    /// by its build id or debuglink, and its DWARF (or its debug file's).
+    pub(crate) fn read_mapped_with(
+        line: &MapsLine<'_>,
+        debug_root: &std::path::Path,
+    ) -> Option<ElfFile> {
+        let data = Arc::new(FileMap::open_mapped(line)?);
+        Self::read_from(data, line.path, debug_root)
+    }
+
+    /// The ELF at `path` for naming frames (tests; see `read_mapped_with`).
+    #[cfg(test)]
     pub(crate) fn read_with(path: &str, debug_root: &std::path::Path) -> Option<ElfFile> {
-        let data = Arc::new(FileMap::open(path)?);
+        Self::read_from(Arc::new(FileMap::open(path)?), path, debug_root)
+    }
+
+    /// The ELF `data` (found at `path`) for naming frames: its unwind
+    /// sections left out (the sampler has its own), the symbols of its
+    /// debug file added, its DWARF (or its debug file's) attached.
+    fn read_from(data: Arc<FileMap>, path: &str, debug_root: &std::path::Path) -> Option<ElfFile> {
         let mut elf = Self::parse(data.bytes())?;
+        elf.unwind = UnwindSections::default();
         let obj = object::File::parse(data.bytes()).ok()?;
         let mut more = Vec::new();
         let debug =
@@ -198,6 +244,32 @@ impl ElfFile {
         self.symbol(svma)
     }
 
+    /// The heap it holds: symbols (their names copied out of the file),
+    /// unwind sections, build id (its DWARF's: `dwarf_bytes`).
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        let names: u64 = self.symbols.iter().map(|s| s.2.len() as u64).sum();
+        let section = |s: &Option<(std::ops::Range<u64>, Arc<[u8]>)>| {
+            s.as_ref().map_or(0, |(_, d)| d.len() as u64 + 16)
+        };
+        self.symbols.capacity() as u64 * std::mem::size_of::<(u64, u64, Box<str>)>() as u64
+            + names
+            + section(&self.unwind.eh_frame)
+            + section(&self.unwind.eh_frame_hdr)
+            + self.build_id.len() as u64
+    }
+
+    /// The most heap its DWARF's tables may take (`Dwarf::heap_bound`);
+    /// 0 without DWARF.
+    pub(crate) fn dwarf_bytes(&self) -> u64 {
+        self.dwarf.as_ref().map_or(0, Dwarf::heap_bound)
+    }
+
+    /// Its DWARF left unread (no room for its tables): its frames are
+    /// named from its symbols only.
+    pub(crate) fn forget_dwarf(&mut self) {
+        self.dwarf = None;
+    }
+
     /// The function containing ELF address `svma`, mangled.
     fn symbol(&self, svma: u64) -> Option<&str> {
         let i = self
@@ -228,9 +300,31 @@ pub(crate) struct FileMap {
 }
 
 impl FileMap {
+    /// The file at `path` (a debug file), if it is a regular file.
     pub(crate) fn open(path: &str) -> Option<FileMap> {
+        Self::map(open_regular(path)?.0)
+    }
+
+    /// The file mapped at `line`'s addresses, never another one found at
+    /// its path now (a library replaced on disk since it was mapped, shown
+    /// `(deleted)`): first `/proc/self/map_files/<start>-<end>`, the mapped
+    /// file itself (opening it needs `CAP_SYS_ADMIN` or
+    /// `CAP_CHECKPOINT_RESTORE`); else the path, if the file there is the
+    /// one mapped (the device and inode of the maps line). Only a regular
+    /// file is read: the opens do not block (a FIFO put at the path), and a
+    /// file of another kind is left.
+    fn open_mapped(line: &MapsLine<'_>) -> Option<FileMap> {
+        let by_mapping = format!("/proc/self/map_files/{:x}-{:x}", line.start, line.end);
+        if let Some((file, _, _)) = open_regular(&by_mapping) {
+            return Self::map(file);
+        }
+        let (file, dev, ino) = open_regular(line.path)?;
+        (dev == line.dev && ino == line.inode).then(|| Self::map(file))?
+    }
+
+    /// Maps `file` whole, read-only.
+    fn map(file: std::fs::File) -> Option<FileMap> {
         use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(path).ok()?;
         let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
         if len == 0 {
             return None;
@@ -265,6 +359,76 @@ impl FileMap {
 unsafe impl Send for FileMap {}
 // SAFETY: as above: shared access is reads of bytes nothing changes.
 unsafe impl Sync for FileMap {}
+
+/// `path` opened for reading without blocking (a FIFO would wait for a
+/// writer) and kept only if it is a regular file: the file, its device and
+/// inode.
+fn open_regular(path: &str) -> Option<(std::fs::File, u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let kind = meta.file_type();
+    if !kind.is_file() || kind.is_fifo() {
+        return None;
+    }
+    Some((file, meta.dev(), meta.ino()))
+}
+
+/// One line of `/proc/<pid>/maps`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct MapsLine<'a> {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) perms: &'a str,
+    pub(crate) pgoff: u64,
+    /// The device as `stat` gives it (`st_dev`).
+    pub(crate) dev: u64,
+    pub(crate) inode: u64,
+    /// The path, spaces kept, without the kernel's ` (deleted)`.
+    pub(crate) path: &'a str,
+    /// The file was deleted or replaced since it was mapped.
+    pub(crate) deleted: bool,
+}
+
+impl<'a> MapsLine<'a> {
+    /// `line` parsed; None if it is not in the form the kernel writes.
+    pub(crate) fn parse(line: &'a str) -> Option<MapsLine<'a>> {
+        // Five fields separated by single spaces, then spaces up to the
+        // path (which may hold spaces itself, and ends the line).
+        let mut rest = line;
+        let mut field = || {
+            let (f, r) = rest.split_once(' ').unwrap_or((rest, ""));
+            rest = r;
+            f
+        };
+        let (range, perms, off, dev, inode) = (field(), field(), field(), field(), field());
+        let (a, b) = range.split_once('-')?;
+        let (major, minor) = dev.split_once(':')?;
+        let hex = |v: &str| u64::from_str_radix(v, 16).ok();
+        let path = rest.trim_start_matches(' ');
+        let (path, deleted) = match path.strip_suffix(" (deleted)") {
+            Some(p) => (p, true),
+            None => (path, false),
+        };
+        Some(MapsLine {
+            start: hex(a)?,
+            end: hex(b)?,
+            perms,
+            pgoff: hex(off)?,
+            dev: libc::makedev(
+                u32::try_from(hex(major)?).ok()?,
+                u32::try_from(hex(minor)?).ok()?,
+            ),
+            inode: inode.parse().ok()?,
+            path,
+            deleted,
+        })
+    }
+}
 
 impl Drop for FileMap {
     fn drop(&mut self) {
@@ -305,13 +469,66 @@ fn frame_pointer_share(symbols: &[Symbol], addr: u64, text: &[u8]) -> f32 {
 pub(crate) struct Modules {
     /// Sorted by start.
     pub(crate) maps: Vec<Mapping>,
-    files: HashMap<String, Option<Arc<ElfFile>>>,
+    /// By device and inode.
+    files: HashMap<(u64, u64), Option<Arc<ElfFile>>>,
     last_scan: Option<std::time::Instant>,
     /// Bumped whenever `maps` changes (the unwinder re-reads them).
     pub(crate) generation: u64,
+    /// What the files read hold, within `FILES_CAP` (shared with the
+    /// flusher's naming, `debuginfo::Symbolizer`).
+    pub(crate) files_cap: Arc<FilesCap>,
+}
+
+/// Most heap the mapped files' tables hold: the sampler's (symbols and
+/// unwind sections, copied out of the files) and the flusher's for naming
+/// frames (symbols with those of the debug files and MiniDebugInfo, and
+/// the bound of the DWARF tables read for inlined frames). A file past it
+/// is left unread (the sampler's: its frames unwound by frame pointers
+/// only; the flusher's: its frames unnamed), a DWARF past it unread (its
+/// frames named from symbols only), each counted in
+/// `Stats::cpu_files_no_memory`. Kept out of the memory budget: without
+/// them samples have no use, and one large binary's take a budget's worth
+/// (an 18 MB binary's, about 5 MB).
+pub(crate) const FILES_CAP: u64 = 128 << 20;
+
+/// The heap held by files' tables against `FILES_CAP`, and the files (or
+/// DWARF) refused.
+#[derive(Default)]
+pub(crate) struct FilesCap {
+    held: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl FilesCap {
+    /// Holds `bytes` more if that stays within `FILES_CAP`; else counts a
+    /// refusal and returns false.
+    pub(crate) fn hold(&self, bytes: u64) -> bool {
+        let held = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(bytes).filter(|&n| n <= FILES_CAP)
+            });
+        if held.is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        held.is_ok()
+    }
+
+    /// Files (or DWARF) refused so far.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
 }
 
 impl Modules {
+    /// None read yet; their files held within `files_cap`.
+    pub(crate) fn with_files_cap(files_cap: Arc<FilesCap>) -> Modules {
+        Modules {
+            files_cap,
+            ..Modules::default()
+        }
+    }
+
     /// Reads `/proc/self/maps` and every new file's ELF.
     pub(crate) fn scan(&mut self) {
         self.last_scan = Some(std::time::Instant::now());
@@ -321,38 +538,39 @@ impl Modules {
     }
 
     /// The executable mappings of `text`, in `/proc/<pid>/maps`'s form.
+    // The files are shared with the unwinder on the sampler's own thread
+    // (never sent: the sampler makes its `Modules` there), so `ElfFile`
+    // need not be `Sync` (its lazily parsed DWARF is not; only the
+    // flusher's files have any).
+    #[allow(clippy::arc_with_non_send_sync)]
     pub(crate) fn scan_text(&mut self, text: &str) {
         let mut maps = Vec::new();
         for line in text.lines() {
-            let mut parts = line.split_ascii_whitespace();
-            let (Some(range), Some(perms), Some(off)) = (parts.next(), parts.next(), parts.next())
-            else {
+            let Some(line) = MapsLine::parse(line) else {
                 continue;
             };
-            let path = parts.nth(2).unwrap_or("");
-            if !perms.contains('x') || !path.starts_with('/') {
+            if !line.perms.contains('x') || !line.path.starts_with('/') {
                 continue;
             }
-            let Some((a, b)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(start), Ok(end), Ok(pgoff)) = (
-                u64::from_str_radix(a, 16),
-                u64::from_str_radix(b, 16),
-                u64::from_str_radix(off, 16),
-            ) else {
-                continue;
-            };
+            // By the file mapped (device and inode), not its path: a path
+            // may name another file since.
+            let cap = &self.files_cap;
             let file = self
                 .files
-                .entry(path.to_string())
-                .or_insert_with(|| ElfFile::read(path).map(Arc::new))
+                .entry((line.dev, line.inode))
+                .or_insert_with(|| {
+                    // What is kept of the files is capped.
+                    let f = ElfFile::read_mapped(&line)?;
+                    cap.hold(f.heap_bytes()).then(|| Arc::new(f))
+                })
                 .clone();
             maps.push(Mapping {
-                start,
-                end,
-                pgoff,
-                path: path.to_string(),
+                start: line.start,
+                end: line.end,
+                pgoff: line.pgoff,
+                path: line.path.to_string(),
+                dev: line.dev,
+                inode: line.inode,
                 file,
             });
         }
@@ -400,6 +618,7 @@ impl Modules {
             return false;
         };
         let exe = exe.to_string_lossy();
+        let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
         self.maps
             .iter()
             .find(|m| m.path == exe)
@@ -596,9 +815,68 @@ mod tests {
             end: 0x2000,
             pgoff: u64::MAX,
             path: "/x".into(),
+            dev: 0,
+            inode: 0,
             file: None,
         };
         assert_eq!(m.rel_pc(0x1001), 0);
+    }
+
+    #[test]
+    fn a_maps_line_keeps_its_paths_spaces_and_says_deleted() {
+        let l = MapsLine::parse(
+            "7f00a000-7f00b000 r-xp 00002000 fd:01 1234                       /tmp/a dir/lib z.so (deleted)",
+        )
+        .unwrap();
+        assert_eq!(
+            (l.start, l.end, l.pgoff, l.inode),
+            (0x7f00a000, 0x7f00b000, 0x2000, 1234)
+        );
+        assert_eq!(l.dev, libc::makedev(0xfd, 1));
+        assert_eq!(
+            (l.path, l.deleted, l.perms),
+            ("/tmp/a dir/lib z.so", true, "r-xp")
+        );
+        let anon = MapsLine::parse("7f00a000-7f00b000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((anon.path, anon.deleted), ("", false));
+        for bad in [
+            "",
+            "zz-1 r-xp 0 fd:01 1 /x",
+            "1-2 r-xp 0 fd01 1 /x",
+            "1-2 r-xp 0 fd:01 x /x",
+        ] {
+            assert_eq!(MapsLine::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_fifo_or_another_file_at_a_mapped_path_is_not_read() {
+        let dir = std::env::temp_dir().join(format!("ringtrace-maps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: a blocking open would never return.
+        assert!(open_regular(fifo.to_str().unwrap()).is_none());
+        let file = dir.join("lib.so");
+        std::fs::write(&file, b"not the mapped file").unwrap();
+        let (_, dev, ino) = open_regular(file.to_str().unwrap()).unwrap();
+        let line = MapsLine {
+            start: 1,
+            end: 2,
+            perms: "r-xp",
+            pgoff: 0,
+            dev,
+            inode: ino + 1,
+            path: file.to_str().unwrap(),
+            deleted: true,
+        };
+        assert!(FileMap::open_mapped(&line).is_none(), "another inode");
+        let line = MapsLine { inode: ino, ..line };
+        assert!(FileMap::open_mapped(&line).is_some(), "the same inode");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

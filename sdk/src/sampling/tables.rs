@@ -74,6 +74,10 @@ pub(crate) struct Sample {
 
 /// A mapping as written to the trace.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) struct MappingDef {
     pub(crate) build_id: Vec<u8>,
     pub(crate) path: String,
@@ -81,6 +85,28 @@ pub(crate) struct MappingDef {
     pub(crate) end: u64,
     pub(crate) pgoff: u64,
     pub(crate) load_bias: u64,
+    /// The mapped file's device and inode (0 if unknown): the flusher
+    /// names frames from that file, not another found at `path` since.
+    pub(crate) dev: u64,
+    pub(crate) inode: u64,
+}
+
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+impl MappingDef {
+    /// The mapping as `/proc/self/maps` showed it (what the flusher opens
+    /// to name its frames).
+    pub(crate) fn maps_line(&self) -> super::modules::MapsLine<'_> {
+        super::modules::MapsLine {
+            start: self.start,
+            end: self.end,
+            perms: "r-xp",
+            pgoff: self.pgoff,
+            dev: self.dev,
+            inode: self.inode,
+            path: &self.path,
+            deleted: false,
+        }
+    }
 }
 
 /// A frame as written to the trace: ids are indexes + 1.
@@ -113,7 +139,12 @@ pub(crate) struct Tables {
     pub(crate) mapping_ids: WordMap<(u64, u64), u32>,
     pub(crate) name_ids: WordMap<String, u32>,
     pub(crate) frame_ids: WordMap<u64, u32>,
-    pub(crate) stack_ids: WordMap<Vec<u32>, u32>,
+    /// Call stack ids by the hash of their frame ids (the stack itself is
+    /// kept once, in `callstacks`; a look-up compares it there).
+    pub(crate) stack_ids: WordMap<u64, u32>,
+    /// Heap bytes the tables hold (an estimate: what the entries and the
+    /// maps' slots take), which the sampler takes from the memory budget.
+    pub(crate) bytes: u64,
     /// Frames the sampler made that the flusher has not named yet.
     pub(crate) unnamed: Vec<u32>,
     /// Call stacks the sampler made whose frames' inlined functions the
@@ -137,12 +168,18 @@ impl Tables {
         if let Some(&id) = self.name_ids.get(&name) {
             return id;
         }
+        // Kept twice: in `names` and as the map's key.
+        self.bytes += 2 * (24 + name.len() as u64) + 4 + SLOT_OVERHEAD;
         self.names.push(name.clone());
         let id = self.names.len() as u32;
         self.name_ids.insert(name, id);
         id
     }
 }
+
+/// Estimated heap bytes of one map slot beside its key and value (hash
+/// tables keep a control byte per slot and up to an eighth free).
+pub(crate) const SLOT_OVERHEAD: u64 = 8;
 
 /// What an encoder is handed each pass.
 pub(crate) struct SampleView<'a> {

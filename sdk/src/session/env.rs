@@ -63,8 +63,17 @@ impl Builder {
     /// # Ok::<(), ringtrace::Error>(())
     /// ```
     pub fn from_env(self) -> Result<Option<Builder>, Error> {
-        let Some(b) = env_config(self)? else {
-            return Ok(None);
+        // With the `otlp` feature, an OTLP endpoint variable alone starts
+        // a session that only exports (`otlp::apply_env`).
+        #[cfg(feature = "otlp")]
+        let this = crate::otlp::apply_env(self)?;
+        #[cfg(feature = "otlp")]
+        let exports = this.otlp.is_some();
+        #[cfg(not(feature = "otlp"))]
+        let (this, exports) = (self, false);
+        let b = match env_config(this, exports)? {
+            Some(b) => b,
+            None => return Ok(None),
         };
         #[cfg(feature = "tracing")]
         let b = {
@@ -80,10 +89,10 @@ impl Builder {
 /// `b` with the environment's configuration (`init_from_env`'s table but
 /// the `tracing` variables) applied over it; `None` if `RINGTRACE_OUTPUT`
 /// is unset or empty (then no other variable is read).
-fn env_config(b: Builder) -> Result<Option<Builder>, Error> {
+fn env_config(b: Builder, exports: bool) -> Result<Option<Builder>, Error> {
     // A path: any bytes are a valid file name, so no UTF-8 check.
     let Some(out) = std::env::var_os("RINGTRACE_OUTPUT").filter(|v| !v.is_empty()) else {
-        return Ok(None);
+        return Ok(exports.then_some(b));
     };
     let system = out == "system" || boolean("RINGTRACE_SYSTEM")?.unwrap_or(false);
     let mut b = b.system_tracing(system);

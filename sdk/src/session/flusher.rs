@@ -2,7 +2,7 @@
 //! finds and writes it out. Only this thread touches the outputs.
 //!
 //! It wakes every few milliseconds: a ring past its high-water mark (half
-//! full) is drained at once; every ring is drained each flush interval, on
+//! full, or 1 MiB of records in a bigger ring) is drained at once; every ring is drained each flush interval, on
 //! `flush()`, and when the session stops (including rings of threads that
 //! are still running at that moment). A ring whose thread exited is drained
 //! to the end and then forgotten. A pass looks only at the rings that have
@@ -37,6 +37,11 @@ const CLOCK_SNAPSHOT_PERIOD: Duration = Duration::from_secs(1);
 /// encoding): between two chunks the flusher makes ready the spare of a
 /// ring that grew meanwhile.
 const DRAIN_CHUNK_WORDS: usize = 1 << 14;
+/// Records pending in a ring that make it drained at the next poll
+/// whatever its size (1 MiB): a big ring (`buffer_bytes_per_thread(64
+/// MiB)`) is not left to fill to half (32 MiB, out of the caches by the
+/// time it is read) between two full passes.
+const HOT_WORDS: u64 = 1 << 17;
 /// Quiet rings a pass looks at besides the announced ones, in turn: a
 /// record whose writer was held up while its ring was made quiet (see
 /// `record::ring::announce`) waits a bounded number of passes.
@@ -102,7 +107,7 @@ struct PassPlan {
     at: Instant,
     flush_req: u64,
     /// Every ring with records is drained (else only those half full or
-    /// retired).
+    /// holding `HOT_WORDS`, and those retired).
     full: bool,
     /// Every ring is read, quiet ones too (stop, flush, a capture, an
     /// output's need).
@@ -439,9 +444,9 @@ impl Flusher {
     }
 
     /// Looks at the rings with records (every ring on a sweep): drains
-    /// those a full pass wants, or those half full or retired; forgets the
-    /// rings of exited threads once drained to the end; makes quiet those
-    /// left empty.
+    /// those a full pass wants, or those half full or holding `HOT_WORDS`,
+    /// or retired; forgets the rings of exited threads once drained to the
+    /// end; makes quiet those left empty.
     fn drain_rings(&mut self, pass: &PassPlan) {
         let mut visit = std::mem::take(&mut self.visit);
         self.rings.visits(pass.sweep, &mut visit);
@@ -449,7 +454,8 @@ impl Flusher {
         let mut gone = Vec::new();
         for tr in &visit {
             let retired = tr.is_retired();
-            let hot = tr.ring.used_words() * 2 >= tr.ring.capacity_words() as u64;
+            let used = tr.ring.used_words();
+            let hot = used >= HOT_WORDS || used * 2 >= tr.ring.capacity_words() as u64;
             if pass.full || retired || hot {
                 self.drain_ring(tr, pass.outputs.stopping);
                 if retired && tr.ring.used_words() == 0 {
@@ -625,6 +631,9 @@ impl Flusher {
         stats.cpu_stacks_truncated = cpu.truncated;
         stats.cpu_threads_sampled = cpu.threads;
         stats.cpu_threads_unsampled = cpu.threads_unsampled;
+        stats.cpu_sampling_hz = cpu.hz;
+        stats.cpu_samples_no_memory = cpu.no_memory;
+        stats.cpu_files_no_memory = cpu.files_no_memory;
         let stats = *stats;
         drop(self.outputs);
         REGISTRY.budget.give_back(self.recorder_bytes);
@@ -650,7 +659,7 @@ impl Drop for Finally {
 /// in here rather than on its own slow path; gives back spares left unused
 /// for [`SPARE_IDLE`] (`waiting`: the rings with one out, active or not).
 /// Rings that never grew get none: a thread that records a few events holds
-/// no more than its first 1 KiB.
+/// no more than its first 512 bytes.
 fn tend_spares<'a>(
     active: impl Iterator<Item = &'a Arc<ThreadRing>>,
     state: &mut IdMap<u32, SpareState>,

@@ -8,19 +8,22 @@
 //!
 //! | file | job |
 //! | --- | --- |
-//! | `control` | what the handle and the flusher share: stop, flush requests and answers, the capture queue |
+//! | `builder` | [`Builder`] and every option (`disk`: the disk bound and captures; `json`: Chrome JSON's), `SlowRule` |
+//! | `start` | `Builder::start` as named steps: options checked, memory, output, formats, outputs, the flusher and producer spawned |
+//! | `control` | what the handle and the flusher share: stop, flush requests and answers, the queue of requests (windows, captures) |
 //! | `waker` | where the flusher sleeps, and what wakes it (the handle, a ring that grew, system tracing's connection thread) |
 //! | `flusher` | the background thread: each pass as named steps (drain, spares, pool, losses, clock) |
-//! | `output` | the seam: the `Output` hooks every destination of drained records implements (system tracing's feed included), `Outputs` |
-//! | `file` | the session's file as an output: its encoder and sink, the flight recorder in front, capture windows |
-//! | `capture` | capture windows (`rotate_output`, `dump_to`): requests, and the flusher's side of swapping files (the disk bound's next part too) |
-//! | `disk` | the disk bound: when the session's file ends a part, part names, the oldest parts removed |
-//! | `trigger` | captures (`trigger`, slow spans): queued with the requests, copied from the flight recorder into files of their own |
+//! | `file_output` | the session's own output (an `Output` of the seam in `crate::output`): its file, the flight recorder in front, windows, captures |
+//! | `file` | a file's bytes: its encoder and sink (`target`), creation (`create`), a layout a kill leaves whole events of (`sink`), the hard limit (`guard`), the disk bound's parts (`parts`) |
+//! | `window` | capture windows (`rotate_output`, `dump_to`): requests, and the flusher's side of swapping files (the disk bound's next part too) |
+//! | `capture` | captures (`trigger`, slow spans, slow scopes): queued with the requests, copied from the flight recorder into files of their own |
 //! | `recorder` | the flight recorder's store (overwrite mode) |
-//! | `sink` | where a file's bytes go, laid out so a kill leaves whole events |
-//! | `stats` | [`Stats`], the totals (every loss counted there) |
+//! | `error` | [`Error`] |
 //! | `signals` | the opt-in SIGINT/SIGTERM handling |
 //! | `env` | the options environment variables set (`init_from_env`'s table), applied over a builder |
+//!
+//! The output seam (`crate::output`) and the totals ([`Stats`](crate::Stats),
+//! `crate::stats`) are below this layer.
 //!
 //! Rules of this layer: it wires the recording path (`record`) to encoders
 //! (`encode`) and sinks, and to system tracing (`system`), which knows
@@ -30,9 +33,10 @@
 //! calls every output once per step: a new destination (a file that
 //! rotates, a capture file) is one more `Output`, not another branch in the
 //! flusher. No file of this folder imports one that imports it back:
-//! `stats`, `waker`, `sink`, `recorder`, `error`, `builder` and `disk` are
-//! leaves, `env` imports only leaves; then `output`, `capture`, `trigger`, `control`, `file`, `flusher`
-//! and this module each import only leaves and files listed before them.
+//! `error`, `waker`, `recorder`, `signals`, `file::create` and `file::sink`
+//! are leaves, `builder` imports only leaves; then `file`'s other files,
+//! `env`, `control`, `capture`, `window`, `file_output`, `flusher`, this
+//! module and `start` each import only leaves and files listed before them.
 
 mod builder;
 pub(crate) mod capture;

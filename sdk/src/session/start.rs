@@ -168,8 +168,10 @@ impl Builder {
         );
         let (handle, producer) = spawn(flusher, link, &control, recorder_bytes)?;
         control.waker.wait_parked();
-        // Without a file, only system tracing sessions turn call sites on.
-        callsite::replace_filter(if file_output {
+        // Without a file, only system tracing sessions turn call sites on
+        // (and the OTLP export, which takes the builder's filter too).
+        crate::record::layout::OTEL_RECORDS.store(self.exports(), Ordering::Relaxed);
+        callsite::replace_filter(if file_output || self.exports() {
             std::mem::replace(&mut self.filter, CategoryFilter::none())
         } else {
             CategoryFilter::none()
@@ -205,8 +207,21 @@ impl Builder {
         })
     }
 
+    /// Whether the session exports spans over OTLP (feature `otlp`).
+    fn exports(&self) -> bool {
+        #[cfg(feature = "otlp")]
+        return self.otlp.is_some();
+        #[cfg(not(feature = "otlp"))]
+        false
+    }
+
     /// Options that cannot go together, or cannot be honoured.
     fn check(&self) -> Result<(), Error> {
+        #[cfg(feature = "otlp")]
+        if let Some(c) = &self.otlp {
+            crate::otlp::http::Url::parse(&c.url)
+                .map_err(|e| Error::InvalidConfig(format!("OTLP endpoint: {e}")))?;
+        }
         if let Some(key) = &self.json_key_error {
             return Err(Error::InvalidConfig(format!(
                 "json_metadata: the top-level key {key:?} is reserved or given twice"
@@ -261,7 +276,7 @@ impl Builder {
     /// writer.
     fn open_output(&mut self) -> Result<Opened, Error> {
         Ok(match std::mem::replace(&mut self.output, Output::None) {
-            Output::None if self.system_tracing => Opened {
+            Output::None if self.system_tracing || self.exports() => Opened {
                 sink: None,
                 format: Format::Perfetto,
                 path: None,
@@ -380,6 +395,10 @@ impl Builder {
         outputs.push(file);
         if let Some(system) = system {
             outputs.push(system);
+        }
+        #[cfg(feature = "otlp")]
+        if let Some(config) = &self.otlp {
+            outputs.push(crate::otlp::OtlpOutput::new(config.clone()));
         }
         #[cfg(test)]
         if let Some(o) = super::tests::TEST_OUTPUT.lock().unwrap().take() {

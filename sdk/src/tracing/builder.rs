@@ -233,9 +233,15 @@ impl Builder {
     /// Both finishers: the sampler and the slow rule made of the options,
     /// the session started, then the layer or subscriber made.
     fn start_recording<T: sealed::FromSession>(mut self) -> Result<(T, TraceGuard), Error> {
-        let o = std::mem::take(&mut self.spans);
+        #[allow(unused_mut)] // the parent-based decision of `otlp` wraps `decide`
+        let mut o = std::mem::take(&mut self.spans);
         let hook = !o.roots.is_empty() || o.decide.is_some();
         crate::session::warn_captures_with_sampling(o.slow.is_some(), o.ratio, hook);
+        #[cfg(feature = "otlp")]
+        if self.samples_by_parent() {
+            o.decide = Some(super::bridge::otel::parent_based(o.decide.take()));
+        }
+        let hook = !o.roots.is_empty() || o.decide.is_some();
         let sampler = (o.ratio.is_some() || hook)
             .then(|| Arc::new(Sampler::new(o.ratio.unwrap_or(1.0), o.roots, o.decide)));
         let guard = self.start()?;

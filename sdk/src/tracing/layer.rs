@@ -77,6 +77,12 @@ impl SpanMap {
         if let Some(old) = self.ids.insert(id, slot) {
             free(old); // a stale entry (a close this layer did not see)
         }
+        #[cfg(feature = "otlp")]
+        if bridge::otel::active() {
+            let parent = bridge::otel::parent_of(attrs.parent(), attrs.is_contextual());
+            let ids = bridge::otel::new_ids(self, attrs, parent);
+            self.with_data(&Id::from_u64(id), |d| bridge::otel::set_ids(d, ids));
+        }
     }
 
     /// The table id of span `id`, if it is recorded.
@@ -298,6 +304,11 @@ where
             }
         }
         bridge::event(event);
+        #[cfg(feature = "otlp")]
+        if bridge::otel::active() {
+            let parent = bridge::otel::parent_of(event.parent(), event.is_contextual());
+            bridge::otel::write_event(&self.spans, event, parent);
+        }
     }
 
     #[inline]
@@ -313,6 +324,15 @@ where
     #[inline]
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
         self.close(&id);
+    }
+}
+
+#[cfg(feature = "otlp")]
+impl RingtraceLayer {
+    /// The OpenTelemetry ids of span `id` (a registry id), if it has any,
+    /// for an outgoing request (`bridge::otel::inject`).
+    pub(crate) fn otel_inject(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
+        self.spans.with_data(id, bridge::otel::inject).flatten()
     }
 }
 

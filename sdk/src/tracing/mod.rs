@@ -74,7 +74,7 @@
 //! Most of a span's cost through this layer is `tracing-subscriber`'s
 //! registry (its span slab, parent links, extension maps and per-layer filter
 //! state), not ringtrace's recording: [`Builder::subscriber`](crate::Builder::subscriber) records the same trace
-//! without the registry, at well under half the cost per span. The
+//! without the registry, at a lower cost per span. The
 //! measurements (against the registry alone, tracing-chrome,
 //! tracing-perfetto and tracing-perfetto-sdk) and how to rerun them
 //! (`benches/peers`) are in the repository's `BENCHMARKS.md`.
@@ -106,6 +106,20 @@ mod subscriber;
 
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
+
+/// The OpenTelemetry ids of the default dispatcher's current span, if it
+/// is ringtrace's subscriber or has ringtrace's layer and the span has ids,
+/// for an outgoing request: the crossing flow is bound to the span.
+#[cfg(feature = "otlp")]
+pub(crate) fn inject_current() -> Option<bridge::otel::OtelIds> {
+    ::tracing::dispatcher::get_default(|d| {
+        let id = d.current_span().id()?.clone();
+        if let Some(s) = d.downcast_ref::<RingtraceSubscriber>() {
+            return s.otel_inject(&id);
+        }
+        d.downcast_ref::<RingtraceLayer>()?.otel_inject(&id)
+    })
+}
 
 /// Counts one span the table had no room for, as a full table does (tests
 /// of the session's count: filling the process-wide table takes 10^9 spans).

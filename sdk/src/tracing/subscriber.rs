@@ -120,7 +120,15 @@ impl Subscriber for RingtraceSubscriber {
         match SPANS.insert(attrs.metadata(), |state| {
             bridge::new_span_into(attrs, state)
         }) {
-            Some(id) => Id::from_u64(id),
+            Some(id) => {
+                #[cfg(feature = "otlp")]
+                if bridge::otel::active() {
+                    let parent = bridge::otel::parent_of(attrs.parent(), attrs.is_contextual());
+                    let ids = bridge::otel::new_ids(self, attrs, parent);
+                    self.with_data(&Id::from_u64(id), |d| bridge::otel::set_ids(d, ids));
+                }
+                Id::from_u64(id)
+            }
             None => Id::from_u64(NOT_STORED),
         }
     }
@@ -145,6 +153,11 @@ impl Subscriber for RingtraceSubscriber {
             }
         }
         bridge::event(event);
+        #[cfg(feature = "otlp")]
+        if bridge::otel::active() {
+            let parent = bridge::otel::parent_of(event.parent(), event.is_contextual());
+            bridge::otel::write_event(self, event, parent);
+        }
     }
 
     #[inline]
@@ -212,6 +225,13 @@ impl Subscriber for RingtraceSubscriber {
 }
 
 impl RingtraceSubscriber {
+    /// The OpenTelemetry ids of span `id`, if it has any, for an outgoing
+    /// request (`bridge::otel::inject`).
+    #[cfg(feature = "otlp")]
+    pub(crate) fn otel_inject(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
+        self.with_data(id, bridge::otel::inject).flatten()
+    }
+
     /// `enter` of a span sampling kept (or no sampling): out of line, so
     /// that a span not kept does not pay its frame.
     #[inline(never)]

@@ -246,6 +246,9 @@ fn stats_json(s: &ringtrace::Stats) -> Value {
         "cpu_stacks_truncated": s.cpu_stacks_truncated,
         "cpu_threads_sampled": s.cpu_threads_sampled,
         "cpu_threads_unsampled": s.cpu_threads_unsampled,
+        "cpu_samples_no_memory": s.cpu_samples_no_memory,
+        "cpu_files_no_memory": s.cpu_files_no_memory,
+        "buffer_bytes_peak": s.buffer_bytes_peak,
     })
 }
 
@@ -616,10 +619,306 @@ pub fn bad_elf(trace: &str) -> Value {
     json!({"tid": tid, "sum": sum, "elf": path, "stats": stats_json(&stats)})
 }
 
+/// A JSON document of `n` records, as a service would send.
+fn json_document(n: usize) -> Vec<u8> {
+    let records: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({
+                "id": i,
+                "name": format!("user-{}", i * 7919 % 10_007),
+                "email": format!("user{}@example.com", i * 31 % 977),
+                "score": (i as f64) * 1.25,
+                "tags": ["alpha", "beta", if i % 3 == 0 { "gamma" } else { "delta" }],
+                "active": i % 2 == 0,
+            })
+        })
+        .collect();
+    serde_json::to_vec(&records).unwrap()
+}
+
+/// Not instrumented: compresses `data` with flate2's default backend
+/// (miniz_oxide), at the default level, into a 96 KiB buffer on the stack
+/// (so the compressor runs under a frame of over 64 KiB, and flate2 makes
+/// it in a function whose own frame is 64 KiB).
+#[inline(never)]
+fn compress(data: &[u8]) -> usize {
+    let mut out = [0u8; 96 << 10];
+    let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut total = 0;
+    loop {
+        let before = c.total_out();
+        let input = &data[c.total_in() as usize..];
+        let status = c
+            .compress(input, &mut out, flate2::FlushCompress::Finish)
+            .unwrap();
+        total += (c.total_out() - before) as usize + black_box(&out)[0] as usize;
+        if status == flate2::Status::StreamEnd {
+            return total;
+        }
+    }
+}
+
+/// Not instrumented: parses `data` with serde_json.
+#[inline(never)]
+fn parse(data: &[u8]) -> usize {
+    serde_json::from_slice::<Value>(data)
+        .unwrap()
+        .as_array()
+        .map_or(0, |a| a.len())
+}
+
+/// The thread's body: scopes `compress` around deflating a JSON document
+/// and `parse` around parsing it, until `cpu` of its CPU time is used.
+#[inline(never)]
+fn deflate_thread_body(cpu: Duration) -> (usize, u64) {
+    let doc = json_document(2_000);
+    let start = thread_cpu();
+    let mut sum = 0;
+    let mut rounds = 0;
+    while thread_cpu() - start < cpu {
+        rounds += 1;
+        {
+            ringtrace::trace_scope!("compress");
+            sum += compress(black_box(&doc));
+        }
+        {
+            ringtrace::trace_scope!("parse");
+            sum += parse(black_box(&doc));
+        }
+    }
+    (sum, rounds)
+}
+
+/// CPU nanoseconds of this process's thread named `name` (its first 15
+/// bytes), from its `schedstat`.
+fn named_thread_cpu_ns(name: &str) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for e in dir.flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if name.starts_with(comm.trim()) && !comm.trim().is_empty() {
+            let s = std::fs::read_to_string(e.path().join("schedstat")).unwrap_or_default();
+            return s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// Third-party code sampled: a thread ("deflate") compresses with flate2
+/// (miniz_oxide) and parses with serde_json for 600 ms of CPU time (or
+/// `RINGTRACE_TEST_CPU_MS`), in `compress` and `parse` scopes, sampled at
+/// 1 kHz with `stacks` ("auto", "copied"; "off": not sampled). The
+/// expectation: the thread's tid, its rounds per CPU-second, the sampler
+/// thread's CPU time and the stats.
+pub fn deflate(trace: &str, stacks: &str) -> Value {
+    let hz = if stacks == "off" { 0 } else { 1000 };
+    let stacks = match stacks {
+        "copied" => ringtrace::CpuStacks::CopiedStacks,
+        _ => ringtrace::CpuStacks::Auto,
+    };
+    let ms = std::env::var("RINGTRACE_TEST_CPU_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(hz)
+        .cpu_sampling_stacks(stacks)
+        .start()
+        .unwrap();
+    let sampler_before = named_thread_cpu_ns("ringtrace-sampler");
+    let (tid, (sum, rounds)) = std::thread::Builder::new()
+        .name("deflate".into())
+        .spawn(move || (super::tid(), deflate_thread_body(Duration::from_millis(ms))))
+        .unwrap()
+        .join()
+        .unwrap();
+    let sampler_ns = named_thread_cpu_ns("ringtrace-sampler") - sampler_before;
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "sum": sum, "rounds_per_cpu_s": rounds as f64 * 1000.0 / ms as f64,
+           "sampler_cpu_ns": sampler_ns, "stats": stats_json(&stats)})
+}
+
+/// The system's zlib (a library with a CPU-bound exported function,
+/// `crc32`), wherever the distribution keeps it.
+fn system_zlib() -> std::path::PathBuf {
+    [
+        "/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib/x86_64-linux-gnu/libz.so.1",
+        "/usr/lib64/libz.so.1",
+        "/lib64/libz.so.1",
+        "/usr/lib/libz.so.1",
+    ]
+    .iter()
+    .map(std::path::PathBuf::from)
+    .find(|p| p.exists())
+    .expect("the cpu_replaced scenario needs the system's zlib (libz.so.1)")
+}
+
+/// `crc32` of the library at `path`, loaded with `dlopen` (a copy of its
+/// own: the path is not the system's).
+fn load_crc32(path: &std::path::Path) -> extern "C" fn(u64, *const u8, u32) -> u64 {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: dlopen and dlsym with valid NUL-terminated strings; the
+    // handle is never closed, so the function stays mapped.
+    unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "dlopen {}", path.display());
+        let f = libc::dlsym(h, c"crc32".as_ptr());
+        assert!(!f.is_null(), "crc32 in {}", path.display());
+        // SAFETY: zlib's `uLong crc32(uLong crc, const Bytef *buf, uInt len)`.
+        std::mem::transmute::<*mut libc::c_void, extern "C" fn(u64, *const u8, u32) -> u64>(f)
+    }
+}
+
+/// Libraries mapped, then changed on disk before the sampler reads them,
+/// their code sampled: `mode` "replaced": two copies of zlib loaded from
+/// `<dir>/libz copy.so` (a space in its path) and `<dir>/libz-replaced.so`,
+/// the second then replaced on disk by another library (renamed over it:
+/// `(deleted)` in the maps); "fifo": a copy loaded from `<dir>/fifo.so`,
+/// then a FIFO put at its path. A thread runs each copy's `crc32` for
+/// 300 ms of CPU time, copied stacks at 1 kHz. The expectation: the
+/// thread's tid, the copies' paths, the stats.
+pub fn replaced(trace: &str, mode: &str) -> Value {
+    let dir = std::path::Path::new(trace).parent().unwrap();
+    let zlib = system_zlib();
+    let paths: Vec<std::path::PathBuf> = match mode {
+        "fifo" => vec![dir.join("fifo.so")],
+        _ => vec![dir.join("libz copy.so"), dir.join("libz-replaced.so")],
+    };
+    let fns: Vec<_> = paths
+        .iter()
+        .map(|p| {
+            std::fs::copy(&zlib, p).unwrap();
+            load_crc32(p)
+        })
+        .collect();
+    if mode == "fifo" {
+        std::fs::remove_file(&paths[0]).unwrap();
+        let c = std::ffi::CString::new(paths[0].to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    } else {
+        // Another library (its own symbols at other addresses) renamed
+        // over the loaded one, as a package update does.
+        let other = dir.join("other.so");
+        std::fs::copy(std::env::current_exe().unwrap(), &other).unwrap();
+        std::fs::rename(&other, &paths[1]).unwrap();
+    }
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
+        .start()
+        .unwrap();
+    let (tid, sum) = std::thread::Builder::new()
+        .name("crc".into())
+        .spawn(move || {
+            let data = vec![7u8; 64 << 10];
+            let start = thread_cpu();
+            let mut sum = 0u64;
+            while thread_cpu() - start < Duration::from_millis(300) * fns.len() as u32 {
+                for f in &fns {
+                    sum = sum.wrapping_add(f(0, black_box(data.as_ptr()), data.len() as u32));
+                }
+            }
+            (super::tid(), sum)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    let paths: Vec<&str> = paths.iter().map(|p| p.to_str().unwrap()).collect();
+    json!({"tid": tid, "sum": sum, "paths": paths, "stats": stats_json(&stats)})
+}
+
+/// A rate above the kernel's limit (`kernel.perf_event_max_sample_rate`
+/// plus one), frame-pointer stacks, a hot thread for 100 ms of CPU time.
+/// The expectation: the limit, the tid, the stats.
+pub fn over_max_rate(trace: &str) -> Value {
+    let max: u32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(max.saturating_add(1))
+        .cpu_sampling_stacks(ringtrace::CpuStacks::FramePointers)
+        .start()
+        .unwrap();
+    let (tid, sum) = std::thread::Builder::new()
+        .name("hot".into())
+        .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(100))))
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    let mut s = stats_json(&stats);
+    s["cpu_sampling_hz"] = json!(stats.cpu_sampling_hz);
+    json!({"max": max, "tid": tid, "sum": sum, "stats": s})
+}
+
+/// `RLIMIT_NOFILE` set to 64 open files, then 60 threads alive at once,
+/// sampled with frame pointers: while they live (the sampler looks at the
+/// thread list every 100 ms; 600 ms leave a loaded machine room) the
+/// program opens 16 files. The expectation: how many opened, the perf
+/// fds open then, the stats.
+pub fn fd_limit(trace: &str) -> Value {
+    let lim = libc::rlimit {
+        rlim_cur: 64,
+        rlim_max: 64,
+    };
+    // SAFETY: setrlimit with a valid struct.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::FramePointers)
+        .start()
+        .unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = (0..60)
+        .map(|_| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                hot_thread_body(Duration::from_millis(5));
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(600));
+    let perf_fds = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event"))
+        })
+        .count();
+    let files: Vec<_> = (0..16)
+        .filter_map(|_| std::fs::File::open("/dev/null").ok())
+        .collect();
+    let opened = files.len();
+    drop(files);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let stats = guard.stop().unwrap();
+    json!({"opened": opened, "perf_fds": perf_fds, "stats": stats_json(&stats)})
+}
+
 /// A JSON document of `n` records, each an object of short strings and
 /// numbers: parsing it allocates a string, a map node or a vector for
 /// almost every token.
-fn json_document(n: usize) -> String {
+fn json_text(n: usize) -> String {
     let records: Vec<Value> = (0..n)
         .map(|i| {
             json!({
@@ -640,7 +939,7 @@ fn json_document(n: usize) -> String {
 /// and the stats are the expectation.
 #[inline(never)]
 fn json_parsing_body(cpu: Duration) -> usize {
-    let text = json_document(2_000);
+    let text = json_text(2_000);
     let start = thread_cpu();
     let mut items = 0;
     while thread_cpu() - start < cpu {

@@ -10,6 +10,7 @@ mod cpu;
 mod env;
 mod faults;
 mod memory;
+mod otlp;
 mod phases;
 mod random;
 use std::collections::BTreeMap;
@@ -73,6 +74,10 @@ fn main() {
         "accounting" => accounting::accounting(&trace),
         "flight_recorder_process" => memory::flight_recorder_process(&trace),
         "cpu_hot" => cpu::hot(&trace, &args[4]),
+        "cpu_deflate" => cpu::deflate(&trace, &args[4]),
+        "cpu_replaced" => cpu::replaced(&trace, &args[4]),
+        "cpu_over_max_rate" => cpu::over_max_rate(&trace),
+        "cpu_fd_limit" => cpu::fd_limit(&trace),
         "cpu_refused" => cpu::refused(&trace),
         "cpu_threads" => cpu::threads(&trace),
         "cpu_from_env" => cpu::from_env(),
@@ -87,6 +92,9 @@ fn main() {
         "cpu_bad_elf" => cpu::bad_elf(&trace),
         "cpu_json_parse" => cpu::json_parse(&trace),
         "cpu_inline" => cpu::inline(&trace),
+        "otlp_server" => otlp::server(&trace, &args[4]),
+        "otlp_client" => otlp::client(&trace, &args[4]),
+        "otlp_exit" => otlp::exit(&trace, &args[4]),
         other => panic!("unknown scenario {other}"),
     };
     std::fs::write(&expect, serde_json::to_vec_pretty(&result).unwrap()).unwrap();

@@ -267,7 +267,7 @@ impl JsonEncoder {
         out: &mut Vec<u8>,
     ) {
         for &flow in flows {
-            let id = (flow & !crate::record::layout::FLOW_IN) ^ ((who.0 as u32 as u64) << 40);
+            let id = crate::record::layout::scoped_flow(flow, (who.0 as u32 as u64) << 40);
             let into = flow & crate::record::layout::FLOW_IN != 0;
             self.head_opt(
                 "flow",

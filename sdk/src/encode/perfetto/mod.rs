@@ -688,7 +688,7 @@ impl PerfettoEncoder {
     fn push_pending_flows(&mut self, ctx: &Context<'_>, seq: &mut Seq) {
         for id in seq.flows.drain(..) {
             // Process-scoped ids, made trace-global as Perfetto's SDK does.
-            let id = (id & !crate::record::layout::FLOW_IN) ^ ctx.process.uuid;
+            let id = crate::record::layout::scoped_flow(id, ctx.process.uuid);
             super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
     }

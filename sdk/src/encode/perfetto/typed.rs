@@ -243,7 +243,7 @@ impl PerfettoEncoder {
             extra_counter(&mut self.te, tt, t);
         }
         for id in seq.flows.drain(..) {
-            let id = (id & !crate::record::layout::FLOW_IN) ^ ctx.process.uuid;
+            let id = crate::record::layout::scoped_flow(id, ctx.process.uuid);
             super::super::protowire::fixed64(&mut self.te, TE_FLOW_IDS, id);
         }
         self.emit(seq, delta, out);

@@ -4,16 +4,16 @@
 //! their pages still mapped in, and a growing ring takes one of the size it
 //! wants instead of mapping a new one. Memory must
 //! be zeroed by someone before its first write; in 4 KiB pages that costs
-//! about half what a recording thread takes to fill it, in a VM (measured
-//! in BENCHMARKS.md, "Measured for design choices"), so a thread whose
-//! first growths (1 KiB to 4, 16, 64 KiB... within microseconds of its
+//! a good part of what a recording thread takes to fill it, in a VM
+//! (BENCHMARKS.md, "Measured for design choices"), so a thread whose
+//! first growths (512 bytes to 4, 16, 64 KiB... within microseconds of its
 //! first event) reuse pooled pages takes no page fault, and neither does the
 //! flusher making its spares. Perfetto gets the same from one shared buffer
 //! whose chunks are reused: pages are faulted in once per process.
 //!
 //! Classes: one per power of two from a page (4 KiB) to [`POOL_MAX_BYTES`]
 //! (1 MiB), below the size from which segments are backed by huge pages
-//! (faulting those in costs a tenth as much per byte: the flusher's spare
+//! (faulting those in costs far less per byte: the flusher's spare
 //! keeps ahead of the producer there). [`SLOTS`] segments per class, each
 //! in one atomic word (its address, 64-byte aligned, with log2 of its slots
 //! in the low bits, as `Ring::spare`): taken with one CAS (word to 0, the
@@ -52,8 +52,9 @@ use std::sync::atomic::{AtomicU64 as PlainU64, Ordering as Plain};
 pub(crate) const SLOTS: usize = 2;
 
 /// Largest pooled segment. Bigger segments are backed by transparent huge
-/// pages (`segment::HUGE_PAGE`, 2 MiB), ten times cheaper per byte to fault
-/// in: the flusher's spare keeps ahead of a producer there.
+/// pages (`segment::HUGE_PAGE`, 2 MiB), far cheaper per byte to fault in
+/// (BENCHMARKS.md, "Measured for design choices"): the flusher's spare keeps
+/// ahead of a producer there.
 pub(crate) const POOL_MAX_BYTES: usize = 1 << 20;
 
 /// log2 of the smallest class's slots (a page).
@@ -428,7 +429,7 @@ impl<'a> Pool<'a> {
 
     /// `Builder::start` (and the flusher, through `stock_until`, after a
     /// growth): stocks one segment of each size a ring grows through from
-    /// its first 1 KiB (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
+    /// its first 512 bytes (4, 16, 64, 256 KiB, 1 MiB) that has none, smallest
     /// first, mapped in here, while the bounds allow: the first growths of
     /// a thread then take pooled pages. Returns the bytes newly stocked.
     pub(crate) fn stock(&self) -> u64 {

@@ -15,7 +15,7 @@ use crate::record::sync::{AtomicU64, Ordering};
 /// Rings that grew, and how the flusher is woken when one does: it then
 /// prepares that ring's next segment (`Ring::prepare_spare`) at once rather
 /// than at its next poll, a few milliseconds in which a busy ring grows
-/// from 1 KiB to 16 MiB. Rung only on the producer's growth path (a few
+/// from 512 bytes to 16 MiB. Rung only on the producer's growth path (a few
 /// times in a thread's life), never on the hot path.
 pub(crate) struct Growth {
     grown: std::sync::atomic::AtomicU64,
@@ -277,16 +277,19 @@ impl Ring {
     /// times as big, and room for a record of `len` words, up to its
     /// largest size; and its largest size at once when the new segment
     /// takes the last free slot. A ring the consumer has freed nothing of
-    /// (a thread flooding it from 1 KiB while the flusher is busy
+    /// (a thread flooding it from 512 bytes while the flusher is busy
     /// elsewhere) thus still reaches the size it was allowed, and keeps
     /// every record while the budget has room: growing by four into every
     /// slot, it stopped at 16 MiB of a 64 MiB cap and dropped. A ring that
     /// keeps that many segments is being outrun anyway.
+    /// At least `min_next_words` (a page for a thread's ring).
     pub(super) fn next_words(&self, cur: usize, held: u64, len: usize) -> usize {
         let want = if held + 1 >= MAX_SEGMENTS as u64 {
             self.max_words
         } else {
-            (cur * 4).max((len * 4).next_power_of_two())
+            (cur * 4)
+                .max((len * 4).next_power_of_two())
+                .max(self.min_next_words)
         };
         want.min(self.max_words)
     }

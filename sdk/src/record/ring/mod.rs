@@ -10,7 +10,7 @@
 //! relaxed atomic load or store is a plain `mov` / `ldr` / `str`, so this
 //! costs nothing over a raw buffer.
 //!
-//! A ring starts with one small segment (1 KiB, from the heap) and grows:
+//! A ring starts with one small segment (512 bytes, from the heap) and grows:
 //! when a record does not fit, the producer takes a segment at least four
 //! times as big (the consumer's spare, else one from the budget's pool of
 //! mapped-in segments, `record::budget`, else its own `mmap`, taken from the
@@ -78,7 +78,7 @@ pub(crate) use growth::GROWTH;
 pub(crate) use producer::Reservation;
 
 use crate::record::budget::Budget;
-use crate::record::segment::{alloc_storage, is_mapped, segment_bytes, words_for};
+use crate::record::segment::{alloc_storage, is_mapped, segment_bytes, words_for, PAGE};
 use crate::record::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
@@ -147,6 +147,11 @@ pub(crate) struct Ring {
     spare: AtomicU64,
     /// Largest segment this ring grows to, in slots.
     max_words: usize,
+    /// Smallest segment it grows into, in slots: a page for a thread's
+    /// ring (`Ring::new`), whose later segments are mappings of their own,
+    /// so a first segment smaller than a quarter page grows to a page at
+    /// once; no bound for the tests' tiny rings.
+    min_next_words: usize,
     /// Where every segment's bytes are taken from and given back to.
     budget: &'static Budget,
     /// False while the ring is quiet: found drained by the consumer and
@@ -190,7 +195,7 @@ impl Ring {
     /// records once the older segments are consumed. `None` when the budget
     /// cannot hold the first segment.
     ///
-    /// The segment is mapped in at once (see `prefault`): at 1 KiB that is
+    /// The segment is mapped in at once (see `prefault`): at 512 bytes that is
     /// one page, a few microseconds on the thread's first event.
     pub(crate) fn new(
         initial_bytes: usize,
@@ -204,7 +209,9 @@ impl Ring {
         if !budget.try_take_cold(segment_bytes(initial)) {
             return None;
         }
-        Some(Ring::build(initial, max_words, overwrite, budget))
+        let mut ring = Ring::build(initial, max_words, overwrite, budget);
+        ring.min_next_words = PAGE / 8;
+        Some(ring)
     }
 
     /// A ring of exactly `words` words (a power of two; tiny ones for models)
@@ -254,6 +261,7 @@ impl Ring {
             overwritten: AtomicU64::new(0),
             spare: AtomicU64::new(0),
             max_words,
+            min_next_words: 0,
             budget,
             announced: AtomicBool::new(true),
             id: AtomicU32::new(0),

@@ -764,7 +764,27 @@ fn a_short_budget_empties_the_pool_and_nothing_is_restocked() {
     assert_eq!(budget.used(), 0);
 }
 
-/// A ring growing from 1 KiB to the largest size a session allows (1 TiB)
+/// A thread's ring starts at 512 bytes on the heap and grows to a page at
+/// once (a mapped segment), not to 2 KiB; then by four as before.
+#[test]
+fn a_threads_first_segment_grows_to_a_page() {
+    use crate::record::registry::INITIAL_RING_BYTES;
+    let ring = Ring::new(INITIAL_RING_BYTES, 1 << 20, false, Budget::leaked(u64::MAX)).unwrap();
+    assert_eq!(ring.capacity_words(), 64);
+    let mut id = 0;
+    let mut sizes = vec![ring.capacity_words()];
+    while sizes.len() < 3 {
+        assert!(write(&ring, id, 2), "record {id} dropped");
+        id += 1;
+        if ring.capacity_words() != *sizes.last().unwrap() {
+            sizes.push(ring.capacity_words());
+        }
+    }
+    assert_eq!(sizes, [64, 512, 2048]);
+    assert!(is_mapped(1, 512));
+}
+
+/// A ring growing from 512 bytes to the largest size a session allows (1 TiB)
 /// with nothing freed reaches it within its segment slots: the last free
 /// slot takes the largest size at once.
 #[test]

@@ -122,6 +122,9 @@ pub struct Builder {
     /// and the finishers `layer` and `subscriber` are there).
     #[cfg(feature = "tracing")]
     pub(crate) spans: SpanOptions,
+    /// The OTLP exporter's options (`otlp/`: its builder methods are there).
+    #[cfg(feature = "otlp")]
+    pub(crate) otlp: Option<crate::otlp::Config>,
 }
 
 /// The options of `tracing` spans (feature `tracing`: their methods and
@@ -197,6 +200,8 @@ pub fn builder() -> Builder {
         file_mode: super::file::create::DEFAULT_MODE,
         #[cfg(feature = "tracing")]
         spans: Default::default(),
+        #[cfg(feature = "otlp")]
+        otlp: None,
     }
 }
 
@@ -279,8 +284,8 @@ impl Builder {
     }
 
     /// Largest ring of one thread (rounded up to a power of two; at least
-    /// 512 bytes). Default 1 MiB. A thread's ring starts at 1 KiB and
-    /// grows (at least four times larger each time) while the thread records
+    /// 512 bytes). Default 1 MiB. A thread's ring starts at 512 bytes and
+    /// grows (to 4 KiB, then at least four times larger each time) while the thread records
     /// faster than the flusher drains it, up to this size, as long as
     /// [`buffer_bytes`](Builder::buffer_bytes) has room (the smaller segment
     /// it outgrew is freed once drained). A ring never shrinks: a thread
@@ -323,9 +328,9 @@ impl Builder {
     /// [`start`](Builder::start), one segment of each size a ring grows
     /// through (4, 16, 64, 256 KiB, 1 MiB, none past
     /// [`buffer_bytes_per_thread`](Builder::buffer_bytes_per_thread);
-    /// 1.33 MiB at the defaults, which costs `start` the time to map it in,
-    /// a fraction of a millisecond (measured in the repository's
-    /// `BENCHMARKS.md`); none with system tracing only, where nothing
+    /// 1.33 MiB at the defaults, which costs `start` the time to map it in
+    /// (timed in the repository's `BENCHMARKS.md`); none with system
+    /// tracing only, where nothing
     /// records until a tracing session starts), and the segments rings
     /// give up, kept for the next thread that grows and given back after a
     /// second unused. The stock is given back after 10 s in which no

@@ -133,12 +133,12 @@ impl File {
 }
 
 /// Bytes the flusher lets pile up before it writes them out: large enough
-/// for few system calls (one per 256 KiB: tens of microseconds against the
-/// milliseconds of encoding them), small enough to stay in cache on their
+/// for few system calls (one per 256 KiB: little against the time of
+/// encoding them), small enough to stay in cache on their
 /// way out. This and the sink's copy laid out in pages are most of the
 /// flusher's working memory, which is not in the budget: 256 KiB grows
-/// peak RSS beyond the budget by about half what 1 MiB did, whatever the
-/// number of threads (measured in BENCHMARKS.md, "Measured for design choices").
+/// peak RSS beyond the budget less than 1 MiB did, whatever the number of
+/// threads (BENCHMARKS.md, "Measured for design choices").
 pub(crate) const WRITE_AT: usize = 256 << 10;
 
 /// Writes `out` out once it holds [`WRITE_AT`] bytes.

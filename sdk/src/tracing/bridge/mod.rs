@@ -7,6 +7,8 @@
 #![forbid(unsafe_code)]
 
 mod fields;
+#[cfg(feature = "otlp")]
+pub(crate) mod otel;
 mod sites;
 mod spans;
 
@@ -281,6 +283,11 @@ fn exit_below(store: &impl SpanStore, id: &Id) {
 /// count (not async, no flows, no fields pending), whatever other threads
 /// do, since its own changes came before its close and counted there.
 pub(crate) fn close(store: &impl SpanStore, id: &Id) -> bool {
+    #[cfg(feature = "otlp")]
+    if otel::active() {
+        let ts = ticks();
+        store.with_data(id, |data| otel::write_span(data, ts));
+    }
     if END_PENDING.load(Ordering::Relaxed) == 0 && ASYNC_LIVE.load(Ordering::Relaxed) == 0 {
         return true; // no span is async or has flows: nothing to write
     }

@@ -143,14 +143,19 @@ type SiteMap = HashMap<usize, &'static SiteInfo, BuildHasherDefault<AddrHasher>>
 
 pub(super) static SITES: Lazy<RwLock<SiteMap>> = Lazy::new(|| RwLock::new(SiteMap::default()));
 
-/// Entries of a thread's site cache (a power of two).
+/// Entries of a thread's first site cache (a power of two): 128 bytes, what
+/// a thread that uses a few call sites holds (most of 10,000 threads that
+/// each record a span or two).
+const SMALL_CACHE_LEN: usize = 8;
+/// Entries of the site cache a thread moves to once it uses more sites
+/// than the first one keeps (a power of two).
 const SITE_CACHE_LEN: usize = 64;
 
 type CacheEntry = Cell<(usize, Option<&'static SiteInfo>)>;
-type CacheEntries = [CacheEntry; SITE_CACHE_LEN];
 
-/// Bytes a thread's site cache takes from the memory budget.
-const SITE_CACHE_BYTES: u64 = std::mem::size_of::<CacheEntries>() as u64;
+/// Bytes each cache takes from the memory budget.
+const SMALL_CACHE_BYTES: u64 = std::mem::size_of::<[CacheEntry; SMALL_CACHE_LEN]>() as u64;
+const SITE_CACHE_BYTES: u64 = std::mem::size_of::<[CacheEntry; SITE_CACHE_LEN]>() as u64;
 
 /// A thread's view of `SITES`, two-way by metadata address, so spans
 /// and events find their site without a shared lock or a hash map (a
@@ -159,40 +164,64 @@ const SITE_CACHE_BYTES: u64 = std::mem::size_of::<CacheEntries>() as u64;
 /// (taken from it, given back at the thread's exit), not in static TLS:
 /// there it was 4 KiB of every thread of the process, recording or not,
 /// which threads that never record paid in peak RSS (measured in
-/// BENCHMARKS.md, "Measured for design choices").
-struct SiteCache(OnceCell<Box<CacheEntries>>);
+/// BENCHMARKS.md, "Measured for design choices"). It starts small (8
+/// entries) and moves to 64 entries when a site would push another out of
+/// the small one (both ways of its pair taken): a thread that uses a few
+/// sites holds 128 bytes, not 1 KiB (10,000 threads: 9 MiB less).
+struct SiteCache {
+    small: OnceCell<Box<[CacheEntry; SMALL_CACHE_LEN]>>,
+    big: OnceCell<Box<[CacheEntry; SITE_CACHE_LEN]>>,
+}
+
+impl SiteCache {
+    /// The cache in use: the big one once made, else the small one.
+    #[inline]
+    fn entries(&self) -> Option<&[CacheEntry]> {
+        match self.big.get() {
+            Some(big) => Some(&big[..]),
+            None => self.small.get().map(|small| &small[..]),
+        }
+    }
+}
 
 impl Drop for SiteCache {
     fn drop(&mut self) {
-        if self.0.get().is_some() {
+        if self.small.get().is_some() {
+            crate::record::registry::give_back_thread_state(SMALL_CACHE_BYTES);
+        }
+        if self.big.get().is_some() {
             crate::record::registry::give_back_thread_state(SITE_CACHE_BYTES);
         }
     }
 }
 
 thread_local! {
-    static SITE_CACHE: SiteCache = const { SiteCache(OnceCell::new()) };
+    static SITE_CACHE: SiteCache = const {
+        SiteCache { small: OnceCell::new(), big: OnceCell::new() }
+    };
 }
 
 /// The first of the two entries (a pair: slots `2i`, `2i + 1`) where `key`
-/// may be. Two ways, spread by a multiplicative hash: a dozen call sites
-/// hot on a thread (a request's spans and events) would often have two of
-/// them on one slot of a direct-mapped cache, and each of their look-ups
-/// sent to `SITES` (seen on the service benchmark; BENCHMARKS.md,
-/// "Measured for design choices").
+/// may be in a cache of `len` entries. Two ways, spread by a
+/// multiplicative hash: a dozen call sites hot on a thread (a request's
+/// spans and events) would often have two of them on one slot of a
+/// direct-mapped cache, and each of their look-ups sent to `SITES` (seen
+/// on the service benchmark; BENCHMARKS.md, "Measured for design
+/// choices"). Keys on one pair of the big cache are on one pair of the
+/// small one (its pair is the low bits of the big one's).
 #[inline]
-fn cache_pair(key: usize) -> usize {
+fn cache_pair(key: usize, len: usize) -> usize {
     let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    ((h >> 40) as usize & (SITE_CACHE_LEN / 2 - 1)) * 2
+    ((h >> 40) as usize & (len / 2 - 1)) * 2
 }
 
 #[inline]
 pub(super) fn cached_site(key: usize) -> Option<&'static SiteInfo> {
     SITE_CACHE
         .try_with(|c| {
-            let entries = c.0.get()?;
-            let at = cache_pair(key);
-            match (entries[at].get(), entries[at + 1].get()) {
+            let entries = c.entries()?;
+            let at = cache_pair(key, entries.len());
+            match (entries.get(at)?.get(), entries.get(at + 1)?.get()) {
                 ((k, info), _) if k == key => info,
                 (_, (k, info)) if k == key => info,
                 _ => None,
@@ -225,27 +254,57 @@ pub(super) fn known_site(key: usize) -> Option<&'static SiteInfo> {
     Some(info)
 }
 
-/// Puts `info` in this thread's cache (making the cache if the budget has room).
+/// Puts `info` in this thread's cache (making the cache, or moving to the
+/// big one, if the budget has room).
 #[cold]
 #[inline(never)]
 fn cache_put(key: usize, info: &'static SiteInfo) {
     let _ = SITE_CACHE.try_with(|c| {
         // Made here, on the slow path, if the budget has room (else the
         // next miss tries again).
-        if c.0.get().is_none() && crate::record::registry::take_thread_state(SITE_CACHE_BYTES) {
-            let _ =
-                c.0.set(Box::new([const { Cell::new((0, None)) }; SITE_CACHE_LEN]));
+        if c.small.get().is_none() && crate::record::registry::take_thread_state(SMALL_CACHE_BYTES)
+        {
+            let _ = c
+                .small
+                .set(Box::new([const { Cell::new((0, None)) }; SMALL_CACHE_LEN]));
         }
-        if let Some(entries) = c.0.get() {
-            // The first way; what it held moves to the second (whose
-            // entry, the older, is dropped).
-            let at = cache_pair(key);
-            if entries[at].get().1.is_some() {
-                entries[at + 1].set(entries[at].get());
+        let Some(small) = c.small.get() else {
+            return;
+        };
+        if c.big.get().is_none() {
+            let at = cache_pair(key, SMALL_CACHE_LEN);
+            let full = small[at].get().1.is_some() && small[at + 1].get().1.is_some();
+            if !full || !crate::record::registry::take_thread_state(SITE_CACHE_BYTES) {
+                put_in(&small[..], key, info);
+                return;
             }
-            entries[at].set((key, Some(info)));
+            // The thread uses more sites than the small cache keeps: they
+            // move to the big one, each pair's older entry first (so the
+            // newer stays in the first way).
+            let big = Box::new([const { Cell::new((0, None)) }; SITE_CACHE_LEN]);
+            for pair in small.chunks_exact(2) {
+                for e in pair.iter().rev() {
+                    if let (k, Some(i)) = e.get() {
+                        put_in(&big[..], k, i);
+                    }
+                }
+            }
+            let _ = c.big.set(big);
+        }
+        if let Some(big) = c.big.get() {
+            put_in(&big[..], key, info);
         }
     });
+}
+
+/// Puts `info` in the first way of its pair in `entries`; what it held
+/// moves to the second (whose entry, the older, is dropped).
+fn put_in(entries: &[CacheEntry], key: usize, info: &'static SiteInfo) {
+    let at = cache_pair(key, entries.len());
+    if entries[at].get().1.is_some() {
+        entries[at + 1].set(entries[at].get());
+    }
+    entries[at].set((key, Some(info)));
 }
 
 #[cold]
@@ -282,6 +341,40 @@ mod tests {
         }
     }
 
+    /// A thread that uses a few sites keeps them in the small cache (no big
+    /// one made); three on one pair of it move the thread to the big one,
+    /// where all three stay when they are on different pairs there.
+    #[test]
+    fn the_small_cache_moves_to_the_big_one_when_a_pair_overflows() {
+        let info = site_info(&TEST_META);
+        std::thread::spawn(move || {
+            let at = cache_pair(0x1000, SMALL_CACHE_LEN);
+            let mut big_pairs = Vec::new();
+            let keys: Vec<usize> = (0x1001..)
+                .map(|k| k * 8)
+                .filter(|&k| {
+                    let big = cache_pair(k, SITE_CACHE_LEN);
+                    let new = cache_pair(k, SMALL_CACHE_LEN) == at && !big_pairs.contains(&big);
+                    if new {
+                        big_pairs.push(big);
+                    }
+                    new
+                })
+                .take(3)
+                .collect();
+            let big_made = || SITE_CACHE.with(|c| c.big.get().is_some());
+            cache_put(keys[0], info);
+            cache_put(keys[1], info);
+            assert!(!big_made(), "two sites on a pair fit the small cache");
+            assert!(keys[..2].iter().all(|&k| cached_site(k).is_some()));
+            cache_put(keys[2], info);
+            assert!(big_made());
+            assert!(keys.iter().all(|&k| cached_site(k).is_some()));
+        })
+        .join()
+        .unwrap();
+    }
+
     /// Two sites whose addresses share a pair of the cache both stay in it;
     /// a third drops the older of them.
     #[test]
@@ -289,10 +382,10 @@ mod tests {
         let info = site_info(&TEST_META);
         std::thread::spawn(move || {
             // Keys (aligned like metadata addresses) on one pair.
-            let at = cache_pair(0x1000);
+            let at = cache_pair(0x1000, SITE_CACHE_LEN);
             let keys: Vec<usize> = (0x1001..)
                 .map(|k| k * 8)
-                .filter(|&k| cache_pair(k) == at)
+                .filter(|&k| cache_pair(k, SITE_CACHE_LEN) == at)
                 .take(3)
                 .collect();
             let (a, b, c) = (keys[0], keys[1], keys[2]);

@@ -52,6 +52,9 @@ pub(crate) struct SpanData {
     pub(super) dirty_async: u64,
     /// Flow ids (with `FLOW_IN`) waiting for this span's next slice end.
     pub(super) flows: Vec<u64>,
+    /// Its OpenTelemetry ids while an OTLP exporter runs (`otel.rs`).
+    #[cfg(feature = "otlp")]
+    pub(crate) otel: super::otel::OtelIds,
 }
 
 impl SpanData {
@@ -69,6 +72,8 @@ impl SpanData {
             dirty: 0,
             dirty_async: 0,
             flows: Vec::new(),
+            #[cfg(feature = "otlp")]
+            otel: Default::default(),
         }
     }
 
@@ -137,12 +142,27 @@ impl SpanData {
         self.async_id = 0;
         self.dirty = 0;
         self.dirty_async = 0;
+        #[cfg(feature = "otlp")]
+        {
+            self.otel = Default::default();
+        }
     }
 
     /// Whether closing the span writes anything: the end of its async range,
     /// or flows no slice end carried.
     pub(crate) fn must_close(&self) -> bool {
+        #[cfg(feature = "otlp")]
+        if self.otel.is_set() {
+            return true; // its OTEL record
+        }
         self.async_id != 0 || !self.flows.is_empty()
+    }
+
+    /// The values of the present fields, in field order (the args of
+    /// `self.site`).
+    #[cfg(feature = "otlp")]
+    pub(super) fn values(&self) -> &[u64] {
+        self.words.as_slice()
     }
 
     /// Whether no field was recorded since the last begin.
@@ -152,6 +172,10 @@ impl SpanData {
     }
 
     fn end_pending(&self) -> bool {
+        #[cfg(feature = "otlp")]
+        if self.otel.annotate {
+            return true; // its trace id, on its first slice's end
+        }
         self.dirty != 0 || !self.flows.is_empty()
     }
 
@@ -220,6 +244,11 @@ impl SpanData {
     pub(super) fn end_slice(&mut self, tr: &ThreadRing, depth: u32, ts: u64) {
         self.write_flows(tr, ts);
         let depth = depth.min(MAX_DEPTH) as u64;
+        #[cfg(feature = "otlp")]
+        if self.dirty == 0 && self.otel.annotate {
+            self.otel.annotate = false;
+            return super::otel::end_with_trace_id(&self.otel, tr, depth, ts);
+        }
         if self.dirty == 0 {
             layout::write(&tr.ring, KIND_END, depth, ts, &[], &());
         } else {

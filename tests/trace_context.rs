@@ -1,0 +1,211 @@
+//! W3C trace context across two real processes (feature `otlp`): a client
+//! scenario sends its client span's `traceparent` to a server scenario over
+//! HTTP; both export over OTLP to one collector (decoding with the official
+//! schema), and the server's request span continues the client's trace.
+//! Requests whose caller did not keep them (sampled flag 00) are not kept.
+
+mod common;
+
+use common::scratch;
+use ringtrace_test_support::otlp::OtlpReceiver;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn scenario(name: &str, trace: &Path, arg: &str, rx: &OtlpReceiver, service: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ringtrace-test-scenarios"));
+    c.args([
+        name,
+        trace.to_str().unwrap(),
+        trace.with_extension("expect.json").to_str().unwrap(),
+        arg,
+    ])
+    .env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint())
+    .env("OTEL_SERVICE_NAME", service)
+    .stderr(Stdio::inherit());
+    c
+}
+
+fn get(port: u16, path: &str, traceparent: Option<&str>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let tp = traceparent
+        .map(|t| format!("traceparent: {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{tp}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+fn expect(trace: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(trace.with_extension("expect.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn one_trace_crosses_two_processes() {
+    let rx = OtlpReceiver::start("ctx-rx", "normal");
+    let dir = scratch("ctx");
+    let (server_trace, client_trace) = (dir.join("server.pftrace"), dir.join("client.pftrace"));
+    let port_file = dir.join("port");
+    let mut server = scenario(
+        "otlp_server",
+        &server_trace,
+        port_file.to_str().unwrap(),
+        &rx,
+        "server",
+    )
+    .spawn()
+    .unwrap();
+    let t = Instant::now();
+    let port: u16 = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            break p.trim().parse().unwrap();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = scenario(
+        "otlp_client",
+        &client_trace,
+        &port.to_string(),
+        &rx,
+        "client",
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kept = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let not_kept = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00";
+    get(port, "/kept", Some(kept));
+    get(port, "/not-kept", Some(not_kept));
+    get(port, "/quit", None);
+    assert!(server.wait().unwrap().success());
+    let (client, served) = (expect(&client_trace), expect(&server_trace));
+    assert_eq!(
+        (client["exported"].as_u64(), client["dropped"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(
+        (served["exported"].as_u64(), served["dropped"].as_u64()),
+        (Some(3), Some(0))
+    );
+
+    let spans = rx.wait_spans(5, Duration::from_secs(10));
+    assert_eq!(spans.len(), 5, "{spans:#?}");
+    let find = |service: &str, name: &str, path: Option<&str>| -> Value {
+        let found: Vec<&Value> = spans
+            .iter()
+            .filter(|s| {
+                s["resource"]["service.name"][1] == service
+                    && s["name"] == name
+                    && path.is_none_or(|p| s["attributes"]["path"][1] == p)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{service} {name} {path:?}: {spans:#?}");
+        found[0].clone()
+    };
+    let (job, call) = (find("client", "job", None), find("client", "call", None));
+    let work = find("server", "handle", Some("/work"));
+    let pid = |s: &Value| s["resource"]["process.pid"][1].as_i64().unwrap();
+    assert_ne!(pid(&job), pid(&work), "two processes");
+    // The client's spans: one trace, `call` under `job`, of kind CLIENT.
+    assert_eq!(call["trace_id"], job["trace_id"]);
+    assert_eq!(call["parent_span_id"], job["span_id"]);
+    assert_eq!(
+        (job["parent_span_id"].as_str(), call["kind"].as_u64()),
+        (Some(""), Some(3))
+    );
+    // What it sent is `call`'s context.
+    let sent = client["sent"].as_str().unwrap();
+    assert_eq!(
+        sent,
+        format!(
+            "00-{}-{}-01",
+            call["trace_id"].as_str().unwrap(),
+            call["span_id"].as_str().unwrap()
+        )
+    );
+    // The server's request span: the client's trace, under `call`, SERVER.
+    assert_eq!(
+        work["trace_id"], call["trace_id"],
+        "one trace id in both processes"
+    );
+    assert_eq!(work["parent_span_id"], call["span_id"]);
+    assert_eq!(work["kind"], 2);
+    assert!(work["attributes"].get("traceparent").is_none());
+    assert_eq!(work["events"][0]["name"], "handled");
+    // A caller's kept request continues its trace; one it did not keep is
+    // not kept; a request without context starts a trace of its own.
+    let k = find("server", "handle", Some("/kept"));
+    assert_eq!(k["trace_id"], "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(k["parent_span_id"], "b7ad6b7169203331");
+    assert!(!spans
+        .iter()
+        .any(|s| s["attributes"]["path"][1] == "/not-kept"));
+    let q = find("server", "handle", Some("/quit"));
+    assert_eq!(q["parent_span_id"], "");
+    for t in [&call["trace_id"], &k["trace_id"]] {
+        assert_ne!(&q["trace_id"], t);
+    }
+
+    // The same ids in the Perfetto files: each root slice carries its
+    // trace id, and the client's `call` and the server's request slice
+    // carry one flow id, the same in both files (made in each process from
+    // the trace id and `call`'s span id).
+    let (cm, sm) = (
+        ringtrace_test_support::perfetto_model_clean(&client_trace),
+        ringtrace_test_support::perfetto_model_clean(&server_trace),
+    );
+    let slice = |m: &Value, name: &str, path: Option<&str>| -> Value {
+        let found: Vec<Value> = common::slices_named(m, name)
+            .into_iter()
+            .filter(|s| path.is_none_or(|p| s["args"]["path"] == p))
+            .cloned()
+            .collect();
+        assert_eq!(found.len(), 1, "{name} {path:?}: {:#}", m["slices"]);
+        found[0].clone()
+    };
+    let trace_arg = |s: &Value| s["args"]["trace_id"].clone();
+    assert_eq!(trace_arg(&slice(&cm, "job", None)), job["trace_id"]);
+    assert_eq!(
+        trace_arg(&slice(&cm, "call", None)),
+        Value::Null,
+        "not a root"
+    );
+    let handle = slice(&sm, "handle", Some("/work"));
+    assert_eq!(trace_arg(&handle), work["trace_id"]);
+    assert_eq!(
+        trace_arg(&slice(&sm, "handle", Some("/kept"))),
+        k["trace_id"]
+    );
+    assert_eq!(
+        trace_arg(&slice(&sm, "handle", Some("/quit"))),
+        q["trace_id"]
+    );
+    let (out, into) = (
+        slice(&cm, "call", None)["flow_ids"].clone(),
+        handle["flow_ids"].clone(),
+    );
+    assert_eq!(out.as_array().map(Vec::len), Some(1), "{out}");
+    assert_eq!(out, into, "one flow id in both files");
+    // Packed into one archive, Perfetto's readers see both ends of it.
+    let mut archive = ringtrace::archive::Archive::new();
+    archive.add_file(&client_trace).unwrap();
+    archive.add_file(&server_trace).unwrap();
+    archive.write_tar(dir.join("both.tar")).unwrap();
+    ringtrace_test_support::archive::validate_with_python(&dir.join("both.tar"));
+}
