@@ -4,8 +4,9 @@
 # self-tests, and the loom models of the lock-free code.
 #
 # Needs: a Rust toolchain, python3 with venv. It installs the rest (the
-# `perfetto` and `protobuf` Python packages) into ./.venv, and g++ with apt if
-# there is no C++ compiler.
+# `perfetto` and `protobuf` Python packages) into ./.venv, g++ with apt if
+# there is no C++ compiler, and the C library's debug symbols (libc6-dbg)
+# and binutils with apt where they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,22 @@ if [ -z "${CXX:-}" ] && ! command -v g++ >/dev/null && ! command -v c++ >/dev/nu
   echo "== installing a C++ compiler (g++) for perfetto-test-host"
   if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq g++; \
   else sudo apt-get update -qq && sudo apt-get install -y -qq g++; fi
+fi
+
+# CPU sampling names the C library's internal functions (malloc's, free's)
+# from its debug file, found by build id under /usr/lib/debug: the tests
+# check it, so the system's debug symbols are installed (Debian's
+# libc6-dbg), and objcopy (binutils) makes a library with MiniDebugInfo.
+missing=""
+if command -v dpkg-query >/dev/null; then
+  dpkg-query -W -f='${Status}' libc6-dbg 2>/dev/null | grep -q "ok installed" \
+    || missing="$missing libc6-dbg"
+fi
+command -v objcopy >/dev/null || missing="$missing binutils"
+if [ -n "$missing" ]; then
+  echo "== installing$missing (the C library's debug symbols, objcopy)"
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $missing; \
+  else sudo apt-get update -qq && sudo apt-get install -y -qq $missing; fi
 fi
 
 echo "== python decoder self-tests"

@@ -722,6 +722,13 @@ fn a_triggered_capture_holds_the_samples_up_to_the_trigger() {
     check_perfetto_capture("cpu-capture-trigger", "trigger");
 }
 
+/// `capture_slow`: a slow `tracing` span's capture holds the samples of
+/// its window too.
+#[test]
+fn a_slow_spans_capture_holds_the_samples_of_its_window() {
+    check_perfetto_capture("cpu-capture-span", "tracing");
+}
+
 #[test]
 fn a_slow_scopes_json_capture_holds_the_samples_of_its_window() {
     let (main, expect, _) = run("cpu-capture-json", "t.pftrace", "cpu_capture", "json");
@@ -1059,5 +1066,112 @@ fn the_sampler_leaves_the_program_half_its_open_files() {
     assert_eq!(
         samples["samples"].as_array().unwrap().len() as u64,
         stats["cpu_samples"].as_u64().unwrap()
+    );
+}
+
+/// The innermost frame of each sample of `tid`: (name, mapping).
+fn leaves(samples: &Value, tid: i64) -> Vec<(String, String)> {
+    samples["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .filter_map(|s| s["frames"].as_array().unwrap().last())
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap_or("").to_string(),
+                f["mapping"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Third-party code (`serde_json` parsing into `Value`s) allocating
+/// heavily at 1 kHz: the C library's share of the leaf frames is large,
+/// and with its debug symbols installed (`libc6-dbg`, which
+/// `scripts/test.sh` installs) at least 95% of the leaf frames are named,
+/// its internal functions (`_int_malloc`, `_int_free`...) among them.
+#[test]
+fn third_party_code_allocating_heavily_gets_its_leaf_frames_named() {
+    let (trace, expect, _) = run("cpu-json", "t.pftrace", "cpu_json_parse", "");
+    let samples = samples_model(&trace);
+    perfetto_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    let leaves = leaves(&samples, tid);
+    assert!(leaves.len() >= 100, "{} samples", leaves.len());
+    let in_libc: Vec<&(String, String)> =
+        leaves.iter().filter(|l| l.1.contains("/libc.so")).collect();
+    assert!(
+        in_libc.len() * 100 >= leaves.len() * 5,
+        "the C library holds {} of {} leaves: the case does not show what it checks",
+        in_libc.len(),
+        leaves.len()
+    );
+    let named = leaves.iter().filter(|l| !l.0.is_empty()).count();
+    let unnamed: std::collections::BTreeMap<&str, usize> = leaves
+        .iter()
+        .filter(|l| l.0.is_empty())
+        .fold(Default::default(), |mut m, l| {
+            *m.entry(l.1.as_str()).or_default() += 1;
+            m
+        });
+    assert!(
+        named * 100 >= leaves.len() * 95,
+        "{named} of {} leaf frames named; unnamed per mapping: {unnamed:?}",
+        leaves.len()
+    );
+    assert!(
+        in_libc.iter().any(|l| l.0.starts_with("_int_")),
+        "no leaf in the C library's internal functions: {:?}",
+        in_libc
+            .iter()
+            .map(|l| &l.0)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+}
+
+/// A function always inlined into its caller (`inlined_hot_loop` into
+/// `inline_caller`), in the scenarios program built with debug info (the
+/// test profile's: its DWARF has line tables and inlined subroutines): the
+/// inlined function is a frame of its own, right inside its caller's, as
+/// `perf report --inline` shows it, not charged to the caller.
+#[test]
+fn a_function_inlined_into_its_caller_is_a_frame_of_its_own() {
+    let (trace, expect, _) = run("cpu-inline", "t.pftrace", "cpu_inline", "");
+    let samples = samples_model(&trace);
+    perfetto_model(&trace);
+    let tid = expect["tid"].as_i64().unwrap();
+    let stacks: Vec<Vec<String>> = samples["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tid"].as_i64() == Some(tid))
+        .map(names)
+        .collect();
+    let in_caller: Vec<&Vec<String>> = stacks
+        .iter()
+        .filter(|s| s.iter().any(|n| n.ends_with("cpu::inline_caller")))
+        .collect();
+    assert!(
+        in_caller.len() >= 50,
+        "{} samples in the caller",
+        in_caller.len()
+    );
+    let inlined = in_caller
+        .iter()
+        .filter(|s| {
+            let at = s
+                .iter()
+                .position(|n| n.ends_with("cpu::inline_caller"))
+                .unwrap();
+            s.get(at + 1)
+                .is_some_and(|n| n.ends_with("cpu::inlined_hot_loop"))
+        })
+        .count();
+    assert!(
+        inlined * 100 >= in_caller.len() * 90,
+        "{inlined} of {} samples in the caller name the inlined function next; first: {:?}",
+        in_caller.len(),
+        in_caller.first()
     );
 }

@@ -68,9 +68,12 @@ pub struct Stats {
     /// cap of 16 MiB. Samples of stacks seen before are still kept.
     pub cpu_samples_no_memory: u64,
     /// Files mapped executable (the program, its libraries) left unread
-    /// because the symbols and unwind tables read from the others reached
-    /// their cap of 128 MiB: their frames have no names, and stacks are
-    /// unwound through them by frame pointers only.
+    /// because the tables read from the files reached their cap of
+    /// 128 MiB: by the sampler (symbols and unwind tables: stacks are
+    /// unwound through them by frame pointers only), or for naming frames
+    /// (symbols with their debug files': their frames have no names); and
+    /// DWARF left unread for that cap (counted at a bound of its tables:
+    /// the file's frames named from its symbols, without inlined frames).
     pub cpu_files_no_memory: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).

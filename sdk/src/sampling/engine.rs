@@ -1,7 +1,7 @@
 //! The sampler thread and the tables of mappings, frames and call stacks
 //! samples refer to (see the module's documentation in `mod.rs`).
 
-use super::modules::Modules;
+use super::modules::{FilesCap, Modules};
 use super::perf::{Chain, OpenError, PerfEvent, PerfRecord, StackSource};
 use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables, WordHasher, SLOT_OVERHEAD};
 use super::wake::{Bell, Epoll, TaskList, BELL};
@@ -73,6 +73,8 @@ impl Tables {
                     end: m.end,
                     pgoff: m.pgoff,
                     load_bias: m.load_bias(),
+                    dev: m.dev,
+                    inode: m.inode,
                 }
             }
             None => MappingDef {
@@ -82,6 +84,8 @@ impl Tables {
                 end: 0,
                 pgoff: 0,
                 load_bias: 0,
+                dev: 0,
+                inode: 0,
             },
         };
         self.bytes += (std::mem::size_of::<MappingDef>() + def.path.len() + def.build_id.len())
@@ -95,7 +99,8 @@ impl Tables {
     }
 
     /// The frame of `pc` (a return address already moved back into its
-    /// call instruction); None if it is new and `room` is false.
+    /// call instruction); None if it is new and `room` is false. Not named
+    /// yet: the flusher names it (`resolve`).
     fn frame(&mut self, modules: &mut Modules, pc: u64, room: bool) -> Option<u32> {
         if let Some(&id) = self.frame_ids.get(&pc) {
             return Some(id);
@@ -106,28 +111,15 @@ impl Tables {
         let map = modules.find(pc);
         let mapping = self.mapping(modules, map, true)?;
         let rel_pc = map.map_or(pc, |i| modules.maps[i].rel_pc(pc));
-        let name = match map.and_then(|i| modules.function_name(i, pc)) {
-            Some(n) => match self.name_ids.get(&n) {
-                Some(&id) => id,
-                None => {
-                    // Kept twice: in `names` and as the map's key.
-                    self.bytes += 2 * (24 + n.len() as u64) + 4 + SLOT_OVERHEAD;
-                    self.names.push(n.clone());
-                    let id = self.names.len() as u32;
-                    self.name_ids.insert(n, id);
-                    id
-                }
-            },
-            None => 0,
-        };
         self.frames.push(FrameDef {
-            name,
+            name: 0,
             mapping,
             rel_pc,
         });
         self.bytes += std::mem::size_of::<FrameDef>() as u64 + 12 + SLOT_OVERHEAD;
         let id = self.frames.len() as u32;
         self.frame_ids.insert(pc, id);
+        self.unnamed.push(id);
         Some(id)
     }
 
@@ -153,7 +145,7 @@ impl Tables {
         let hash = BuildHasherDefault::<WordHasher>::default().hash_one(scratch.as_slice());
         let known = self.stack_ids.get(&hash).copied();
         if let Some(id) = known {
-            if self.callstacks[id as usize - 1] == *scratch {
+            if self.is_stack(id, scratch) {
                 return Some(id);
             }
         }
@@ -168,7 +160,84 @@ impl Tables {
         if known.is_none() {
             self.stack_ids.insert(hash, id);
         }
+        self.unexpanded.push(id);
         Some(id)
+    }
+}
+
+impl Tables {
+    /// Names frame `id` with `names` (innermost first, `ElfFile::frame_names`):
+    /// the last its own, each other a frame of an inlined function, put
+    /// in `inlined` (outermost first). What it adds is counted in `bytes`.
+    fn name_frame(&mut self, id: u32, names: Vec<String>) {
+        let mut names = names.into_iter().rev();
+        let outer = names.next().unwrap_or_default();
+        let f = self.frames[id as usize - 1];
+        self.frames[id as usize - 1].name = self.name(outer);
+        let inlined: Vec<u32> = names
+            .map(|n| {
+                let name = self.name(n);
+                self.frames.push(FrameDef { name, ..f });
+                self.bytes += std::mem::size_of::<FrameDef>() as u64;
+                self.frames.len() as u32
+            })
+            .collect();
+        if !inlined.is_empty() {
+            self.bytes += 4 + 16 + 4 * inlined.len() as u64 + SLOT_OVERHEAD;
+            self.inlined.insert(id, inlined.into());
+        }
+    }
+
+    /// Puts into call stack `id`, after each of its frames, the frames of
+    /// the functions inlined there (`scratch`: reused space). The stack
+    /// keeps its id and its slot in `stack_ids` (`is_stack` finds it in
+    /// either form); only the frames added count in `bytes`.
+    fn expand(&mut self, id: u32, scratch: &mut Vec<u32>) {
+        let Some(stack) = self.callstacks.get(id as usize - 1) else {
+            return;
+        };
+        if !stack.iter().any(|f| self.inlined.contains_key(f)) {
+            return;
+        }
+        scratch.clear();
+        for f in stack {
+            scratch.push(*f);
+            if let Some(more) = self.inlined.get(f) {
+                scratch.extend_from_slice(more);
+            }
+        }
+        self.bytes += 4 * (scratch.len() - stack.len()) as u64;
+        self.callstacks[id as usize - 1] = scratch.clone();
+    }
+
+    /// Whether call stack `id` is `raw` (its frames as the sampler interns
+    /// them): stored as made, or as the flusher expanded it (each frame
+    /// followed by the frames of the functions inlined there, `inlined`).
+    /// Those frames are never the sampler's (no address is interned to
+    /// them), so a stack in one form is never taken for another stack in
+    /// the other: `stack_ids` stays keyed by the hash of the form the
+    /// sampler makes, which the expansion leaves as it was.
+    fn is_stack(&self, id: u32, raw: &[u32]) -> bool {
+        let Some(stored) = self.callstacks.get(id as usize - 1) else {
+            return false;
+        };
+        if stored.len() == raw.len() {
+            return stored.as_slice() == raw;
+        }
+        let mut at = 0;
+        for f in raw {
+            if stored.get(at) != Some(f) {
+                return false;
+            }
+            at += 1;
+            if let Some(more) = self.inlined.get(f) {
+                if stored.get(at..at + more.len()) != Some(&more[..]) {
+                    return false;
+                }
+                at += more.len();
+            }
+        }
+        at == stored.len()
     }
 }
 
@@ -193,8 +262,6 @@ struct Counters {
     /// Samples dropped: their stacks needed table entries past the
     /// tables' memory.
     no_memory: AtomicU64,
-    /// Mapped files whose tables the budget had no room for.
-    files_no_memory: AtomicU64,
 }
 
 struct Shared {
@@ -205,9 +272,82 @@ struct Shared {
     ready: AtomicBool,
     pending: Mutex<Pending>,
     tables: Mutex<Tables>,
+    /// Names the frames (the flusher's, before it encodes).
+    symbolizer: Mutex<Symbolizer>,
     /// Budget bytes taken for `tables` (given back at `end`).
     tables_taken: AtomicU64,
+    /// What the mapped files' tables hold (the sampler's and the
+    /// flusher's), within `modules::FILES_CAP`.
+    files_cap: Arc<FilesCap>,
     counters: Counters,
+}
+
+/// Names the frames the sampler interned since the last time, and gives
+/// the call stacks made meanwhile their inlined frames: on the flusher
+/// (before each hand-over of the tables), never on the sampler thread,
+/// whose reads of the kernel's rings must keep up. Files are read and
+/// names looked up outside the tables' lock (the sampler goes on
+/// interning); only the results are written under it.
+///
+/// What it adds (names, the frames of inlined functions, the longer
+/// expanded stacks) is counted in `Tables::bytes` and taken from the
+/// budget as the sampler's entries are (`tables_room`): past the tables'
+/// memory a frame stays unnamed and its stacks unexpanded. An expanded
+/// stack keeps its id and its slot in `stack_ids`, which is keyed by the
+/// hash of the stack as the sampler makes it (`Tables::is_stack`).
+fn resolve(shared: &Shared) {
+    let mut sym = shared.symbolizer.lock();
+    let sym = &mut *sym;
+    // What the sampler made since the last time: every frame of these
+    // call stacks is among these frames or named already.
+    let (frames, stacks, todo, maps) = {
+        let mut t = shared.tables.lock();
+        if t.unnamed.is_empty() && t.unexpanded.is_empty() {
+            return;
+        }
+        let frames = std::mem::take(&mut t.unnamed);
+        let stacks = std::mem::take(&mut t.unexpanded);
+        let mut maps: HashMap<u32, MappingDef> = HashMap::new();
+        let todo: Vec<(u32, u64)> = frames
+            .iter()
+            .map(|&id| {
+                let f = t.frames[id as usize - 1];
+                let m = &t.mappings[f.mapping as usize - 1];
+                maps.entry(f.mapping).or_insert_with(|| m.clone());
+                (f.mapping, f.rel_pc.wrapping_add(m.load_bias))
+            })
+            .collect();
+        (frames, stacks, todo, maps)
+    };
+    let mut named: Vec<Vec<String>> = Vec::with_capacity(todo.len());
+    for (mapping, svma) in &todo {
+        let mut names = Vec::new();
+        if let Some(m) = maps.get(mapping) {
+            sym.symbolizer
+                .frame_names(&m.maps_line(), &m.build_id, *svma, &mut names);
+        }
+        named.push(names);
+    }
+    let mut t = shared.tables.lock();
+    let t = &mut *t;
+    for (&id, names) in frames.iter().zip(named) {
+        if names.is_empty() || !tables_room(t, &shared.tables_taken) {
+            // No name, or no memory for one: left unnamed.
+            continue;
+        }
+        t.name_frame(id, names);
+    }
+    let mut expanded = std::mem::take(&mut sym.scratch);
+    for id in stacks {
+        t.expand(id, &mut expanded);
+    }
+    sym.scratch = expanded;
+}
+
+/// The flusher's naming state.
+struct Symbolizer {
+    symbolizer: super::debuginfo::Symbolizer,
+    scratch: Vec<u32>,
 }
 
 struct Running {
@@ -233,13 +373,19 @@ pub(crate) fn start(hz: u32, stacks: CpuStacks) {
             return;
         }
     };
+    let files_cap: Arc<FilesCap> = Arc::default();
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         bell,
         ready: AtomicBool::new(false),
         pending: Mutex::new(Pending::default()),
         tables: Mutex::new(Tables::default()),
+        symbolizer: Mutex::new(Symbolizer {
+            symbolizer: super::debuginfo::Symbolizer::new(files_cap.clone()),
+            scratch: Vec::new(),
+        }),
         tables_taken: AtomicU64::new(0),
+        files_cap,
         counters: Counters::default(),
     });
     *LAST.lock() = Some(shared.clone());
@@ -313,6 +459,9 @@ pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
     if pending.samples.is_empty() && pending.lost == 0 {
         return;
     }
+    // Their frames and call stacks were interned before they were handed
+    // over: named now.
+    resolve(&shared);
     let tables = shared.tables.lock();
     f(&SampleView {
         tables: &tables,
@@ -324,6 +473,7 @@ pub(crate) fn take_pending(mut f: impl FnMut(&SampleView<'_>)) {
 /// Hands the tables to `f` (a flight recorder's write-out).
 pub(crate) fn with_tables(f: impl FnOnce(&Tables)) {
     if let Some(shared) = LAST.lock().clone() {
+        resolve(&shared);
         f(&shared.tables.lock());
     }
 }
@@ -346,23 +496,25 @@ pub(crate) fn end() -> Totals {
         threads_unsampled: c.threads_unsampled.load(Ordering::Relaxed),
         hz: c.hz.load(Ordering::Relaxed),
         no_memory: c.no_memory.load(Ordering::Relaxed),
-        files_no_memory: c.files_no_memory.load(Ordering::Relaxed),
+        files_no_memory: shared.files_cap.refused(),
     }
 }
 
 /// Whether `tables` may take new entries: `TABLES_HEADROOM` beyond what
-/// they hold is taken from the budget (taking another chunk if needed,
-/// within `TABLES_CAP`). Only the sampler takes (under the tables' lock).
+/// they hold is taken from the budget (taking more chunks if needed,
+/// within `TABLES_CAP`). Taken under the tables' lock only (the sampler's
+/// interning, the flusher's naming, `resolve`).
 fn tables_room(tables: &Tables, taken: &AtomicU64) -> bool {
-    let have = taken.load(Ordering::Relaxed);
-    if have >= tables.bytes + TABLES_HEADROOM {
-        return true;
+    let mut have = taken.load(Ordering::Relaxed);
+    while have < tables.bytes + TABLES_HEADROOM {
+        if have + TABLES_CHUNK > TABLES_CAP || !REGISTRY.budget.try_take(TABLES_CHUNK) {
+            taken.store(have, Ordering::Relaxed);
+            return false;
+        }
+        have += TABLES_CHUNK;
     }
-    if have + TABLES_CHUNK > TABLES_CAP || !REGISTRY.budget.try_take(TABLES_CHUNK) {
-        return false;
-    }
-    taken.store(have + TABLES_CHUNK, Ordering::Relaxed);
-    have + TABLES_CHUNK >= tables.bytes + TABLES_HEADROOM
+    taken.store(have, Ordering::Relaxed);
+    true
 }
 
 /// Half the soft limit of open files (`RLIMIT_NOFILE`), at least 1.
@@ -437,9 +589,17 @@ pub(crate) struct StackWork {
 }
 
 impl StackWork {
+    /// With files' tables of its own (the cost replay).
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
+        Self::with_files_cap(Arc::default())
+    }
+
+    /// With the files' tables held within `files_cap` (shared with the
+    /// flusher's naming).
+    pub(crate) fn with_files_cap(files_cap: Arc<FilesCap>) -> Self {
         StackWork {
-            modules: Modules::default(),
+            modules: Modules::with_files_cap(files_cap),
             unwinder: unwind::StackUnwinder::new(),
             live: unwind::LiveStack::default(),
             pcs: Vec::new(),
@@ -531,11 +691,12 @@ struct Sampler {
 
 impl Sampler {
     fn new(shared: Arc<Shared>, hz: u32, stacks: CpuStacks) -> Self {
+        let work = StackWork::with_files_cap(shared.files_cap.clone());
         Sampler {
             shared,
             hz,
             stacks,
-            work: StackWork::new(),
+            work,
             timers: false,
             threads: HashMap::new(),
             refused: Default::default(),
@@ -895,8 +1056,6 @@ impl Sampler {
         let c = &self.shared.counters;
         c.truncated.fetch_add(truncated, Ordering::Relaxed);
         c.no_memory.fetch_add(no_memory, Ordering::Relaxed);
-        c.files_no_memory
-            .store(self.work.modules.files_no_memory, Ordering::Relaxed);
         lost += no_memory;
         if lost > 0 {
             c.lost.fetch_add(lost, Ordering::Relaxed);
@@ -977,5 +1136,75 @@ mod tests {
         assert_eq!(tables.callstacks.len(), 2);
         assert_eq!(tables.stack_ids.len(), 2);
         assert_eq!(a_function_to_sample(), 3);
+    }
+
+    /// A call stack the flusher gave inlined frames (`name_frame`,
+    /// `expand`) is found again by the sampler under its id, without room
+    /// and without being stored twice, as is one made from a frame named
+    /// already; what naming adds counts in the tables' bytes.
+    #[test]
+    fn a_stack_given_its_inlined_frames_is_found_again_and_counted() {
+        let mut modules = Modules::default();
+        modules.scan();
+        let mut tables = Tables::default();
+        let (mut scratch, mut expanded) = (Vec::new(), Vec::new());
+        let pc = a_function_to_sample as *const () as u64 + 1;
+        let a = [pc, pc + 100, pc + 200];
+        let id = tables
+            .callstack(&mut modules, &a, &mut scratch, true)
+            .unwrap();
+        assert_eq!(tables.unexpanded, [id]);
+        let frames = std::mem::take(&mut tables.unnamed);
+        assert_eq!(frames.len(), 3);
+        let before = tables.bytes;
+        // The middle frame: `inner` inlined into `outer`.
+        tables.name_frame(frames[1], vec!["inner".into(), "outer".into()]);
+        for id in std::mem::take(&mut tables.unexpanded) {
+            tables.expand(id, &mut expanded);
+        }
+        let stack = &tables.callstacks[id as usize - 1];
+        assert_eq!(stack.len(), 4);
+        let inner = stack[2];
+        assert_eq!(
+            tables.names[tables.frames[inner as usize - 1].name as usize - 1],
+            "inner"
+        );
+        assert!(tables.bytes > before, "names, a frame and a longer stack");
+        let held = (tables.bytes, tables.callstacks.len(), tables.frames.len());
+        assert_eq!(
+            tables.callstack(&mut modules, &a, &mut scratch, false),
+            Some(id),
+            "the expanded stack is found without room"
+        );
+        assert_eq!(
+            tables.callstack(&mut modules, &a, &mut scratch, true),
+            Some(id)
+        );
+        assert_eq!(
+            (tables.bytes, tables.callstacks.len(), tables.frames.len()),
+            held,
+            "nothing stored again"
+        );
+        // A stack made after the naming holds the named frame: stored as
+        // made, found again before and after its expansion.
+        let b = [pc + 300, pc + 100, pc + 200];
+        let other = tables
+            .callstack(&mut modules, &b, &mut scratch, true)
+            .unwrap();
+        assert_ne!(other, id);
+        assert_eq!(
+            tables.callstack(&mut modules, &b, &mut scratch, false),
+            Some(other)
+        );
+        for id in std::mem::take(&mut tables.unexpanded) {
+            tables.expand(id, &mut expanded);
+        }
+        assert_eq!(tables.callstacks[other as usize - 1].len(), 4);
+        assert_eq!(
+            tables.callstack(&mut modules, &b, &mut scratch, false),
+            Some(other)
+        );
+        assert_eq!(tables.callstacks.len(), 2);
+        assert_eq!(tables.stack_ids.len(), 2);
     }
 }

@@ -10,14 +10,16 @@
 //! and registers unwound there from `.eh_frame` (`unwind`);
 //! [`CpuStacks::Auto`] takes the first when the program's own functions
 //! keep frame pointers. Addresses become interned mappings, frames and
-//! call stacks (`tables`), names from the symbol tables (`modules`). The
-//! flusher takes the samples each pass and hands them to its encoder; a
-//! thread that exits keeps its samples.
+//! call stacks (`tables`), unnamed. The flusher takes the samples each
+//! pass, names their new frames from the symbol tables (`modules`), debug
+//! files and DWARF (`debuginfo`: inlined functions as frames of their own)
+//! of the files mapped, and hands them to its encoder; a thread that exits
+//! keeps its samples.
 //!
 //! Bounded: each thread's kernel ring and the interning tables are taken
 //! from the session's memory budget (the tables also capped), rings kept
 //! within the locked-memory limit (smaller rings once it is reached, said
-//! once); the files' symbols are capped, perf fds kept to half the limit of
+//! once); the files' symbols (and DWARF tables) are capped, perf fds kept to half the limit of
 //! open files; samples waiting for the flusher are capped. Losses are
 //! counted in [`Stats`](crate::Stats): records the kernel dropped, samples
 //! over the cap or past the tables' memory, stacks whose unwinding stopped
@@ -46,6 +48,8 @@ pub(crate) mod tables;
 ))]
 #[path = "../../benches/sampling_cost/mod.rs"]
 mod cost;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod debuginfo;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod engine;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]

@@ -2,16 +2,21 @@
 //! file's ELF read once (build id, symbol table, unwind sections), and the
 //! look-up of an address to (mapping, `rel_pc`, function name).
 //!
-//! Names come from `.symtab` (and `.dynsym` where it is stripped): an
-//! address map built in milliseconds, never DWARF line tables (hundreds of
-//! milliseconds for a few addresses). Demangled at look-up, once per frame.
+//! Names come from `.symtab` and `.dynsym`, with those of the file's debug
+//! file and `.gnu_debugdata` where it has them (`debuginfo`): an address
+//! map built in milliseconds. Where the file has DWARF, the functions
+//! inlined at an address are named too, each a frame of its own (read the
+//! first time an address of a unit is looked up). Demangled at look-up,
+//! once per frame.
 //!
 //! Every number read from a file (addresses, sizes, offsets) is untrusted:
 //! a span that overflows, or data that does not match its header, is left
 //! out (a symbol, a section, a segment), never a panic.
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use super::debuginfo::{self, Dwarf, Symbol};
+use object::{Object, ObjectSection, ObjectSegment};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One executable mapping of a file.
@@ -21,6 +26,9 @@ pub(crate) struct Mapping {
     /// File offset of `start`.
     pub(crate) pgoff: u64,
     pub(crate) path: String,
+    /// The mapped file's device and inode (`MapsLine`).
+    pub(crate) dev: u64,
+    pub(crate) inode: u64,
     pub(crate) file: Option<Arc<ElfFile>>,
 }
 
@@ -30,10 +38,27 @@ impl Mapping {
         pc.wrapping_sub(self.start).wrapping_add(self.pgoff)
     }
 
-    /// The ELF's address of `pc`.
+    /// The ELF's address of `pc` (tests: the flusher names frames by
+    /// `rel_pc` and `load_bias`).
+    #[cfg(test)]
     fn svma(&self, pc: u64) -> Option<u64> {
         let f = self.file.as_ref()?;
         Some(self.rel_pc(pc).wrapping_add(f.load_bias))
+    }
+
+    /// The line of `/proc/self/maps` it was read from (tests).
+    #[cfg(test)]
+    pub(crate) fn maps_line(&self) -> MapsLine<'_> {
+        MapsLine {
+            start: self.start,
+            end: self.end,
+            perms: "r-xp",
+            pgoff: self.pgoff,
+            dev: self.dev,
+            inode: self.inode,
+            path: &self.path,
+            deleted: false,
+        }
     }
 
     /// `svma - file offset` of the segment mapped here (Perfetto's
@@ -48,8 +73,11 @@ pub(crate) struct ElfFile {
     pub(crate) build_id: Vec<u8>,
     /// Address minus file offset of the executable segment.
     pub(crate) load_bias: u64,
-    /// (address, size, mangled name), sorted by address.
-    symbols: Vec<(u64, u64, Box<str>)>,
+    /// (address, size, mangled name), sorted by address: the file's own,
+    /// its `.gnu_debugdata`'s and its debug file's.
+    symbols: Vec<Symbol>,
+    /// Its DWARF (or its debug file's), for inlined frames.
+    dwarf: Option<Dwarf>,
     /// Unwind sections, for the copied-stack unwinder.
     pub(crate) unwind: UnwindSections,
     /// Of the functions looked at, the share that sets up a frame pointer.
@@ -73,10 +101,55 @@ fn span(start: u64, size: u64) -> Option<std::ops::Range<u64>> {
 
 impl ElfFile {
     /// The file mapped at `line`'s addresses, as it was mapped (see
-    /// [`FileMap::open_mapped`]).
+    /// [`FileMap::open_mapped`]): its own symbols and unwind sections
+    /// (what the sampler reads).
     fn read_mapped(line: &MapsLine<'_>) -> Option<ElfFile> {
         let data = FileMap::open_mapped(line)?;
         Self::parse(data.bytes())
+    }
+
+    /// The ELF at `path` (tests: the sampler and the flusher read the
+    /// file mapped, `read_mapped`, `read_mapped_with`).
+    #[cfg(test)]
+    pub(crate) fn read(path: &str) -> Option<ElfFile> {
+        let data = FileMap::open(path)?;
+        Self::parse(data.bytes())
+    }
+
+    /// The file mapped at `line`'s addresses, as it was mapped (never
+    /// another file at its path now), for naming frames: with the symbols
+    /// of its debug file, looked for under `debug_root` (`/usr/lib/debug`)
+    /// by its build id or debuglink, and its DWARF (or its debug file's).
+    pub(crate) fn read_mapped_with(
+        line: &MapsLine<'_>,
+        debug_root: &std::path::Path,
+    ) -> Option<ElfFile> {
+        let data = Arc::new(FileMap::open_mapped(line)?);
+        Self::read_from(data, line.path, debug_root)
+    }
+
+    /// The ELF at `path` for naming frames (tests; see `read_mapped_with`).
+    #[cfg(test)]
+    pub(crate) fn read_with(path: &str, debug_root: &std::path::Path) -> Option<ElfFile> {
+        Self::read_from(Arc::new(FileMap::open(path)?), path, debug_root)
+    }
+
+    /// The ELF `data` (found at `path`) for naming frames: its unwind
+    /// sections left out (the sampler has its own), the symbols of its
+    /// debug file added, its DWARF (or its debug file's) attached.
+    fn read_from(data: Arc<FileMap>, path: &str, debug_root: &std::path::Path) -> Option<ElfFile> {
+        let mut elf = Self::parse(data.bytes())?;
+        elf.unwind = UnwindSections::default();
+        let obj = object::File::parse(data.bytes()).ok()?;
+        let mut more = Vec::new();
+        let debug =
+            debuginfo::debug_file_symbols(debug_root, std::path::Path::new(path), &obj, &mut more);
+        if !more.is_empty() {
+            elf.symbols.append(&mut more);
+            sort_symbols(&mut elf.symbols);
+        }
+        elf.dwarf = Dwarf::of(data.clone()).or_else(|| debug.and_then(Dwarf::of));
+        Some(elf)
     }
 
     /// What is read from the ELF `bytes`; None if they are no ELF (or no
@@ -97,15 +170,10 @@ impl ElfFile {
             })
             .map_or(0, |s| s.address().wrapping_sub(s.file_range().0));
         // A symbol whose end overflows is no function of a sane file.
-        let mut symbols: Vec<(u64, u64, Box<str>)> = obj
-            .symbols()
-            .chain(obj.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-            .filter(|s| s.address().checked_add(s.size()).is_some())
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.into())))
-            .collect();
-        symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-        symbols.dedup_by_key(|s| s.0);
+        let mut symbols = Vec::new();
+        debuginfo::text_symbols(&obj, &mut symbols);
+        debuginfo::mini_debuginfo_symbols(&obj, &mut symbols);
+        sort_symbols(&mut symbols);
         // A section's address range, and its bytes where the unwinder reads
         // them: left out if the range overflows or the bytes in the file
         // are not as many as the header says.
@@ -138,14 +206,47 @@ impl ElfFile {
             build_id,
             load_bias,
             symbols,
+            dwarf: None,
             unwind,
             frame_pointer_share,
         })
     }
 
+    /// The names of the frames at ELF address `svma`, demangled,
+    /// innermost first: the functions inlined there (where the file has
+    /// DWARF), then the function of the symbol table they are inlined
+    /// into ("" if none names it). `out` is cleared first.
+    pub(crate) fn frame_names(&self, svma: u64, out: &mut Vec<String>) {
+        out.clear();
+        if let Some(dwarf) = &self.dwarf {
+            dwarf.inlined(svma, out);
+            out.retain(|n| !n.is_empty());
+            for n in out.iter_mut() {
+                *n = format!("{:#}", rustc_demangle::demangle(n));
+            }
+        }
+        out.push(
+            self.symbol(svma)
+                .map(|n| format!("{:#}", rustc_demangle::demangle(n)))
+                .unwrap_or_default(),
+        );
+    }
+
+    /// How many function symbols were read (tests).
+    #[cfg(test)]
+    pub(crate) fn symbol_count(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// The function containing ELF address `svma`, mangled (tests).
+    #[cfg(test)]
+    pub(crate) fn symbol_at(&self, svma: u64) -> Option<&str> {
+        self.symbol(svma)
+    }
+
     /// The heap it holds: symbols (their names copied out of the file),
-    /// unwind sections, build id.
-    fn heap_bytes(&self) -> u64 {
+    /// unwind sections, build id (its DWARF's: `dwarf_bytes`).
+    pub(crate) fn heap_bytes(&self) -> u64 {
         let names: u64 = self.symbols.iter().map(|s| s.2.len() as u64).sum();
         let section = |s: &Option<(std::ops::Range<u64>, Arc<[u8]>)>| {
             s.as_ref().map_or(0, |(_, d)| d.len() as u64 + 16)
@@ -155,6 +256,18 @@ impl ElfFile {
             + section(&self.unwind.eh_frame)
             + section(&self.unwind.eh_frame_hdr)
             + self.build_id.len() as u64
+    }
+
+    /// The most heap its DWARF's tables may take (`Dwarf::heap_bound`);
+    /// 0 without DWARF.
+    pub(crate) fn dwarf_bytes(&self) -> u64 {
+        self.dwarf.as_ref().map_or(0, Dwarf::heap_bound)
+    }
+
+    /// Its DWARF left unread (no room for its tables): its frames are
+    /// named from its symbols only.
+    pub(crate) fn forget_dwarf(&mut self) {
+        self.dwarf = None;
     }
 
     /// The function containing ELF address `svma`, mangled.
@@ -173,14 +286,25 @@ impl ElfFile {
     }
 }
 
+/// Sorted by address, one per address (the one of the largest size).
+fn sort_symbols(symbols: &mut Vec<Symbol>) {
+    symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    symbols.dedup_by_key(|s| s.0);
+}
+
 /// A file mapped read-only: only the pages of the sections read are
 /// faulted in (a debug binary is tens of MB; its symbols a fraction).
-struct FileMap {
+pub(crate) struct FileMap {
     ptr: *mut libc::c_void,
     len: usize,
 }
 
 impl FileMap {
+    /// The file at `path` (a debug file), if it is a regular file.
+    pub(crate) fn open(path: &str) -> Option<FileMap> {
+        Self::map(open_regular(path)?.0)
+    }
+
     /// The file mapped at `line`'s addresses, never another one found at
     /// its path now (a library replaced on disk since it was mapped, shown
     /// `(deleted)`): first `/proc/self/map_files/<start>-<end>`, the mapped
@@ -221,13 +345,20 @@ impl FileMap {
         (ptr != libc::MAP_FAILED).then_some(FileMap { ptr, len })
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: `len` bytes are mapped readable at `ptr` until `drop`.
         // A file truncated meanwhile would fault on access: the process's
         // own binaries and libraries are not rewritten while it runs.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 }
+
+// SAFETY: the mapping is private and read-only: nothing writes its bytes
+// (`bytes` hands out shared slices only), so threads may read them at
+// once; it is unmapped only by `drop`, which has the `FileMap` to itself.
+unsafe impl Send for FileMap {}
+// SAFETY: as above: shared access is reads of bytes nothing changes.
+unsafe impl Sync for FileMap {}
 
 /// `path` opened for reading without blocking (a FIFO would wait for a
 /// writer) and kept only if it is a regular file: the file, its device and
@@ -308,7 +439,7 @@ impl Drop for FileMap {
 
 /// The share of (up to 512) functions of `text` at `addr` whose first
 /// instructions are `push %rbp; mov %rsp,%rbp` (after an `endbr64`).
-fn frame_pointer_share(symbols: &[(u64, u64, Box<str>)], addr: u64, text: &[u8]) -> f32 {
+fn frame_pointer_share(symbols: &[Symbol], addr: u64, text: &[u8]) -> f32 {
     const PROLOGUE: [u8; 4] = [0x55, 0x48, 0x89, 0xe5];
     const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
     let funcs: Vec<&[u8]> = symbols
@@ -343,20 +474,61 @@ pub(crate) struct Modules {
     last_scan: Option<std::time::Instant>,
     /// Bumped whenever `maps` changes (the unwinder re-reads them).
     pub(crate) generation: u64,
-    /// Files past `FILES_CAP` (left unread).
-    pub(crate) files_no_memory: u64,
-    /// Heap held by the files read (`ElfFile::heap_bytes`).
-    files_bytes: u64,
+    /// What the files read hold, within `FILES_CAP` (shared with the
+    /// flusher's naming, `debuginfo::Symbolizer`).
+    pub(crate) files_cap: Arc<FilesCap>,
 }
 
-/// Most heap the mapped files' symbols and unwind sections hold (copied
-/// out of the files); a file past it is left unread (its frames have no
-/// names), counted in `Stats::cpu_files_no_memory`. Kept out of the
-/// memory budget: without them samples have no use, and one large binary's
-/// take a budget's worth (an 18 MB binary's, about 5 MB).
+/// Most heap the mapped files' tables hold: the sampler's (symbols and
+/// unwind sections, copied out of the files) and the flusher's for naming
+/// frames (symbols with those of the debug files and MiniDebugInfo, and
+/// the bound of the DWARF tables read for inlined frames). A file past it
+/// is left unread (the sampler's: its frames unwound by frame pointers
+/// only; the flusher's: its frames unnamed), a DWARF past it unread (its
+/// frames named from symbols only), each counted in
+/// `Stats::cpu_files_no_memory`. Kept out of the memory budget: without
+/// them samples have no use, and one large binary's take a budget's worth
+/// (an 18 MB binary's, about 5 MB).
 pub(crate) const FILES_CAP: u64 = 128 << 20;
 
+/// The heap held by files' tables against `FILES_CAP`, and the files (or
+/// DWARF) refused.
+#[derive(Default)]
+pub(crate) struct FilesCap {
+    held: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl FilesCap {
+    /// Holds `bytes` more if that stays within `FILES_CAP`; else counts a
+    /// refusal and returns false.
+    pub(crate) fn hold(&self, bytes: u64) -> bool {
+        let held = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(bytes).filter(|&n| n <= FILES_CAP)
+            });
+        if held.is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        held.is_ok()
+    }
+
+    /// Files (or DWARF) refused so far.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
 impl Modules {
+    /// None read yet; their files held within `files_cap`.
+    pub(crate) fn with_files_cap(files_cap: Arc<FilesCap>) -> Modules {
+        Modules {
+            files_cap,
+            ..Modules::default()
+        }
+    }
+
     /// Reads `/proc/self/maps` and every new file's ELF.
     pub(crate) fn scan(&mut self) {
         self.last_scan = Some(std::time::Instant::now());
@@ -366,6 +538,11 @@ impl Modules {
     }
 
     /// The executable mappings of `text`, in `/proc/<pid>/maps`'s form.
+    // The files are shared with the unwinder on the sampler's own thread
+    // (never sent: the sampler makes its `Modules` there), so `ElfFile`
+    // need not be `Sync` (its lazily parsed DWARF is not; only the
+    // flusher's files have any).
+    #[allow(clippy::arc_with_non_send_sync)]
     pub(crate) fn scan_text(&mut self, text: &str) {
         let mut maps = Vec::new();
         for line in text.lines() {
@@ -377,20 +554,14 @@ impl Modules {
             }
             // By the file mapped (device and inode), not its path: a path
             // may name another file since.
-            let (no_memory, held) = (&mut self.files_no_memory, &mut self.files_bytes);
+            let cap = &self.files_cap;
             let file = self
                 .files
                 .entry((line.dev, line.inode))
                 .or_insert_with(|| {
                     // What is kept of the files is capped.
                     let f = ElfFile::read_mapped(&line)?;
-                    let bytes = f.heap_bytes();
-                    if *held + bytes > FILES_CAP {
-                        *no_memory += 1;
-                        return None;
-                    }
-                    *held += bytes;
-                    Some(Arc::new(f))
+                    cap.hold(f.heap_bytes()).then(|| Arc::new(f))
                 })
                 .clone();
             maps.push(Mapping {
@@ -398,6 +569,8 @@ impl Modules {
                 end: line.end,
                 pgoff: line.pgoff,
                 path: line.path.to_string(),
+                dev: line.dev,
+                inode: line.inode,
                 file,
             });
         }
@@ -454,6 +627,7 @@ impl Modules {
     }
 
     /// The demangled name of the function at `pc` in mapping `map`.
+    #[cfg(test)]
     pub(crate) fn function_name(&self, map: usize, pc: u64) -> Option<String> {
         let m = self.maps.get(map)?;
         let svma = m.svma(pc)?;
@@ -616,6 +790,7 @@ mod tests {
             build_id: Vec::new(),
             load_bias: 0,
             symbols: vec![(u64::MAX - 0x10, 0x100, "f".into())],
+            dwarf: None,
             unwind: UnwindSections::default(),
             frame_pointer_share: 0.0,
         };
@@ -640,6 +815,8 @@ mod tests {
             end: 0x2000,
             pgoff: u64::MAX,
             path: "/x".into(),
+            dev: 0,
+            inode: 0,
             file: None,
         };
         assert_eq!(m.rel_pc(0x1001), 0);

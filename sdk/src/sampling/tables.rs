@@ -74,6 +74,10 @@ pub(crate) struct Sample {
 
 /// A mapping as written to the trace.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) struct MappingDef {
     pub(crate) build_id: Vec<u8>,
     pub(crate) path: String,
@@ -81,6 +85,28 @@ pub(crate) struct MappingDef {
     pub(crate) end: u64,
     pub(crate) pgoff: u64,
     pub(crate) load_bias: u64,
+    /// The mapped file's device and inode (0 if unknown): the flusher
+    /// names frames from that file, not another found at `path` since.
+    pub(crate) dev: u64,
+    pub(crate) inode: u64,
+}
+
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+impl MappingDef {
+    /// The mapping as `/proc/self/maps` showed it (what the flusher opens
+    /// to name its frames).
+    pub(crate) fn maps_line(&self) -> super::modules::MapsLine<'_> {
+        super::modules::MapsLine {
+            start: self.start,
+            end: self.end,
+            perms: "r-xp",
+            pgoff: self.pgoff,
+            dev: self.dev,
+            inode: self.inode,
+            path: &self.path,
+            deleted: false,
+        }
+    }
 }
 
 /// A frame as written to the trace: ids are indexes + 1.
@@ -94,8 +120,11 @@ pub(crate) struct FrameDef {
 
 /// Everything samples refer to, only ever appended to (ids stay valid for
 /// the whole session; each file's encoder interns, under ids of its own,
-/// the entries its samples use). The maps are the sampler's (its
-/// interning), unused without it.
+/// the entries its samples use). The sampler makes frames (one per
+/// address, unnamed) and call stacks; the flusher names the frames and
+/// puts the frames of inlined functions into the call stacks before any
+/// sample using them is handed to an encoder (`engine::resolve`). The
+/// maps are the sampler's (its interning), unused without it.
 #[derive(Default)]
 #[cfg_attr(
     not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
@@ -116,6 +145,36 @@ pub(crate) struct Tables {
     /// Heap bytes the tables hold (an estimate: what the entries and the
     /// maps' slots take), which the sampler takes from the memory budget.
     pub(crate) bytes: u64,
+    /// Frames the sampler made that the flusher has not named yet.
+    pub(crate) unnamed: Vec<u32>,
+    /// Call stacks the sampler made whose frames' inlined functions the
+    /// flusher has not put in yet.
+    pub(crate) unexpanded: Vec<u32>,
+    /// A frame's inlined functions: the ids of their frames, outermost
+    /// first (put after it in every call stack that holds it).
+    pub(crate) inlined: WordMap<u32, Box<[u32]>>,
+}
+
+#[cfg_attr(
+    not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
+impl Tables {
+    /// The id of `name` (0 for "": no name), interned.
+    pub(crate) fn name(&mut self, name: String) -> u32 {
+        if name.is_empty() {
+            return 0;
+        }
+        if let Some(&id) = self.name_ids.get(&name) {
+            return id;
+        }
+        // Kept twice: in `names` and as the map's key.
+        self.bytes += 2 * (24 + name.len() as u64) + 4 + SLOT_OVERHEAD;
+        self.names.push(name.clone());
+        let id = self.names.len() as u32;
+        self.name_ids.insert(name, id);
+        id
+    }
 }
 
 /// Estimated heap bytes of one map slot beside its key and value (hash

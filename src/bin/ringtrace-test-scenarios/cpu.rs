@@ -148,6 +148,19 @@ fn slow_request(cpu: Duration) -> u64 {
     sum
 }
 
+/// `slow_request` in a `tracing` span of that name instead of a scope.
+#[inline(never)]
+fn slow_request_in_a_span(cpu: Duration) -> u64 {
+    let data: Vec<u64> = (0..1 << 14).collect();
+    let start = thread_cpu();
+    let _span = tracing::info_span!("slow_request").entered();
+    let mut sum = 0u64;
+    while thread_cpu() - start < cpu {
+        sum = sum.wrapping_add(hot_checksum(black_box(&data)));
+    }
+    sum
+}
+
 /// Captures with sampling: a flight recorder capturing `slow_request`
 /// scopes over 100 ms into `trace`'s directory (`capture-{n}.` + `mode`,
 /// "pftrace" or "json"). A hot thread ("before") runs first, then one slow
@@ -155,15 +168,22 @@ fn slow_request(cpu: Duration) -> u64 {
 /// samples before and after the capture's window. `mode` "trigger": no
 /// rule, the slow thread calls `trigger` as its scope ends (a window of
 /// the 1.5 s before it, into a `.pftrace`: the whole scope on a loaded
-/// machine; the threads before and after it 2 s apart).
+/// machine; the threads before and after it 2 s apart). `mode` "tracing":
+/// the slow request is a `tracing` span, captured by `capture_slow`
+/// (the session's subscriber the global default), into a `.pftrace`.
 pub fn capture(trace: &str, mode: &str) -> Value {
     let dir = std::path::Path::new(trace).parent().unwrap();
     let by_trigger = mode == "trigger";
-    let ext = if by_trigger { "pftrace" } else { mode };
+    let by_span = mode == "tracing";
+    let ext = if by_trigger || by_span {
+        "pftrace"
+    } else {
+        mode
+    };
     let pattern = dir.join(format!("capture-{{n}}.{ext}"));
     let before_ms = if by_trigger { 1500 } else { 10 };
     let apart = Duration::from_millis(if by_trigger { 2000 } else { 300 });
-    let mut builder = ringtrace::builder()
+    let builder = ringtrace::builder()
         .output(trace)
         .overwrite(true)
         .buffer_bytes(6 << 20)
@@ -171,15 +191,28 @@ pub fn capture(trace: &str, mode: &str) -> Value {
         .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
         .capture_to(&pattern)
         .capture_before(Duration::from_millis(before_ms));
-    if !by_trigger {
-        builder = builder.capture_slow_scopes(["slow_request"], Duration::from_millis(100));
-    }
-    let guard = builder.start().unwrap();
+    let guard = if by_span {
+        let (subscriber, guard) = builder
+            .capture_slow(["slow_request"], Duration::from_millis(100))
+            .subscriber()
+            .unwrap();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        guard
+    } else if by_trigger {
+        builder.start().unwrap()
+    } else {
+        builder
+            .capture_slow_scopes(["slow_request"], Duration::from_millis(100))
+            .start()
+            .unwrap()
+    };
     let run = |name: &str, slow: bool| {
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
-                let sum = if slow {
+                let sum = if slow && by_span {
+                    slow_request_in_a_span(Duration::from_millis(250))
+                } else if slow {
                     let sum = slow_request(Duration::from_millis(250));
                     if by_trigger {
                         ringtrace::trigger("slow");
@@ -881,4 +914,104 @@ pub fn fd_limit(trace: &str) -> Value {
     }
     let stats = guard.stop().unwrap();
     json!({"opened": opened, "perf_fds": perf_fds, "stats": stats_json(&stats)})
+}
+
+/// A JSON document of `n` records, each an object of short strings and
+/// numbers: parsing it allocates a string, a map node or a vector for
+/// almost every token.
+fn json_text(n: usize) -> String {
+    let records: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({
+                "id": i,
+                "name": format!("record-{i}"),
+                "tags": ["alpha", "beta", format!("t{}", i % 17)],
+                "attrs": {"k1": format!("v{i}"), "k2": i * 3, "k3": [i, i + 1]},
+            })
+        })
+        .collect();
+    serde_json::to_string(&records).unwrap()
+}
+
+/// Third-party code allocating heavily: `serde_json` parses a document
+/// into `Value`s and drops them (the C library's `malloc` and `free`, and
+/// their internal functions, take much of the time), sampled at 1 kHz for
+/// `cpu` of the thread's CPU time inside a `parse` scope. The thread's tid
+/// and the stats are the expectation.
+#[inline(never)]
+fn json_parsing_body(cpu: Duration) -> usize {
+    let text = json_text(2_000);
+    let start = thread_cpu();
+    let mut items = 0;
+    while thread_cpu() - start < cpu {
+        ringtrace::trace_scope!("parse");
+        let v: Value = serde_json::from_str(black_box(&text)).unwrap();
+        items += v.as_array().map_or(0, Vec::len);
+    }
+    items
+}
+
+pub fn json_parse(trace: &str) -> Value {
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .start()
+        .unwrap();
+    let (tid, items) = std::thread::Builder::new()
+        .name("json".into())
+        .spawn(|| (super::tid(), json_parsing_body(Duration::from_millis(500))))
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "items": items, "stats": stats_json(&stats)})
+}
+
+/// Always inlined into `inline_caller`: the hot loop, where the time goes.
+#[inline(always)]
+fn inlined_hot_loop(data: &[u64], state: u64) -> u64 {
+    let mut h = state;
+    for _ in 0..64 {
+        for &w in data {
+            h = (h ^ black_box(w))
+                .wrapping_mul(0x100_0000_01b3)
+                .rotate_left(7);
+        }
+    }
+    h
+}
+
+/// Not inlined: its code is `inlined_hot_loop`'s.
+#[inline(never)]
+fn inline_caller(data: &[u64], state: u64) -> u64 {
+    inlined_hot_loop(data, state) ^ 1
+}
+
+/// A thread whose time goes into a function inlined into its caller
+/// (`inlined_hot_loop` in `inline_caller`), `cpu` of CPU time inside
+/// `inline` scopes, sampled at 1 kHz with copied stacks.
+pub fn inline(trace: &str) -> Value {
+    let guard = ringtrace::builder()
+        .output(trace)
+        .cpu_sampling(1000)
+        .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
+        .start()
+        .unwrap();
+    let (tid, sum) = std::thread::Builder::new()
+        .name("inline".into())
+        .spawn(|| {
+            let data: Vec<u64> = (0..1 << 12).collect();
+            let start = thread_cpu();
+            let mut sum = 0u64;
+            while thread_cpu() - start < Duration::from_millis(400) {
+                ringtrace::trace_scope!("inline");
+                sum = sum.wrapping_add(inline_caller(black_box(&data), sum));
+            }
+            (super::tid(), sum)
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let stats = guard.stop().unwrap();
+    json!({"tid": tid, "sum": sum, "stats": stats_json(&stats)})
 }

@@ -90,6 +90,8 @@ fn main() {
         "env_check_tracing" => env::check_tracing(),
         "env_layer" => env::layer(),
         "cpu_bad_elf" => cpu::bad_elf(&trace),
+        "cpu_json_parse" => cpu::json_parse(&trace),
+        "cpu_inline" => cpu::inline(&trace),
         "otlp_server" => otlp::server(&trace, &args[4]),
         "otlp_client" => otlp::client(&trace, &args[4]),
         "otlp_exit" => otlp::exit(&trace, &args[4]),

@@ -365,6 +365,8 @@ mod tests {
             end: 0x9000,
             pgoff: 0,
             load_bias: 0,
+            dev: 0,
+            inode: 0,
         });
         t.names.push("prog::hot".into());
         t.frames.push(FrameDef {
@@ -461,6 +463,8 @@ mod tests {
                 end: 0x20000,
                 pgoff: 0,
                 load_bias: 0,
+                dev: 0,
+                inode: 0,
             });
             t.names.push("other::f".into());
             t.names.push("prog::main".into());
