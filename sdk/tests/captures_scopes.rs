@@ -102,41 +102,46 @@ fn slow_scopes_captured_whole(ext: &str) {
             .iter()
             .filter(|s| s.name.starts_with("handle") && s.dur > THRESHOLD.as_nanos() as i64)
             .collect();
-        assert_eq!(long.len(), 1, "{f:?}: one slow request a file: {long:?}");
-        let req = long[0];
-        // The request's id: its `work` scope, on its thread, inside it.
-        let inner: Vec<&Slice> = slices
-            .iter()
-            .filter(|s| {
-                s.name == "work" && s.track == req.track && s.ts >= req.ts && s.end() <= req.end()
-            })
-            .collect();
-        assert_eq!(inner.len(), 1, "{f:?}: its work scope");
-        let id = inner[0].args["id"].as_u64().unwrap();
-        found.push(id);
-        if slow.contains(&id) {
-            let helper: Vec<&Slice> = slices
+        // One slow request a file, or more when the machine's load stretched
+        // a fast one beside it (its capture then holds both).
+        assert!(!long.is_empty(), "{f:?}: a slow request");
+        for req in &long {
+            // The request's id: its `work` scope, on its thread, inside it.
+            let inner: Vec<&Slice> = slices
                 .iter()
-                .filter(|s| s.name == "helper" && s.args["id"].as_u64() == Some(id))
+                .filter(|s| {
+                    s.name == "work"
+                        && s.track == req.track
+                        && s.ts >= req.ts
+                        && s.end() <= req.end()
+                })
                 .collect();
-            assert_eq!(helper.len(), 1, "{f:?}: its helper");
-            assert!(
-                helper[0].thread().starts_with("helper#"),
-                "from its own thread"
-            );
-            assert!(helper[0].ts >= req.ts && helper[0].end() <= req.end());
-            let way = ["handle scope", "handle traced", "handle typed"][(id % 3) as usize];
-            assert_eq!(req.name, way, "{f:?}");
+            assert_eq!(inner.len(), 1, "{f:?}: its work scope");
+            let id = inner[0].args["id"].as_u64().unwrap();
+            found.push(id);
+            if slow.contains(&id) {
+                let helper: Vec<&Slice> = slices
+                    .iter()
+                    .filter(|s| s.name == "helper" && s.args["id"].as_u64() == Some(id))
+                    .collect();
+                assert_eq!(helper.len(), 1, "{f:?}: its helper");
+                assert!(
+                    helper[0].thread().starts_with("helper#"),
+                    "from its own thread"
+                );
+                assert!(helper[0].ts >= req.ts && helper[0].end() <= req.end());
+                let way = ["handle scope", "handle traced", "handle typed"][(id % 3) as usize];
+                assert_eq!(req.name, way, "{f:?}");
+            }
         }
-        // Nothing outside the window: `BEFORE` before the slice's begin to
-        // its end (JSON rounds to microseconds).
+        // Nothing outside the window: `BEFORE` before the slow slices' first
+        // begin to their last end (JSON rounds to microseconds).
         // 20 us at the start: the capture converts its window with the
         // calibration when it is written, the file its slices with the one
         // when they were encoded (a refresh between moves them apart).
-        let window = (
-            req.ts - BEFORE.as_nanos() as u64 - 20_000,
-            req.end() + 1_000,
-        );
+        let first = long.iter().map(|s| s.ts).min().unwrap();
+        let last = long.iter().map(|s| s.end()).max().unwrap();
+        let window = (first - BEFORE.as_nanos() as u64 - 20_000, last + 1_000);
         assert_within(f, &slices, window);
     }
     found.sort();
