@@ -218,8 +218,9 @@ async fn task(
     sum
 }
 
-fn run_tokio(trace: &Path, via: Via) -> u64 {
-    let (dispatch, guard) = start(trace, via);
+/// `every`: each slice of a span carries its fields, not only its first.
+fn run_tokio(trace: &Path, via: Via, every: bool) -> u64 {
+    let (dispatch, guard) = start_with(trace, via, every);
     let d = dispatch.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -266,23 +267,58 @@ fn run_tokio(trace: &Path, via: Via) -> u64 {
     total
 }
 
-fn check_tokio(trace: &Path) {
+/// `every`: the trace of `run_tokio(.., every)`. Without it a task's first
+/// poll carries its field `i` and later polls its name alone: a task is
+/// known to have hopped by its async range (which carries `i`), which must
+/// cover its first poll.
+fn check_tokio(trace: &Path, every: bool) {
     let (slices, _) = decode(trace);
     let mut polls: BTreeMap<u64, Vec<&Slice>> = BTreeMap::new();
     let mut ranges: BTreeMap<u64, Vec<&Slice>> = BTreeMap::new();
+    let mut bare = 0;
     for s in slices.iter().filter(|s| s.name == "task") {
-        let i = s.args["i"].as_u64().unwrap();
-        if s.is_async() {
-            ranges.entry(i).or_default().push(s);
-        } else {
+        if !s.is_async() {
             assert!(
                 s.thread().starts_with("layer-worker#"),
                 "polls run on workers: {s:?}"
             );
+        }
+        let Some(i) = s.args.get("i").and_then(|i| i.as_u64()) else {
+            assert!(!every && !s.is_async(), "a slice without `i`: {s:?}");
+            bare += 1;
+            continue;
+        };
+        if s.is_async() {
+            ranges.entry(i).or_default().push(s);
+        } else {
             polls.entry(i).or_default().push(s);
         }
     }
     assert_eq!(polls.len(), 16, "every task's polls are on thread tracks");
+    if !every {
+        assert!(
+            bare > 0,
+            "tasks polled more than once: the test proves nothing"
+        );
+        let mut hopped = 0;
+        for (i, p) in &polls {
+            assert_eq!(p.len(), 1, "task {i}: its first poll alone carries `i`");
+            let r = ranges.get(i).map_or(&[][..], |v| v.as_slice());
+            assert!(r.len() <= 1, "task {i}: {r:?}");
+            if let Some(r) = r.first() {
+                hopped += 1;
+                assert!(r.ts <= p[0].ts && r.end() >= p[0].end(), "task {i}: {r:?}");
+            }
+        }
+        assert!(
+            hopped > 0,
+            "no task moved between workers: the test proves nothing"
+        );
+        for e in slices.iter().filter(|s| s.instant && s.cat == "tasks") {
+            assert!(e.depth >= 1, "event outside its task's slice: {e:?}");
+        }
+        return;
+    }
     let mut hopped = 0;
     for (i, p) in &polls {
         let threads: BTreeSet<&str> = p.iter().map(|s| s.thread()).collect();
@@ -317,16 +353,16 @@ fn check_tokio(trace: &Path) {
 fn tokio_tasks_hopping_threads_perfetto() {
     let _s = serial();
     let trace = scratch("tokio-pf").join("tokio.pftrace");
-    assert!(run_tokio(&trace, Via::Layer) > 0);
-    check_tokio(&trace);
+    assert!(run_tokio(&trace, Via::Layer, false) > 0);
+    check_tokio(&trace, false);
 }
 
 #[test]
 fn tokio_tasks_hopping_threads_json() {
     let _s = serial();
     let trace = scratch("tokio-json").join("tokio.json");
-    assert!(run_tokio(&trace, Via::Layer) > 0);
-    check_tokio(&trace);
+    assert!(run_tokio(&trace, Via::Layer, false) > 0);
+    check_tokio(&trace, false);
 }
 
 // ---------------------------------------------------------------------------
@@ -352,8 +388,21 @@ fn subscriber_follows_from_is_a_flow() {
 fn subscriber_tokio_tasks_hopping_threads() {
     let _s = serial();
     let trace = scratch("sub-tokio-pf").join("tokio.pftrace");
-    assert!(run_tokio(&trace, Via::Subscriber) > 0);
-    check_tokio(&trace);
+    assert!(run_tokio(&trace, Via::Subscriber, false) > 0);
+    check_tokio(&trace, false);
+}
+
+/// With `span_fields_every_slice(true)`, every poll of a task carries its
+/// field: a task's polls are found on every thread that ran them, inside
+/// its async range.
+#[test]
+fn tokio_tasks_hopping_threads_every_slice() {
+    let _s = serial();
+    for (via, ext) in [(Via::Layer, "pftrace"), (Via::Subscriber, "json")] {
+        let trace = scratch(&format!("tokio-every-{ext}")).join(format!("tokio.{ext}"));
+        assert!(run_tokio(&trace, via, true) > 0);
+        check_tokio(&trace, true);
+    }
 }
 
 #[test]
@@ -512,13 +561,24 @@ fn check_deep(trace: &Path) {
         assert_eq!(Some(s.depth), s.args["i"].as_u64(), "{s:?}");
     }
     // 0..=10 once; 11..39 ended at 10's exit and begun again: twice.
+    // Their first slices carry `i`; the slices begun again their name alone.
     let deep2 = on_thread("deep2");
     let mut per: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut again = Vec::new();
     for s in &deep2 {
-        *per.entry(s.args["i"].as_u64().unwrap()).or_default() += 1;
+        match s.args.get("i").and_then(|i| i.as_u64()) {
+            Some(i) => *per.entry(i).or_default() += 1,
+            None => again.push(s.depth),
+        }
     }
-    let want: BTreeMap<u64, usize> = (0..40).map(|i| (i, if i > 10 { 2 } else { 1 })).collect();
+    let want: BTreeMap<u64, usize> = (0..40).map(|i| (i, 1)).collect();
     assert_eq!(per, want);
+    again.sort();
+    assert_eq!(
+        again,
+        (10..39).collect::<Vec<u64>>(),
+        "11..39 begun again at 10..38"
+    );
     let after = on_thread("after");
     assert_eq!(after.len(), 1);
     assert_eq!(after[0].depth, 0);
@@ -541,5 +601,104 @@ fn spans_nested_past_the_inline_stack_subscriber() {
         let trace = scratch(&format!("deep-sub-{ext}")).join(format!("deep.{ext}"));
         run_deep(&trace, Via::Subscriber);
         check_deep(&trace);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A span's fields: on its first slice (or on every slice, if asked)
+
+/// A span entered three times on one thread: `a` and `b` at creation, `c`
+/// recorded between the first and second enter, `d` while the third is
+/// entered.
+fn run_reentered(trace: &Path, via: Via, every: bool) {
+    let (dispatch, guard) = start_with(trace, via, every);
+    on_thread("again", &dispatch, || {
+        let span = info_span!(
+            target: "app",
+            "again",
+            a = 1u64,
+            b = "two",
+            c = tracing::field::Empty,
+            d = tracing::field::Empty
+        );
+        span.in_scope(|| {});
+        span.record("c", 3u64);
+        span.in_scope(|| {});
+        span.in_scope(|| {
+            span.record("d", 4u64);
+        });
+    });
+    guard.stop().unwrap();
+}
+
+/// The args of the span's slices, in order.
+fn reentered_args(trace: &Path) -> Vec<serde_json::Value> {
+    let (slices, _) = decode(trace);
+    let mut again: Vec<&Slice> = slices
+        .iter()
+        .filter(|s| s.name == "again" && s.thread().starts_with("again#"))
+        .collect();
+    again.sort_by_key(|s| s.ts);
+    assert!(
+        slices.iter().all(|s| !(s.name == "again" && s.is_async())),
+        "entered on one thread, in stack order: no async range"
+    );
+    let empty = json!({});
+    again
+        .iter()
+        .map(|s| {
+            if s.args.is_null() {
+                empty.clone()
+            } else {
+                s.args.clone()
+            }
+        })
+        .collect()
+}
+
+/// By default the first slice carries every field the span has, a later
+/// one only what was recorded since the slice before (or while it was
+/// entered): both formats, both ways in, decoded with the official schema.
+#[test]
+fn a_spans_fields_are_on_its_first_slice_only() {
+    let _s = serial();
+    for (via, ext) in [
+        (Via::Layer, "pftrace"),
+        (Via::Layer, "json"),
+        (Via::Subscriber, "pftrace"),
+        (Via::Subscriber, "json"),
+    ] {
+        let trace = scratch(&format!("again-{via:?}-{ext}")).join(format!("again.{ext}"));
+        run_reentered(&trace, via, false);
+        let args = reentered_args(&trace);
+        assert_eq!(
+            args,
+            [
+                json!({"a": 1, "b": "two"}),
+                json!({"c": 3}),
+                json!({"d": 4})
+            ],
+            "{via:?} {ext}"
+        );
+    }
+}
+
+/// With `span_fields_every_slice(true)` every slice is self-contained.
+#[test]
+fn span_fields_every_slice_puts_them_on_each_slice() {
+    let _s = serial();
+    for (via, ext) in [(Via::Layer, "json"), (Via::Subscriber, "pftrace")] {
+        let trace = scratch(&format!("again-every-{via:?}-{ext}")).join(format!("again.{ext}"));
+        run_reentered(&trace, via, true);
+        let args = reentered_args(&trace);
+        assert_eq!(
+            args,
+            [
+                json!({"a": 1, "b": "two"}),
+                json!({"a": 1, "b": "two", "c": 3}),
+                json!({"a": 1, "b": "two", "c": 3, "d": 4}),
+            ],
+            "{via:?} {ext}"
+        );
     }
 }

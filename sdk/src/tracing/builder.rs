@@ -180,6 +180,45 @@ impl Builder {
         self
     }
 
+    /// Whether every slice of a `tracing` span carries all the span's
+    /// fields (`true`), or only its first (`false`, the default).
+    ///
+    /// A span entered many times (an instrumented future, polled at each
+    /// wake-up) gives a slice per enter. By default its fields are the debug
+    /// annotations (Chrome JSON: `args`) of its first slice only; a later
+    /// slice carries its name alone, plus the fields recorded
+    /// (`Span::record`) since the slice before, and the span's async track,
+    /// when it has one (entered on a second thread, or out of order), holds
+    /// them all from creation to close. With `true`, each slice is
+    /// self-contained (every slice can be read alone, e.g. after the
+    /// first one was overwritten in a ring buffer), at a cost per enter: the
+    /// fields are copied into the ring again and encoded again by the
+    /// flusher (a few hundred instructions per enter for a handful of
+    /// fields, more for strings). Needs the `tracing` feature (on by
+    /// default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("ringtrace-doc-every-slice.pftrace");
+    /// let (subscriber, trace) = ringtrace::builder()
+    ///     .output(&path)
+    ///     .span_fields_every_slice(true)
+    ///     .subscriber()?;
+    /// tracing::subscriber::with_default(subscriber, || {
+    ///     let span = tracing::info_span!("poll", task = 7);
+    ///     for _ in 0..3 {
+    ///         let _entered = span.enter(); // each slice carries `task`
+    ///     }
+    /// });
+    /// trace.stop()?;
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn span_fields_every_slice(mut self, every: bool) -> Self {
+        self.spans.fields_every_slice = every;
+        self
+    }
+
     /// Starts the session (as [`start`](Builder::start)) and returns a
     /// `tracing` layer that records into it, to add to a
     /// `tracing_subscriber::registry()` (with or without a per-layer
@@ -263,6 +302,11 @@ impl Builder {
         }
         // In ticks of the clock the session's start calibrated.
         let slow = o.slow.map(|rule| Arc::new(rule.calibrated()));
-        Ok((T::from_session(sealed::Setup { sampler, slow }), guard))
+        let setup = sealed::Setup {
+            sampler,
+            slow,
+            fields_every_slice: o.fields_every_slice,
+        };
+        Ok((T::from_session(setup), guard))
     }
 }

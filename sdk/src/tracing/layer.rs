@@ -48,11 +48,16 @@ impl fmt::Debug for RingtraceLayer {
 /// `SPAN_STATES`; one map per layer, hence per registry.
 struct SpanMap {
     ids: IdMap,
+    /// Every slice of a span carries all its fields, not only its first.
+    fields_every_slice: bool,
 }
 
 impl SpanMap {
-    fn new() -> SpanMap {
-        SpanMap { ids: IdMap::new() }
+    fn new(fields_every_slice: bool) -> SpanMap {
+        SpanMap {
+            ids: IdMap::new(),
+            fields_every_slice,
+        }
     }
 
     /// Marks span `id` as one ringtrace records nothing of: not kept
@@ -137,12 +142,12 @@ enum Parent {
 }
 
 /// Frees a span's slot; its state stays there for the next span if it
-/// owns no heap memory (`SpanData::reusable`), else it is dropped.
+/// owns no heap memory (`SpanData::settle`), else it is dropped.
 fn free(slot: u64) {
     if is_marker(slot) {
         return;
     }
-    SPAN_STATES.release(slot, |_| false, SpanData::reusable);
+    SPAN_STATES.release(slot, |_| false, SpanData::settle);
 }
 
 impl SpanStore for SpanMap {
@@ -155,6 +160,11 @@ impl SpanStore for SpanMap {
         SPAN_STATES
             .with(slot, |e| e.state.as_mut().map(f))
             .flatten()
+    }
+
+    #[inline]
+    fn fields_every_slice(&self) -> bool {
+        self.fields_every_slice
     }
 }
 
@@ -421,7 +431,7 @@ impl sealed::FromSession for RingtraceLayer {
         /// Relaxed: only uniqueness matters.
         static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
         RingtraceLayer {
-            spans: SpanMap::new(),
+            spans: SpanMap::new(setup.fields_every_slice),
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             sampler: setup.sampler,
             slow: setup.slow,

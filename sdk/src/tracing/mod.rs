@@ -14,9 +14,10 @@
 //! | `tracing` | Perfetto | Chrome JSON |
 //! | --- | --- | --- |
 //! | span entered / exited | SLICE_BEGIN / SLICE_END on the thread track | `X` on the thread |
-//! | span fields at creation | debug annotations of each slice | `args` of each `X` |
+//! | span fields at creation | debug annotations of the span's first slice | `args` of its first `X` |
+//! | span re-entered | a slice with the name alone (the fields: its first slice) | an `X` without `args` |
 //! | `Span::record` while entered | annotations on the SLICE_END (readers merge them into the slice) | merged into the `X`'s `args` (the recorded value wins) |
-//! | `Span::record` while not entered | on the following slices | on the following `X`s |
+//! | `Span::record` while not entered | on the next slice | on the next `X` |
 //! | span on two threads or exited out of order | + an async track, creation to close | + `b`/`e` (`id2.local`) |
 //! | event | INSTANT with the fields and `level` as args | `i` (`"s":"t"`) with the same args |
 //! | `follows_from` | `flow_ids` on both slices | v2 `bind_id` + `flow_out`/`flow_in` on both `X`s |
@@ -64,8 +65,11 @@
 //! the span is created, into the span's slot in ringtrace's own span table
 //! (out of the registry's extensions; up to 8 primitive fields inline; the
 //! layer finds the slot through a map of the registry's span ids); entering
-//! it copies those words into the ring: no allocation, no formatting, no lock
-//! but the slot's (and the map shard's). Primitive values are recorded as
+//! it the first time copies those words into the ring: no allocation, no
+//! formatting, no lock but the slot's (and the map shard's); later enters
+//! write the name alone (with
+//! [`span_fields_every_slice(true)`](crate::Builder::span_fields_every_slice),
+//! every slice carries the fields, at a copy and an encoding per enter). Primitive values are recorded as
 //! they are; `Debug` and `Display` values (messages too) are formatted
 //! straight into the record's words. An exit or a close looks the span up
 //! only while some span has something for its end (fields recorded, flows)
@@ -136,6 +140,8 @@ pub(crate) mod sealed {
     pub struct Setup {
         pub(crate) sampler: Option<Arc<super::sample::Sampler>>,
         pub(crate) slow: Option<Arc<crate::session::SlowRule>>,
+        /// `Builder::span_fields_every_slice`.
+        pub(crate) fields_every_slice: bool,
     }
 
     /// Made once its session has started.

@@ -50,6 +50,8 @@ pub struct RingtraceSubscriber {
     sampler: Option<Arc<Sampler>>,
     /// Slow spans captured, if configured.
     slow: Option<Arc<SlowRule>>,
+    /// Every slice of a span carries all its fields, not only its first.
+    fields_every_slice: bool,
 }
 
 impl super::sealed::FromSession for RingtraceSubscriber {
@@ -57,6 +59,7 @@ impl super::sealed::FromSession for RingtraceSubscriber {
         RingtraceSubscriber {
             sampler: setup.sampler,
             slow: setup.slow,
+            fields_every_slice: setup.fields_every_slice,
         }
     }
 }
@@ -77,6 +80,11 @@ impl SpanStore for RingtraceSubscriber {
         SPANS
             .with(id.into_u64(), |e| e.state.as_mut().map(f))
             .flatten()
+    }
+
+    #[inline]
+    fn fields_every_slice(&self) -> bool {
+        self.fields_every_slice
     }
 }
 
@@ -256,14 +264,17 @@ impl RingtraceSubscriber {
     /// Drops a handle of a kept span; true if it was the last.
     #[inline]
     fn release(&self, id: Id) -> bool {
-        match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::reusable) {
+        match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::settle) {
             Release::Alive => false,
             Release::Freed => true,
             Release::MustClose => {
                 // The last handle: no other can appear, so the span stays as
-                // it is while its close is written.
+                // it is while its close is written; then its slot is freed,
+                // its state settled in place for the next span (not moved
+                // out and dropped) unless it holds heap memory.
                 bridge::close(self, &id);
-                drop(SPANS.remove(id.into_u64()));
+                let freed = SPANS.release(id.into_u64(), |_| false, SpanData::settle);
+                debug_assert!(matches!(freed, Release::Freed));
                 true
             }
         }

@@ -303,16 +303,25 @@ pub enum Via {
 
 /// Starts a session writing `trace`, recorded through `via`.
 pub fn start(trace: &Path, via: Via) -> (Dispatch, ringtrace::TraceGuard) {
+    start_with(trace, via, false)
+}
+
+/// As [`start`]; `every_slice`: every slice of a span carries its fields
+/// (`Builder::span_fields_every_slice`), not only its first.
+pub fn start_with(trace: &Path, via: Via, every_slice: bool) -> (Dispatch, ringtrace::TraceGuard) {
+    let builder = ringtrace::builder()
+        .output(trace)
+        .span_fields_every_slice(every_slice);
     match via {
         Via::Layer => {
-            let (layer, guard) = ringtrace::builder().output(trace).layer().unwrap();
+            let (layer, guard) = builder.layer().unwrap();
             (
                 Dispatch::new(tracing_subscriber::registry().with(layer)),
                 guard,
             )
         }
         Via::Subscriber => {
-            let (subscriber, guard) = ringtrace::builder().output(trace).subscriber().unwrap();
+            let (subscriber, guard) = builder.subscriber().unwrap();
             (Dispatch::new(subscriber), guard)
         }
     }

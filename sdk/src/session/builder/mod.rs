@@ -138,6 +138,8 @@ pub(crate) struct SpanOptions {
     pub(crate) decide: Option<Box<Decide>>,
     /// `capture_slow`'s patterns and threshold.
     pub(crate) slow: Option<SlowRule>,
+    /// `span_fields_every_slice`.
+    pub(crate) fields_every_slice: bool,
 }
 
 #[cfg(feature = "tracing")]

@@ -32,6 +32,10 @@ use tracing::{Event, Metadata};
 pub(crate) trait SpanStore {
     /// Runs `f` on the state of span `id`, if it has any.
     fn with_data<R>(&self, id: &Id, f: impl FnOnce(&mut SpanData) -> R) -> Option<R>;
+
+    /// Whether every slice of a span carries all its fields
+    /// (`Builder::span_fields_every_slice`), not only its first.
+    fn fields_every_slice(&self) -> bool;
 }
 
 // ---------------------------------------------------------------------------
@@ -184,6 +188,7 @@ pub(crate) fn enter(
     // Without room to remember the entry (only past 16 deep in the thread's
     // teardown) its end could not be paired: begin and end are both lost.
     let room = stack_has_room();
+    let every = store.fields_every_slice();
     let found = store.with_data(id, |data| {
         if let Some(nested) = nested {
             data.info.observe_enter(nested);
@@ -208,9 +213,9 @@ pub(crate) fn enter(
             // A begin clears the fields pending for the next end: with none
             // pending, `END_PENDING` cannot change and needs no tracking.
             let depth = if data.dirty_is_clear() {
-                data.begin_slice(tr, ts)
+                data.begin_slice(tr, ts, every)
             } else {
-                data.tracking(|d| d.begin_slice(tr, ts))
+                data.tracking(|d| d.begin_slice(tr, ts, every))
             };
             match depth {
                 Some(depth) => entered.depth = Some(depth),
@@ -378,7 +383,7 @@ fn exit_out_of_order(
             }
             let depth = store.with_data(&Id::from_u64(e.id), |d| {
                 d.begin_async(tr);
-                d.tracking(|d| d.begin_slice(tr, ts))
+                d.tracking(|d| d.begin_slice(tr, ts, store.fields_every_slice()))
             });
             match depth {
                 Some(Some(depth)) => e.depth = Some(depth),

@@ -27,6 +27,8 @@ pub(crate) struct SiteInfo {
     subsets: [OnceLock<(u64, &'static Callsite)>; SUBSETS],
     /// Call sites for field sets past the first `SUBSETS`.
     more: Mutex<Vec<(u64, &'static Callsite)>>,
+    /// The call site without fields (a span's later slices), made on first use.
+    bare: OnceLock<&'static Callsite>,
     /// What sampling learned of where this site's spans are entered
     /// ([`SiteInfo::stays_nested`]): the enters seen inside another span
     /// (counted up to `NESTED_ENOUGH`), and `MOVES` once one was entered
@@ -61,6 +63,7 @@ impl SiteInfo {
             full,
             subsets: [const { OnceLock::new() }; SUBSETS],
             more: Mutex::new(Vec::new()),
+            bare: OnceLock::new(),
             nesting: AtomicU32::new(0),
         }
     }
@@ -110,6 +113,15 @@ impl SiteInfo {
         } else if n < NESTED_ENOUGH {
             self.nesting.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// The ringtrace call site without fields: a span's name alone.
+    #[inline]
+    pub(super) fn bare(&self) -> &'static Callsite {
+        if self.all == 0 {
+            return self.full;
+        }
+        self.bare.get_or_init(|| self.site(0))
     }
 
     /// The ringtrace call site whose arg names are the fields in `mask`.

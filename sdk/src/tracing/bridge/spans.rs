@@ -46,8 +46,13 @@ pub(crate) struct SpanData {
     pub(super) thread: u64,
     /// Id of the async range, 0 while the span is not async.
     pub(super) async_id: u64,
-    /// Fields recorded since the last begin: carried by the next end.
+    /// Fields recorded since the last begin: carried by the next end (or,
+    /// recorded while the span is not entered, by its next begin).
     dirty: u64,
+    /// Whether a slice of the span was written: the first carries all its
+    /// fields, later ones only those recorded since (unless the session
+    /// writes them on every slice: `Builder::span_fields_every_slice`).
+    begun: bool,
     /// Fields recorded since the async range began: carried by its end.
     pub(super) dirty_async: u64,
     /// Flow ids (with `FLOW_IN`) waiting for this span's next slice end.
@@ -70,6 +75,7 @@ impl SpanData {
             thread: 0,
             async_id: 0,
             dirty: 0,
+            begun: false,
             dirty_async: 0,
             flows: Vec::new(),
             #[cfg(feature = "otlp")]
@@ -115,6 +121,32 @@ impl SpanData {
         !self.end_pending() && self.async_id == 0 && !self.owns_heap()
     }
 
+    /// Whether a freed slot keeps this state for its next span: if it owns
+    /// no heap memory, what it counts (`END_PENDING`, `ASYNC_LIVE`) is
+    /// uncounted, as dropping it would, and it is made
+    /// [`reusable`](Self::reusable) in place. A closed async span's state
+    /// (whose close was written) is kept so too, not moved out and dropped.
+    #[inline]
+    pub(crate) fn settle(&mut self) -> bool {
+        if self.owns_heap() {
+            return false;
+        }
+        if self.end_pending() {
+            END_PENDING.fetch_sub(1, Ordering::Relaxed);
+            self.dirty = 0;
+            #[cfg(feature = "otlp")]
+            {
+                self.otel.annotate = false;
+            }
+        }
+        if self.async_id != 0 {
+            ASYNC_LIVE.fetch_sub(1, Ordering::Relaxed);
+            self.async_id = 0;
+        }
+        debug_assert!(self.reusable());
+        true
+    }
+
     /// Tick count at the span's creation.
     pub(crate) fn created(&self) -> u64 {
         self.created
@@ -141,6 +173,7 @@ impl SpanData {
         self.thread = 0;
         self.async_id = 0;
         self.dirty = 0;
+        self.begun = false;
         self.dirty_async = 0;
         #[cfg(feature = "otlp")]
         {
@@ -262,20 +295,31 @@ impl SpanData {
     }
 
     /// Begins a slice of this span at the thread's current depth; returns
-    /// that depth if it was recorded.
-    pub(super) fn begin_slice(&mut self, tr: &ThreadRing, ts: u64) -> Option<u32> {
+    /// that depth if it was recorded. The span's first slice carries all
+    /// its fields; a later one only those recorded since the last begin
+    /// (none: its name alone), unless `every` (each slice carries them all).
+    #[inline]
+    pub(super) fn begin_slice(&mut self, tr: &ThreadRing, ts: u64, every: bool) -> Option<u32> {
         let depth = tr.depth.load(Ordering::Relaxed);
-        let payload = self.site.id() as u64 | (depth.min(MAX_DEPTH) as u64) << 24;
-        if layout::write(
-            &tr.ring,
-            KIND_BEGIN,
-            payload,
-            ts,
-            self.words.as_slice(),
-            &(),
-        ) {
+        let depth_bits = (depth.min(MAX_DEPTH) as u64) << 24;
+        let wrote = if every || !self.begun {
+            let payload = self.site.id() as u64 | depth_bits;
+            let words = self.words.as_slice();
+            layout::write(&tr.ring, KIND_BEGIN, payload, ts, words, &())
+        } else if self.dirty == 0 {
+            let payload = self.info.bare().id() as u64 | depth_bits;
+            layout::write(&tr.ring, KIND_BEGIN, payload, ts, &[], &())
+        } else {
+            let site = self.info.site(self.dirty);
+            let mut args = Inline::<u64, INLINE_WORDS>::new();
+            self.words_of(self.dirty, &mut args);
+            let payload = site.id() as u64 | depth_bits;
+            layout::write(&tr.ring, KIND_BEGIN, payload, ts, args.as_slice(), &())
+        };
+        if wrote {
             tr.depth.store(depth.saturating_add(1), Ordering::Relaxed);
             self.dirty = 0;
+            self.begun = true;
             Some(depth)
         } else {
             None
