@@ -53,6 +53,8 @@ mod debuginfo;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod engine;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
+mod intern;
+#[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod modules;
 #[cfg(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64"))]
 mod perf;

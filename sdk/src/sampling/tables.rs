@@ -179,6 +179,10 @@ impl Tables {
 
 /// Estimated heap bytes of one map slot beside its key and value (hash
 /// tables keep a control byte per slot and up to an eighth free).
+#[cfg_attr(
+    not(all(feature = "cpu-sampling", target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) const SLOT_OVERHEAD: u64 = 8;
 
 /// What an encoder is handed each pass.
