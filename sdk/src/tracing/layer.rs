@@ -341,7 +341,7 @@ where
         }
     }
 
-    /// With sampling, false for what [`left_out`](RingtraceLayer::left_out)
+    /// With sampling, false for what `left_out`
     /// leaves out of a request not kept.
     #[inline]
     fn enabled(&self, meta: &Metadata<'_>, _ctx: Context<'_, S>) -> bool {

@@ -1,12 +1,13 @@
 //! `Builder`: every option of a session, set before it starts: the
 //! output, memory, categories and packets here; what goes on disk (the
 //! disk bound, captures) in `disk`; Chrome JSON's in `json`; `tracing`
-//! spans' in `tracing/builder.rs`, CPU sampling's in `sampling/`.
+//! spans' in `tracing/builder.rs`, CPU sampling's in `sampling`.
 
 #![forbid(unsafe_code)]
 
 mod disk;
 mod json;
+mod sampling;
 
 use disk::DEFAULT_MAX_FILES;
 pub(crate) use disk::{CaptureOptions, SlowRule};
