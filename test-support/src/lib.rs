@@ -10,6 +10,7 @@
 //! what failed.
 
 pub mod archive;
+pub mod elf;
 pub mod otlp;
 mod rng;
 
