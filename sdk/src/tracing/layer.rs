@@ -232,9 +232,16 @@ impl RingtraceLayer {
     /// registry.
     #[inline(never)]
     fn enter(&self, id: &Id) {
-        if self.sampler.is_none() {
-            return bridge::enter(&self.spans, id, false, self.key, None);
+        if self.sampler.is_some() {
+            return self.enter_sampled(id);
         }
+        bridge::enter(&self.spans, id, false, self.key, None);
+    }
+
+    /// [`enter`](Self::enter) with sampling: a function of its own, so that
+    /// each keeps one copy of the (inlined) recording path.
+    #[inline(never)]
+    fn enter_sampled(&self, id: &Id) {
         // What is entered around it (the sites learn whether their spans
         // stay nested: `left_out`): one not kept, another, or none.
         let around = || bridge::innermost_entered().map(|(_, owner)| owner == self.unkept_key());
@@ -393,12 +400,7 @@ where
                 return; // under a root not kept
             }
         }
-        bridge::event(event);
-        #[cfg(feature = "otlp")]
-        if bridge::otel::active() {
-            let parent = bridge::otel::parent_of(event.parent(), event.is_contextual());
-            bridge::otel::write_event(&self.spans, event, parent);
-        }
+        bridge::event(&self.spans, event);
     }
 
     #[inline]

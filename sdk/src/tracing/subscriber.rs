@@ -159,21 +159,14 @@ impl Subscriber for RingtraceSubscriber {
                 return; // under a root not kept
             }
         }
-        bridge::event(event);
-        #[cfg(feature = "otlp")]
-        if bridge::otel::active() {
-            let parent = bridge::otel::parent_of(event.parent(), event.is_contextual());
-            bridge::otel::write_event(self, event, parent);
-        }
+        bridge::event(self, event);
     }
 
     #[inline]
     fn enter(&self, span: &Id) {
+        // Each way is out of line: `enter` itself is a test and a jump.
         if span.into_u64() & UNSAMPLED != 0 {
-            // Not kept: only remembered, for `current_span` and children
-            // (a few instructions, without the recording path's frame).
-            observe_unkept(span);
-            bridge::enter_unrecorded(span, 0);
+            enter_unkept(span);
         } else {
             self.enter_kept(span);
         }
@@ -344,6 +337,14 @@ fn unkept_id(meta: &'static Metadata<'static>) -> Id {
 #[inline]
 fn unkept_site(id: u64) -> Option<&'static bridge::SiteInfo> {
     bridge::site_at((id & ((1 << ADDR_BITS) - 1)) as usize)
+}
+
+/// A span not kept is entered: only remembered, for `current_span` and
+/// the spans and events made inside it (no state, clock or ring).
+#[inline(never)]
+fn enter_unkept(span: &Id) {
+    observe_unkept(span);
+    bridge::enter_unrecorded(span, 0);
 }
 
 /// A span not kept is entered: its site learns whether it is entered inside

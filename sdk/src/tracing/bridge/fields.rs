@@ -41,10 +41,17 @@ impl Fields {
     }
 
     /// The words of all values in field order.
+    #[inline]
     pub(super) fn ordered(&mut self) -> &mut Vec<u64> {
         if self.in_order() {
-            return &mut self.words;
+            return &mut self.words; // the common case: visited in order
         }
+        self.sort()
+    }
+
+    /// [`ordered`](Self::ordered) for fields visited out of order.
+    #[inline(never)]
+    fn sort(&mut self) -> &mut Vec<u64> {
         let mut sorted = std::mem::take(&mut self.sorted);
         sorted.clear();
         for (_, s, e) in self.ordered_ranges() {

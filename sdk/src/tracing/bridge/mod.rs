@@ -140,20 +140,36 @@ pub(crate) fn follows_from(store: &impl SpanStore, id: &Id, follows: &Id) {
     store.with_data(id, |d| d.tracking(|d| d.flows.push(flow | FLOW_IN)));
 }
 
-/// An event: an instant with its fields and level.
-pub(crate) fn event(event: &Event<'_>) {
+/// An event: an instant with its fields and level. While an OTLP exporter
+/// runs, an event inside a span with OpenTelemetry ids (of `store`) is
+/// also that span's OTEL event, written from the same visit of its fields.
+pub(crate) fn event(store: &impl SpanStore, event: &Event<'_>) {
     let meta = event.metadata();
     let info = site_info(meta);
     if !info.full.is_enabled() {
         return;
     }
+    #[cfg(feature = "otlp")]
+    let otel_span = if otel::active() {
+        otel::event_span(store, event)
+    } else {
+        0
+    };
+    #[cfg(not(feature = "otlp"))]
+    let _ = store;
     let ts = ticks();
     with_scratch(|f| {
         event.record(&mut Visitor(f));
         let site = info.site(f.mask());
         let words = f.ordered();
         push_str(words, meta.level().as_str());
-        with_current(|tr| layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &()));
+        with_current(|tr| {
+            layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &());
+            #[cfg(feature = "otlp")]
+            if otel_span != 0 {
+                otel::write_event(tr, site, otel_span, ts, words);
+            }
+        });
     });
 }
 

@@ -4,7 +4,7 @@
 //! close and the events inside it write while an OTLP exporter runs
 //! (`record::layout::OTEL_RECORDS`). Nothing here runs when none does.
 
-use super::fields::{push_str, with_scratch, Visitor, Words};
+use super::fields::{push_str, Words};
 use super::{SpanData, SpanStore};
 use crate::context::TraceParent;
 use crate::record::callsite::Callsite;
@@ -279,29 +279,20 @@ pub(super) fn write_span(data: &SpanData, ts: u64) {
     });
 }
 
-/// An event inside span `parent` (of `store`): its OTEL record, with the
-/// fields and level the event's instant carries.
-pub(crate) fn write_event(store: &impl SpanStore, event: &Event<'_>, parent: Option<Id>) {
-    let Some(span) = parent.and_then(|p| store.with_data(&p, |d| d.otel.span)) else {
-        return;
-    };
-    if span == 0 {
-        return;
-    }
-    let meta = event.metadata();
-    let info = super::site_info(meta);
-    if !info.full.is_enabled() {
-        return;
-    }
-    let ts = ticks();
-    with_scratch(|f| {
-        event.record(&mut Visitor(f));
-        let site = info.site(f.mask());
-        let words = f.ordered();
-        push_str(words, meta.level().as_str());
-        let payload = site.id() as u64 | OTEL_EVENT << 24;
-        with_current(|tr| layout::write(&tr.ring, KIND_OTEL, payload, ts, &[span], &Words(words)));
-    });
+/// The span id of the span (of `store`) an event is in, as `tracing`
+/// says (explicit parent, or the innermost span entered); 0 if it has none.
+#[inline(never)]
+pub(super) fn event_span(store: &impl SpanStore, event: &Event<'_>) -> u64 {
+    parent_of(event.parent(), event.is_contextual())
+        .and_then(|p| store.with_data(&p, |d| d.otel.span))
+        .unwrap_or(0)
+}
+
+/// The OTEL record of an event inside span `span` (its OpenTelemetry span
+/// id): the fields and level its instant carries (`words`), at site `site`.
+pub(super) fn write_event(tr: &ThreadRing, site: &Callsite, span: u64, ts: u64, words: &[u64]) {
+    let payload = site.id() as u64 | OTEL_EVENT << 24;
+    layout::write(&tr.ring, KIND_OTEL, payload, ts, &[span], &Words(words));
 }
 
 #[cfg(test)]

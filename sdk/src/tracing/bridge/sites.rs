@@ -229,7 +229,7 @@ type CacheEntry = Cell<(usize, Option<&'static SiteInfo>)>;
 const SMALL_CACHE_BYTES: u64 = std::mem::size_of::<[CacheEntry; SMALL_CACHE_LEN]>() as u64;
 const SITE_CACHE_BYTES: u64 = std::mem::size_of::<[CacheEntry; SITE_CACHE_LEN]>() as u64;
 
-/// A thread's view of `SITES`, two-way by metadata address, so spans
+/// A thread's view of `SITES`, four-way by metadata address, so spans
 /// and events find their site without a shared lock or a hash map (a
 /// collision only sends the lookup to `SITES`). It is on the heap, made at
 /// the thread's first lookup that misses if the memory budget has room
@@ -238,7 +238,7 @@ const SITE_CACHE_BYTES: u64 = std::mem::size_of::<[CacheEntry; SITE_CACHE_LEN]>(
 /// which threads that never record paid in peak RSS (measured in
 /// BENCHMARKS.md, "Measured for design choices"). It starts small (8
 /// entries) and moves to 64 entries when a site would push another out of
-/// the small one (both ways of its pair taken): a thread that uses a few
+/// the small one (the four ways of its set taken): a thread that uses a few
 /// sites holds 128 bytes, not 1 KiB (10,000 threads: 9 MiB less).
 struct SiteCache {
     small: OnceCell<Box<[CacheEntry; SMALL_CACHE_LEN]>>,
@@ -273,18 +273,22 @@ thread_local! {
     };
 }
 
-/// The first of the two entries (a pair: slots `2i`, `2i + 1`) where `key`
-/// may be in a cache of `len` entries. Two ways, spread by a
-/// multiplicative hash: a dozen call sites hot on a thread (a request's
-/// spans and events) would often have two of them on one slot of a
-/// direct-mapped cache, and each of their look-ups sent to `SITES` (seen
-/// on the service benchmark; BENCHMARKS.md, "Measured for design
-/// choices"). Keys on one pair of the big cache are on one pair of the
-/// small one (its pair is the low bits of the big one's).
+/// Ways of a set of the site caches.
+const WAYS: usize = 4;
+
+/// The first of the [`WAYS`] entries (a set: slots `WAYS * i ..`) where
+/// `key` may be in a cache of `len` entries, spread by a multiplicative
+/// hash. A dozen call sites hot on a thread (a request's spans and events)
+/// would often have two of them on one slot of a direct-mapped cache, and
+/// three on one pair of a two-way one of 64 entries (about one binary in
+/// ten of the service benchmark: two look-ups of `SITES` per request);
+/// each such collision sends their look-ups to `SITES` (BENCHMARKS.md,
+/// "Measured for design choices"). Keys on one set of the big cache are on
+/// one set of the small one (its set is the low bits of the big one's).
 #[inline]
-fn cache_pair(key: usize, len: usize) -> usize {
+fn cache_set(key: usize, len: usize) -> usize {
     let h = (key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    ((h >> 40) as usize & (len / 2 - 1)) * 2
+    ((h >> 40) as usize & (len / WAYS - 1)) * WAYS
 }
 
 #[inline]
@@ -292,12 +296,9 @@ pub(super) fn cached_site(key: usize) -> Option<&'static SiteInfo> {
     SITE_CACHE
         .try_with(|c| {
             let entries = c.entries()?;
-            let at = cache_pair(key, entries.len());
-            match (entries.get(at)?.get(), entries.get(at + 1)?.get()) {
-                ((k, info), _) if k == key => info,
-                (_, (k, info)) if k == key => info,
-                _ => None,
-            }
+            let at = cache_set(key, entries.len());
+            let set: &[CacheEntry; WAYS] = entries.get(at..at + WAYS)?.try_into().ok()?;
+            set.iter().map(Cell::get).find(|&(k, _)| k == key)?.1
         })
         .ok()
         .flatten()
@@ -344,18 +345,18 @@ fn cache_put(key: usize, info: &'static SiteInfo) {
             return;
         };
         if c.big.get().is_none() {
-            let at = cache_pair(key, SMALL_CACHE_LEN);
-            let full = small[at].get().1.is_some() && small[at + 1].get().1.is_some();
+            let at = cache_set(key, SMALL_CACHE_LEN);
+            let full = small[at..at + WAYS].iter().all(|e| e.get().1.is_some());
             if !full || !crate::record::registry::take_thread_state(SITE_CACHE_BYTES) {
                 put_in(&small[..], key, info);
                 return;
             }
             // The thread uses more sites than the small cache keeps: they
-            // move to the big one, each pair's older entry first (so the
-            // newer stays in the first way).
+            // move to the big one, each set's oldest entry first (so the
+            // newest stays in the first way).
             let big = Box::new([const { Cell::new((0, None)) }; SITE_CACHE_LEN]);
-            for pair in small.chunks_exact(2) {
-                for e in pair.iter().rev() {
+            for set in small.chunks_exact(WAYS) {
+                for e in set.iter().rev() {
                     if let (k, Some(i)) = e.get() {
                         put_in(&big[..], k, i);
                     }
@@ -369,12 +370,12 @@ fn cache_put(key: usize, info: &'static SiteInfo) {
     });
 }
 
-/// Puts `info` in the first way of its pair in `entries`; what it held
-/// moves to the second (whose entry, the older, is dropped).
+/// Puts `info` in the first way of its set in `entries`; what the set held
+/// moves one way down (the last way's entry, the oldest, is dropped).
 fn put_in(entries: &[CacheEntry], key: usize, info: &'static SiteInfo) {
-    let at = cache_pair(key, entries.len());
-    if entries[at].get().1.is_some() {
-        entries[at + 1].set(entries[at].get());
+    let at = cache_set(key, entries.len());
+    for i in (at + 1..at + WAYS).rev() {
+        entries[i].set(entries[i - 1].get());
     }
     entries[at].set((key, Some(info)));
 }
@@ -414,32 +415,33 @@ mod tests {
     }
 
     /// A thread that uses a few sites keeps them in the small cache (no big
-    /// one made); three on one pair of it move the thread to the big one,
-    /// where all three stay when they are on different pairs there.
+    /// one made); five on one set of it move the thread to the big one,
+    /// where all five stay when they are on different sets there.
     #[test]
-    fn the_small_cache_moves_to_the_big_one_when_a_pair_overflows() {
+    fn the_small_cache_moves_to_the_big_one_when_a_set_overflows() {
         let info = site_info(&TEST_META);
         std::thread::spawn(move || {
-            let at = cache_pair(0x1000, SMALL_CACHE_LEN);
-            let mut big_pairs = Vec::new();
+            let at = cache_set(0x1000, SMALL_CACHE_LEN);
+            let mut big_sets = Vec::new();
             let keys: Vec<usize> = (0x1001..)
                 .map(|k| k * 8)
                 .filter(|&k| {
-                    let big = cache_pair(k, SITE_CACHE_LEN);
-                    let new = cache_pair(k, SMALL_CACHE_LEN) == at && !big_pairs.contains(&big);
+                    let big = cache_set(k, SITE_CACHE_LEN);
+                    let new = cache_set(k, SMALL_CACHE_LEN) == at && !big_sets.contains(&big);
                     if new {
-                        big_pairs.push(big);
+                        big_sets.push(big);
                     }
                     new
                 })
-                .take(3)
+                .take(WAYS + 1)
                 .collect();
             let big_made = || SITE_CACHE.with(|c| c.big.get().is_some());
-            cache_put(keys[0], info);
-            cache_put(keys[1], info);
-            assert!(!big_made(), "two sites on a pair fit the small cache");
-            assert!(keys[..2].iter().all(|&k| cached_site(k).is_some()));
-            cache_put(keys[2], info);
+            for &k in &keys[..WAYS] {
+                cache_put(k, info);
+            }
+            assert!(!big_made(), "four sites on a set fit the small cache");
+            assert!(keys[..WAYS].iter().all(|&k| cached_site(k).is_some()));
+            cache_put(keys[WAYS], info);
             assert!(big_made());
             assert!(keys.iter().all(|&k| cached_site(k).is_some()));
         })
@@ -447,29 +449,30 @@ mod tests {
         .unwrap();
     }
 
-    /// Two sites whose addresses share a pair of the cache both stay in it;
-    /// a third drops the older of them.
+    /// Four sites whose addresses share a set of the cache all stay in it
+    /// (three on one pair of the two-way cache before pushed each other
+    /// out); a fifth drops the oldest of them.
     #[test]
-    fn two_sites_of_one_pair_stay_cached() {
+    fn four_sites_of_one_set_stay_cached() {
         let info = site_info(&TEST_META);
         std::thread::spawn(move || {
-            // Keys (aligned like metadata addresses) on one pair.
-            let at = cache_pair(0x1000, SITE_CACHE_LEN);
+            // Keys (aligned like metadata addresses) on one set.
+            let at = cache_set(0x1000, SITE_CACHE_LEN);
             let keys: Vec<usize> = (0x1001..)
                 .map(|k| k * 8)
-                .filter(|&k| cache_pair(k, SITE_CACHE_LEN) == at)
-                .take(3)
+                .filter(|&k| cache_set(k, SITE_CACHE_LEN) == at)
+                .take(WAYS + 1)
                 .collect();
-            let (a, b, c) = (keys[0], keys[1], keys[2]);
-            assert!(cached_site(a).is_none());
-            cache_put(a, info);
-            cache_put(b, info);
-            assert!(cached_site(a).is_some() && cached_site(b).is_some());
-            cache_put(c, info);
-            assert!(cached_site(c).is_some() && cached_site(b).is_some());
+            assert!(cached_site(keys[0]).is_none());
+            for &k in &keys[..WAYS] {
+                cache_put(k, info);
+            }
+            assert!(keys[..WAYS].iter().all(|&k| cached_site(k).is_some()));
+            cache_put(keys[WAYS], info);
+            assert!(keys[1..].iter().all(|&k| cached_site(k).is_some()));
             assert!(
-                cached_site(a).is_none(),
-                "the older entry of the pair is dropped"
+                cached_site(keys[0]).is_none(),
+                "the oldest entry of the set is dropped"
             );
         })
         .join()
