@@ -14,6 +14,11 @@ pub(super) struct Fields {
     pub(super) ranges: Vec<(u32, u32, u32)>,
     /// Words in field order, when visit order was not field order.
     sorted: Vec<u64>,
+    /// The fields of `ranges`, a bit each (kept as they are visited: no
+    /// pass over `ranges` per event).
+    mask: u64,
+    /// A field was visited after one of a higher index, or twice.
+    unordered: bool,
 }
 
 impl Fields {
@@ -21,14 +26,28 @@ impl Fields {
         self.words.clear();
         self.ranges.clear();
         self.sorted.clear();
+        self.mask = 0;
+        self.unordered = false;
     }
 
+    /// Field `idx` (below 64) was written to `words[start..]`.
+    #[inline]
+    pub(super) fn push_range(&mut self, idx: u32, start: u32) {
+        if self.ranges.last().is_some_and(|&(last, _, _)| last >= idx) {
+            self.unordered = true;
+        }
+        self.mask |= 1 << idx;
+        self.ranges.push((idx, start, self.words.len() as u32));
+    }
+
+    #[inline]
     pub(super) fn mask(&self) -> u64 {
-        self.ranges.iter().fold(0, |m, &(i, _, _)| m | 1 << i)
+        self.mask
     }
 
+    #[inline]
     pub(super) fn in_order(&self) -> bool {
-        self.ranges.windows(2).all(|w| w[0].0 < w[1].0)
+        !self.unordered
     }
 
     /// The ranges in field order, the last value of a field winning.
@@ -226,7 +245,7 @@ impl Visitor<'_> {
         let f = &mut *self.0;
         let start = f.words.len() as u32;
         encode(&mut f.words);
-        f.ranges.push((idx as u32, start, f.words.len() as u32));
+        f.push_range(idx as u32, start);
     }
 
     #[inline]

@@ -427,7 +427,7 @@ mod tests {
         for &(i, v) in values {
             let start = f.words.len() as u32;
             v.encode(&mut f.words);
-            f.ranges.push((i, start, f.words.len() as u32));
+            f.push_range(i, start);
         }
         f
     }
