@@ -50,7 +50,10 @@ fn run(scenario: &str, dir: &Path, envs: &[(&str, OsString)]) -> Run {
         .stderr(Stdio::piped());
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("RINGTRACE_") || k == "PERFETTO_PRODUCER_SOCK_NAME" {
+        if k.starts_with("RINGTRACE_")
+            || k.starts_with("OTEL_")
+            || k == "PERFETTO_PRODUCER_SOCK_NAME"
+        {
             cmd.env_remove(&*k);
         }
     }
@@ -435,6 +438,96 @@ fn the_environment_samples_a_layer() {
         (Some(0), "off\n"),
         "{run:?}"
     );
+}
+
+/// The OpenTelemetry variables of the export (feature `otlp`): the batch
+/// processor's (`OTEL_BSP_*`) bound the requests a collector receives, and
+/// `OTEL_TRACES_SAMPLER` (with `_ARG`) samples the roots, under
+/// `RINGTRACE_SAMPLE` (ringtrace's own, which wins); bad values are errors
+/// naming the variable.
+#[test]
+fn the_opentelemetry_variables_set_batches_and_sampling() {
+    let dir = common::scratch("env_otel");
+    let rx = ringtrace_test_support::otlp::OtlpReceiver::start("env-otel-rx", "normal");
+    let otel = |vars: &[(&'static str, &str)]| {
+        let mut v = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", os(&rx.endpoint()))];
+        v.extend(vars.iter().map(|&(k, x)| (k, os(x))));
+        with_output(&v)
+    };
+    // Eleven roots (`env_layer`), exported in batches of at most three.
+    let run1 = run(
+        "env_layer",
+        &dir,
+        &otel(&[("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "3")]),
+    );
+    assert_eq!(run1.stdout, "kept 11 skipped 0\n", "{run1:?}");
+    let sizes: Vec<usize> = rx
+        .requests()
+        .iter()
+        .map(|r| r["spans"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(sizes.iter().sum::<usize>(), 11, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| (1..=3).contains(&n)), "{sizes:?}");
+    let cases: [(&[(&'static str, &str)], &str); 7] = [
+        (
+            &[("OTEL_TRACES_SAMPLER", "always_off")],
+            "kept 0 skipped 11",
+        ),
+        (
+            &[("OTEL_TRACES_SAMPLER", "parentbased_always_off")],
+            "kept 0 skipped 11",
+        ),
+        (
+            &[
+                ("OTEL_TRACES_SAMPLER", "traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "0"),
+            ],
+            "kept 0 skipped 11",
+        ),
+        (
+            &[
+                ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+                ("OTEL_TRACES_SAMPLER_ARG", "1"),
+            ],
+            "kept 11 skipped 0",
+        ),
+        // No argument: the specification's default, 1.
+        (
+            &[("OTEL_TRACES_SAMPLER", "traceidratio")],
+            "kept 11 skipped 0",
+        ),
+        (&[("OTEL_TRACES_SAMPLER", "always_on")], "kept 11 skipped 0"),
+        // ringtrace's own variable wins.
+        (
+            &[
+                ("OTEL_TRACES_SAMPLER", "always_off"),
+                ("RINGTRACE_SAMPLE", "1"),
+            ],
+            "kept 11 skipped 0",
+        ),
+    ];
+    for (vars, want) in cases {
+        let run = run("env_layer", &dir, &otel(vars));
+        assert_eq!(
+            (run.code, run.stdout.trim_end()),
+            (Some(0), want),
+            "{vars:?}: {run:?}"
+        );
+    }
+    let errors: [(&[(&'static str, &str)], &str); 4] = [
+        (&[("OTEL_TRACES_SAMPLER", "sometimes")], "OTEL_TRACES_SAMPLER=\"sometimes\": expected always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio"),
+        (&[("OTEL_TRACES_SAMPLER", "traceidratio"), ("OTEL_TRACES_SAMPLER_ARG", "1.5")], "OTEL_TRACES_SAMPLER_ARG=\"1.5\": expected a ratio from 0 to 1"),
+        (&[("OTEL_BSP_MAX_QUEUE_SIZE", "0")], "OTEL_BSP_MAX_QUEUE_SIZE=\"0\": expected a whole number above 0"),
+        (&[("OTEL_BSP_SCHEDULE_DELAY", "soon")], "OTEL_BSP_SCHEDULE_DELAY=\"soon\": expected a whole number above 0"),
+    ];
+    for (vars, message) in errors {
+        let run = run("env_layer", &dir, &otel(vars));
+        assert_eq!(
+            (run.code, run.stdout.as_str()),
+            (Some(2), format!("{INVALID}{message}\n").as_str()),
+            "{vars:?}: {run:?}"
+        );
+    }
 }
 
 /// Every variable `Builder::from_env` reads.

@@ -48,6 +48,32 @@ impl crate::Builder {
         self
     }
 
+    /// Batches of at most `spans` spans (default 512,
+    /// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`), each sent at most `delay` after
+    /// its first span was handed over (default 1 s,
+    /// `OTEL_BSP_SCHEDULE_DELAY`; the OpenTelemetry SDKs' is 5 s). A batch
+    /// is never larger than the queue ([`otlp_queue`](Self::otlp_queue)).
+    /// `spans` of 0 is taken as 1.
+    pub fn otlp_batch(mut self, spans: usize, delay: Duration) -> Self {
+        if let Some(c) = &mut self.otlp {
+            c.batch_spans = spans.max(1);
+            c.batch_delay = delay;
+        }
+        self
+    }
+
+    /// Spans waiting for the exporter thread at most (default 2,048,
+    /// `OTEL_BSP_MAX_QUEUE_SIZE`): while the collector is slow or down,
+    /// what does not fit is dropped and counted
+    /// ([`Stats::otlp_spans_dropped`](crate::Stats::otlp_spans_dropped)).
+    /// `spans` of 0 is taken as 1.
+    pub fn otlp_queue(mut self, spans: usize) -> Self {
+        if let Some(c) = &mut self.otlp {
+            c.queue_spans = spans.max(1);
+        }
+        self
+    }
+
     /// Whether a root span with a `traceparent` field (a request whose
     /// caller sent its W3C trace context, see `ringtrace::context`) is kept
     /// as the caller decided: kept if its sampled flag is set, not kept if
@@ -91,7 +117,9 @@ impl crate::Builder {
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` appended) turn the export
 /// on; then `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`,
 /// `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_COMPRESSION` (`gzip` or
-/// `none`) and `OTEL_EXPORTER_OTLP_TIMEOUT` (ms) apply to it.
+/// `none`), `OTEL_EXPORTER_OTLP_TIMEOUT` (ms), `OTEL_BSP_MAX_QUEUE_SIZE`,
+/// `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_SCHEDULE_DELAY` (ms) and
+/// `OTEL_TRACES_SAMPLER` with `OTEL_TRACES_SAMPLER_ARG` apply to it.
 pub(crate) fn apply_env(mut b: crate::Builder) -> Result<crate::Builder, crate::Error> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     if let Some(url) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
@@ -132,5 +160,63 @@ pub(crate) fn apply_env(mut b: crate::Builder) -> Result<crate::Builder, crate::
         })?;
         c.timeout = Duration::from_millis(ms.max(1));
     }
+    let count = |k: &str| -> Result<Option<u64>, crate::Error> {
+        var(k)
+            .map(|v| match v.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(crate::Error::InvalidConfig(format!(
+                    "{k}={v:?}: expected a whole number above 0"
+                ))),
+            })
+            .transpose()
+    };
+    if let Some(n) = count("OTEL_BSP_MAX_QUEUE_SIZE")? {
+        c.queue_spans = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(n) = count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")? {
+        c.batch_spans = usize::try_from(n).unwrap_or(usize::MAX);
+    }
+    if let Some(ms) = count("OTEL_BSP_SCHEDULE_DELAY")? {
+        c.batch_delay = Duration::from_millis(ms);
+    }
+    // As the variables' specification says: a batch above the queue is
+    // the queue's size.
+    c.batch_spans = c.batch_spans.min(c.queue_spans);
+    if let Some(sampler) = var("OTEL_TRACES_SAMPLER") {
+        let (by_parent, ratio) = traces_sampler(sampler.trim(), var("OTEL_TRACES_SAMPLER_ARG"))?;
+        c.by_parent = by_parent;
+        b.spans.ratio = Some(ratio);
+    }
     Ok(b)
+}
+
+/// `OTEL_TRACES_SAMPLER` (and its `_ARG`) as ringtrace's whole-request
+/// sampling: whether roots with a remote parent follow its decision, and
+/// the ratio of the other roots kept.
+fn traces_sampler(name: &str, arg: Option<String>) -> Result<(bool, f64), crate::Error> {
+    let ratio = || -> Result<f64, crate::Error> {
+        let Some(a) = &arg else {
+            return Ok(1.0); // the specification's default
+        };
+        match a.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+            _ => Err(crate::Error::InvalidConfig(format!(
+                "OTEL_TRACES_SAMPLER_ARG={a:?}: expected a ratio from 0 to 1"
+            ))),
+        }
+    };
+    Ok(match name {
+        "always_on" => (false, 1.0),
+        "always_off" => (false, 0.0),
+        "traceidratio" => (false, ratio()?),
+        "parentbased_always_on" => (true, 1.0),
+        "parentbased_always_off" => (true, 0.0),
+        "parentbased_traceidratio" => (true, ratio()?),
+        other => {
+            return Err(crate::Error::InvalidConfig(format!(
+                "OTEL_TRACES_SAMPLER={other:?}: expected always_on, always_off, traceidratio, \
+                 parentbased_always_on, parentbased_always_off or parentbased_traceidratio"
+            )))
+        }
+    })
 }
