@@ -159,11 +159,11 @@ pub(crate) fn new_ids(
         ),
         None => {
             let fields = attrs.metadata().fields();
-            let mut find = FindTraceparent {
-                state_wanted: fields.field("tracestate").is_some(),
-                ..FindTraceparent::default()
-            };
+            let mut find = FindTraceparent::default();
             if fields.field("traceparent").is_some() {
+                // Only a root that may continue a caller's trace looks
+                // for its state.
+                find.state_wanted = fields.field("tracestate").is_some();
                 attrs.record(&mut find);
             }
             let ids = match find.parent {
