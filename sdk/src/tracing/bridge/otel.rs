@@ -102,7 +102,7 @@ pub(crate) fn random_u64() -> u64 {
     }
 }
 
-/// Finds a `traceparent` field's value (and, with `state`, a
+/// Finds a `traceparent` field's value (and, with `state_wanted`, a
 /// `tracestate` field's).
 #[derive(Default)]
 struct FindTraceparent {
