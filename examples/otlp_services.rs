@@ -7,8 +7,9 @@
 //! (an HTTP server) and as the `checkout` service (its client). Each service
 //! records through ringtrace's `tracing` subscriber into its own Perfetto
 //! file and exports its spans to the collector; `checkout` sends the W3C
-//! `traceparent` of its client span with each request, and `inventory`
-//! continues that trace. At the end the collector prints what it received:
+//! trace context of its client span with each request (`traceparent`, and
+//! `tracestate` when its trace has one), and `inventory` continues that
+//! trace. At the end the collector prints what it received:
 //! every request's spans from both services under one trace id.
 //!
 //! Pack the two files to see the crossing in Perfetto (a flow from the
@@ -84,7 +85,8 @@ fn run_all() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The `inventory` service: answers `REQUESTS` requests, each a root span
-/// that continues the caller's trace from its `traceparent` header.
+/// that continues the caller's trace from its `traceparent` and
+/// `tracestate` headers.
 fn inventory(collector: &str, file: &str) -> Result<(), Box<dyn std::error::Error>> {
     let (subscriber, trace) = ringtrace::builder()
         .output(file)
@@ -100,13 +102,15 @@ fn inventory(collector: &str, file: &str) -> Result<(), Box<dyn std::error::Erro
     for stream in listener.incoming().take(REQUESTS) {
         let mut stream = stream?;
         let (path, headers) = read_request(&mut stream)?;
-        let pairs = headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        let parent = ringtrace::context::extract(pairs);
+        let pairs = || headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let parent = ringtrace::context::extract(pairs());
+        let state = ringtrace::context::extract_tracestate(pairs());
         let span = tracing::info_span!(
             "GET /stock",
             otel.kind = "server",
             http.route = "/stock",
             traceparent = parent.as_ref().map(display),
+            tracestate = state.as_ref().map(display),
         );
         let _request = span.enter();
         let count = {
@@ -143,12 +147,13 @@ fn checkout(collector: &str, server: &str) -> Result<(), Box<dyn std::error::Err
     for order in 0..REQUESTS {
         let _root = tracing::info_span!("checkout", otel.kind = "server", order).entered();
         let _call = tracing::info_span!("GET inventory", otel.kind = "client").entered();
-        let traceparent = ringtrace::context::current_traceparent().unwrap_or_default();
+        let mut request = format!("GET /stock/item-{order} HTTP/1.1\r\nhost: {server}\r\n");
+        for (name, value) in ringtrace::context::current_headers() {
+            request += &format!("{name}: {value}\r\n");
+        }
+        request += "\r\n";
         let mut stream = TcpStream::connect(server)?;
-        write!(
-            stream,
-            "GET /stock/item-{order} HTTP/1.1\r\nhost: {server}\r\ntraceparent: {traceparent}\r\n\r\n"
-        )?;
+        stream.write_all(request.as_bytes())?;
         let mut answer = String::new();
         stream.read_to_string(&mut answer)?;
         tracing::info!(

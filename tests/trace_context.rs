@@ -3,6 +3,8 @@
 //! HTTP; both export over OTLP to one collector (decoding with the official
 //! schema), and the server's request span continues the client's trace.
 //! Requests whose caller did not keep them (sampled flag 00) are not kept.
+//! A caller's `tracestate` crosses too: every span of its trace carries it,
+//! in both processes; an invalid one is dropped, the `traceparent` kept.
 
 mod common;
 
@@ -30,10 +32,17 @@ fn scenario(name: &str, trace: &Path, arg: &str, rx: &OtlpReceiver, service: &st
 }
 
 fn get(port: u16, path: &str, traceparent: Option<&str>) {
+    get_with(port, path, traceparent, None)
+}
+
+fn get_with(port: u16, path: &str, traceparent: Option<&str>, tracestate: Option<&str>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let tp = traceparent
+    let mut tp = traceparent
         .map(|t| format!("traceparent: {t}\r\n"))
         .unwrap_or_default();
+    if let Some(ts) = tracestate {
+        tp += &format!("tracestate: {ts}\r\n");
+    }
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: x\r\n{tp}Connection: close\r\n\r\n"
@@ -48,17 +57,14 @@ fn expect(trace: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(trace.with_extension("expect.json")).unwrap()).unwrap()
 }
 
-#[test]
-fn one_trace_crosses_two_processes() {
-    let rx = OtlpReceiver::start("ctx-rx", "normal");
-    let dir = scratch("ctx");
-    let (server_trace, client_trace) = (dir.join("server.pftrace"), dir.join("client.pftrace"));
+/// Starts the server scenario; its port.
+fn start_server(dir: &Path, trace: &Path, rx: &OtlpReceiver) -> (std::process::Child, u16) {
     let port_file = dir.join("port");
-    let mut server = scenario(
+    let server = scenario(
         "otlp_server",
-        &server_trace,
+        trace,
         port_file.to_str().unwrap(),
-        &rx,
+        rx,
         "server",
     )
     .spawn()
@@ -74,6 +80,15 @@ fn one_trace_crosses_two_processes() {
         );
         std::thread::sleep(Duration::from_millis(10));
     };
+    (server, port)
+}
+
+#[test]
+fn one_trace_crosses_two_processes() {
+    let rx = OtlpReceiver::start("ctx-rx", "normal");
+    let dir = scratch("ctx");
+    let (server_trace, client_trace) = (dir.join("server.pftrace"), dir.join("client.pftrace"));
+    let (mut server, port) = start_server(&dir, &server_trace, &rx);
     let out = scenario(
         "otlp_client",
         &client_trace,
@@ -208,4 +223,85 @@ fn one_trace_crosses_two_processes() {
     archive.add_file(&server_trace).unwrap();
     archive.write_tar(dir.join("both.tar")).unwrap();
     ringtrace_test_support::archive::validate_with_python(&dir.join("both.tar"));
+}
+
+/// The client is a service called with a `traceparent` and a `tracestate`
+/// (its environment): its spans carry that state, and so does its request
+/// to the server, whose spans of that trace carry it too. The test's own
+/// requests: one whose `tracestate` is invalid (a key with an uppercase
+/// letter) continues its trace without a state; one without any context
+/// carries none.
+#[test]
+fn tracestate_crosses_two_processes() {
+    let rx = OtlpReceiver::start("ctx-state-rx", "normal");
+    let dir = scratch("ctx-state");
+    let (server_trace, client_trace) = (dir.join("server.pftrace"), dir.join("client.pftrace"));
+    let (mut server, port) = start_server(&dir, &server_trace, &rx);
+    let caller = "00-2af7651916cd43dd8448eb211c80319c-d7ad6b7169203331-01";
+    let out = scenario(
+        "otlp_client",
+        &client_trace,
+        &port.to_string(),
+        &rx,
+        "client",
+    )
+    .env("INCOMING_TRACEPARENT", caller)
+    .env(
+        "INCOMING_TRACESTATE",
+        "rojo=00f067aa0ba902b7 , congo=t61rcWkgMzE",
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
+    let bad = "00-3af7651916cd43dd8448eb211c80319c-e7ad6b7169203331-01";
+    get_with(port, "/bad-state", Some(bad), Some("ok=1,Rojo=2"));
+    get(port, "/quit", None);
+    assert!(server.wait().unwrap().success());
+    let client = expect(&client_trace);
+    assert_eq!(client["sent_tracestate"], state, "{client}");
+    let served = expect(&server_trace)["served"].clone();
+    assert_eq!(served[0]["tracestate"], state, "{served}");
+    assert_eq!(served[1]["tracestate"], Value::Null, "{served}");
+
+    let spans = rx.wait_spans(5, Duration::from_secs(10));
+    assert_eq!(spans.len(), 5, "{spans:#?}");
+    let find = |service: &str, name: &str, path: Option<&str>| -> Value {
+        let found: Vec<&Value> = spans
+            .iter()
+            .filter(|s| {
+                s["resource"]["service.name"][1] == service
+                    && s["name"] == name
+                    && path.is_none_or(|p| s["attributes"]["path"][1] == p)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{service} {name} {path:?}: {spans:#?}");
+        found[0].clone()
+    };
+    let (job, call) = (find("client", "job", None), find("client", "call", None));
+    let work = find("server", "handle", Some("/work"));
+    assert_ne!(
+        job["resource"]["process.pid"],
+        work["resource"]["process.pid"]
+    );
+    // The caller's trace, in the client and on to the server.
+    assert_eq!(job["trace_id"], "2af7651916cd43dd8448eb211c80319c");
+    assert_eq!(job["parent_span_id"], "d7ad6b7169203331");
+    assert_eq!(work["trace_id"], job["trace_id"]);
+    assert_eq!(work["parent_span_id"], call["span_id"]);
+    for s in [&job, &call, &work] {
+        assert_eq!(s["trace_state"], state, "{s:#}");
+    }
+    assert!(work["attributes"].get("tracestate").is_none());
+    // An invalid state is dropped; its traceparent still holds.
+    let b = find("server", "handle", Some("/bad-state"));
+    assert_eq!(b["trace_id"], "3af7651916cd43dd8448eb211c80319c");
+    assert_eq!(b["parent_span_id"], "e7ad6b7169203331");
+    assert_eq!(b["trace_state"], "");
+    let q = find("server", "handle", Some("/quit"));
+    assert_eq!(q["trace_state"], "");
 }

@@ -380,3 +380,236 @@ fn a_receiver_reading_a_byte_a_second_does_not_hold_the_stop() {
     assert_eq!(stats.otlp_spans_exported, 0, "{stats:?}");
     assert_eq!(stats.otlp_spans_dropped, 40, "{stats:?}");
 }
+
+/// A caller's request: its headers, the `tracestate` its trace must carry
+/// (`None`: none), and whether its `traceparent` is valid.
+struct Incoming {
+    path: &'static str,
+    headers: Vec<(&'static str, String)>,
+    state: Option<&'static str>,
+    continues: Option<&'static str>,
+}
+
+fn incoming() -> Vec<Incoming> {
+    let tp = |i: u8| {
+        format!(
+            "00-{:032x}-00f067aa0ba902b7-01",
+            0x4bf9_2f35_0000_u64 + i as u64
+        )
+    };
+    let members = |n: usize| {
+        (0..n)
+            .map(|i| format!("k{i}=v{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        Incoming {
+            path: "/state",
+            headers: vec![
+                ("traceparent", tp(1)),
+                (
+                    "tracestate",
+                    " congo=t61rcWkgMzE ,\t, rojo=00f067aa0ba902b7".into(),
+                ),
+                ("TraceState", "fw529a3039@dt=a b".into()),
+            ],
+            state: Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7,fw529a3039@dt=a b"),
+            continues: Some("000000000000000000004bf92f350001"),
+        },
+        Incoming {
+            path: "/bad-key",
+            headers: vec![("traceparent", tp(2)), ("tracestate", "ok=1,Bad=2".into())],
+            state: None,
+            continues: Some("000000000000000000004bf92f350002"),
+        },
+        Incoming {
+            path: "/33-members",
+            headers: vec![("traceparent", tp(3)), ("tracestate", members(33))],
+            state: None,
+            continues: Some("000000000000000000004bf92f350003"),
+        },
+        Incoming {
+            path: "/32-members",
+            headers: vec![("traceparent", tp(4)), ("tracestate", members(32))],
+            state: Some(Box::leak(members(32).into_boxed_str())),
+            continues: Some("000000000000000000004bf92f350004"),
+        },
+        Incoming {
+            path: "/duplicate",
+            headers: vec![("traceparent", tp(5)), ("tracestate", "a=1,b=2,a=3".into())],
+            state: None,
+            continues: Some("000000000000000000004bf92f350005"),
+        },
+        Incoming {
+            path: "/no-parent",
+            headers: vec![("tracestate", "a=1".into())],
+            state: None,
+            continues: None,
+        },
+    ]
+}
+
+/// Each incoming request served as a service does: its root span with the
+/// extracted `traceparent` and, as the caller sent it, `tracestate` (the
+/// root validates it itself); a child `call` on the thread, which makes an
+/// outgoing request (what it would send, returned per path), and a
+/// grandchild `db` on another thread. Then a root of a trace of its own.
+fn serve(d: &Dispatch) -> BTreeMap<&'static str, Vec<(&'static str, String)>> {
+    let mut sent = BTreeMap::new();
+    dispatcher::with_default(d, || {
+        for req in incoming() {
+            let h = || req.headers.iter().map(|(k, v)| (*k, v.as_str()));
+            let parent = ringtrace::context::extract(h());
+            let state = ringtrace::context::extract_tracestate(h());
+            assert_eq!(
+                state.as_ref().map(|s| s.as_str()),
+                req.state,
+                "{}",
+                req.path
+            );
+            // The raw header, as a caller sent it: the root checks it too.
+            let raw = req
+                .headers
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("tracestate"))
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            let root = info_span!(
+                "serve",
+                path = req.path,
+                traceparent = parent.as_ref().map(tracing::field::display),
+                tracestate = match state {
+                    Some(s) => s.to_string(),
+                    None => raw,
+                },
+            );
+            let _e = root.enter();
+            let call = info_span!("call", otel.kind = "client");
+            let _c = call.enter();
+            let headers = ringtrace::context::current_headers();
+            assert_eq!(
+                ringtrace::context::current_tracestate().as_deref(),
+                req.state,
+                "{}",
+                req.path
+            );
+            assert_eq!(
+                Some(headers[0].1.clone()),
+                ringtrace::context::current_traceparent()
+            );
+            sent.insert(req.path, headers);
+            let d2 = d.clone();
+            let parent = call.clone();
+            std::thread::spawn(move || {
+                dispatcher::with_default(&d2, || {
+                    info_span!(parent: &parent, "db").in_scope(|| info!("queried"));
+                })
+            })
+            .join()
+            .unwrap();
+        }
+        info_span!("own", path = "/own").in_scope(|| {
+            assert_eq!(ringtrace::context::current_tracestate(), None);
+            assert_eq!(ringtrace::context::current_headers().len(), 1);
+        });
+    });
+    assert_eq!(ringtrace::context::current_headers(), []);
+    sent
+}
+
+fn carries_tracestate(via: Via) {
+    let _one = serial();
+    let rx = Receiver::start("otlp-tracestate", "normal");
+    let (d, guard) = start(builder(&rx.endpoint()), via);
+    let sent = serve(&d);
+    let stats = guard.stop().unwrap();
+    let n = incoming().len() as u64;
+    assert_eq!(
+        (stats.otlp_spans_exported, stats.otlp_spans_dropped),
+        (3 * n + 1, 0),
+        "{stats:?}"
+    );
+    let spans = rx.spans();
+    assert_eq!(spans.len() as u64, 3 * n + 1);
+    let by_id: BTreeMap<&str, &Value> = spans
+        .iter()
+        .map(|s| (s["span_id"].as_str().unwrap(), s))
+        .collect();
+    for req in incoming() {
+        let root: Vec<&Value> = spans
+            .iter()
+            .filter(|s| s["name"] == "serve" && s["attributes"]["path"][1] == req.path)
+            .collect();
+        assert_eq!(root.len(), 1, "{}: {spans:#?}", req.path);
+        let root = root[0];
+        let trace = root["trace_id"].as_str().unwrap();
+        if let Some(t) = req.continues {
+            assert_eq!(trace, t, "{}: the traceparent holds", req.path);
+            assert_eq!(root["parent_span_id"], "00f067aa0ba902b7");
+        } else {
+            assert_eq!(root["parent_span_id"], "", "{}", req.path);
+        }
+        assert!(
+            root["attributes"].get("tracestate").is_none(),
+            "{}: the field is the span's trace_state, not an attribute",
+            req.path
+        );
+        let trace_spans: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == trace).collect();
+        let names: BTreeSet<&str> = trace_spans
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            BTreeSet::from(["serve", "call", "db"]),
+            "{}",
+            req.path
+        );
+        for s in &trace_spans {
+            assert_eq!(
+                s["trace_state"].as_str().unwrap(),
+                req.state.unwrap_or(""),
+                "{} {}",
+                req.path,
+                s["name"]
+            );
+            if s["name"] != "serve" {
+                let parent = by_id[s["parent_span_id"].as_str().unwrap()];
+                assert_eq!(parent["trace_id"], s["trace_id"]);
+            }
+        }
+        let out = &sent[req.path];
+        let call = trace_spans.iter().find(|s| s["name"] == "call").unwrap();
+        assert_eq!(
+            out[0],
+            (
+                "traceparent",
+                format!("00-{trace}-{}-01", call["span_id"].as_str().unwrap())
+            )
+        );
+        match req.state {
+            Some(st) => assert_eq!(out[1..], [("tracestate", st.to_string())], "{}", req.path),
+            None => assert_eq!(out.len(), 1, "{}: {out:?}", req.path),
+        }
+    }
+    let own = spans.iter().find(|s| s["name"] == "own").unwrap();
+    assert_eq!(own["trace_state"], "", "a trace of its own carries none");
+}
+
+/// A caller's valid `tracestate` goes with every span of its trace (the
+/// root, a child, a grandchild on another thread) in the exported spans,
+/// decoded with the official schema, and out again with the requests made
+/// inside them; an invalid one (a bad key, 33 members, a key twice) is
+/// dropped while the `traceparent` still holds, and none is taken without
+/// a valid `traceparent`.
+#[test]
+fn a_callers_tracestate_goes_with_its_trace_through_the_subscriber() {
+    carries_tracestate(Via::Subscriber);
+}
+
+#[test]
+fn a_callers_tracestate_goes_with_its_trace_through_the_layer() {
+    carries_tracestate(Via::Layer);
+}

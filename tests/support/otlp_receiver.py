@@ -59,6 +59,7 @@ def decode(body):
                     "trace_id": s.trace_id.hex(),
                     "span_id": s.span_id.hex(),
                     "parent_span_id": s.parent_span_id.hex(),
+                    "trace_state": s.trace_state,
                     "flags": s.flags,
                     "name": s.name,
                     "kind": s.kind,

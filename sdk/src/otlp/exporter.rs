@@ -502,6 +502,7 @@ mod tests {
             span_id: id,
             parent: 0,
             flags: 1,
+            trace_state: None,
             name: "s".into(),
             scope: "t",
             kind: proto::KIND_INTERNAL,

@@ -31,7 +31,7 @@ pub(crate) mod proto;
 
 use crate::encode::Context;
 use crate::output::{Asked, Item, Output, Pass, Tally, Wants};
-use crate::record::args::{ArgReader, ArgValue};
+use crate::record::args::{ArgReader, ArgValue, StrWords};
 use crate::record::layout::{parse_otel, OtelRecord};
 use crate::stats::Stats;
 pub(crate) use builder::apply_env;
@@ -174,6 +174,11 @@ pub(crate) struct OtlpOutput {
     /// batch delay, at a flush or at the stop, so that at a low rate the
     /// exporter's thread wakes once a batch, not once a flusher pass.
     held_since: Option<std::time::Instant>,
+    /// The last `tracestate` read: the spans of one trace, read one after
+    /// the other, share one copy of it.
+    last_state: Option<Arc<str>>,
+    /// A `tracestate`'s bytes as read (reused).
+    state_bytes: Vec<u8>,
 }
 
 impl OtlpOutput {
@@ -186,6 +191,23 @@ impl OtlpOutput {
             events: HashMap::new(),
             offset: realtime_offset(),
             held_since: None,
+            last_state: None,
+            state_bytes: Vec::new(),
+        }
+    }
+
+    /// A span's `tracestate` as recorded, shared with the span read before
+    /// it if that one's was the same.
+    fn shared_state(&mut self, text: StrWords<'_>) -> Arc<str> {
+        self.state_bytes.clear();
+        text.append_to(&mut self.state_bytes);
+        match &self.last_state {
+            Some(last) if last.as_bytes() == self.state_bytes.as_slice() => last.clone(),
+            _ => {
+                let state: Arc<str> = String::from_utf8_lossy(&self.state_bytes).into();
+                self.last_state = Some(state.clone());
+                state
+            }
         }
     }
 
@@ -204,12 +226,14 @@ impl OtlpOutput {
                     span,
                     parent,
                     flags,
+                    tracestate,
                     site,
                     args,
                 } => {
                     let Some(cs) = ctx.sites.get(site) else {
                         continue;
                     };
+                    let trace_state = tracestate.map(|t| self.shared_state(t));
                     let mut trace_id = [0u8; 16];
                     trace_id[..8].copy_from_slice(&trace[0].to_be_bytes());
                     trace_id[8..].copy_from_slice(&trace[1].to_be_bytes());
@@ -217,7 +241,8 @@ impl OtlpOutput {
                         trace_id,
                         span_id: span,
                         parent,
-                        flags: flags as u8,
+                        flags,
+                        trace_state,
                         name: Cow::Borrowed(cs.name),
                         scope: cs.category,
                         kind: proto::KIND_INTERNAL,
@@ -317,7 +342,8 @@ fn values(names: &[&'static str], args: &[u64]) -> proto::Attrs {
 /// A span's fields: the `otel.*` conventions set its name, kind and
 /// status; an `error` field or an event at ERROR level sets the status to
 /// ERROR (unless `otel.status_code` says otherwise); the rest are its
-/// attributes (`traceparent` excepted: it is the span's remote parent).
+/// attributes (`traceparent` and `tracestate` excepted: they are the span's
+/// remote parent and its trace's `trace_state`).
 fn apply_fields(s: &mut Span, fields: proto::Attrs) {
     let mut code = None;
     for (k, v) in fields {
@@ -340,7 +366,7 @@ fn apply_fields(s: &mut Span, fields: proto::Attrs) {
                 }
             }
             "otel.status_message" => s.status_message = v.as_text(),
-            "traceparent" => {}
+            "traceparent" | "tracestate" => {}
             "error" => {
                 if s.status_message.is_empty() {
                     s.status_message = v.as_text();
@@ -438,6 +464,7 @@ mod tests {
             span_id: 1,
             parent: 0,
             flags: 1,
+            trace_state: None,
             name: "n".into(),
             scope: "t",
             kind: proto::KIND_INTERNAL,

@@ -6,6 +6,7 @@
 
 use crate::encode::protowire::{bytes, double, fixed64, int, nested, string, uint};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 // ExportTraceServiceRequest
 const REQ_RESOURCE_SPANS: u32 = 1;
@@ -22,6 +23,7 @@ const IS_NAME: u32 = 1;
 // Span
 const S_TRACE_ID: u32 = 1;
 const S_SPAN_ID: u32 = 2;
+const S_TRACE_STATE: u32 = 3;
 const S_PARENT_SPAN_ID: u32 = 4;
 const S_NAME: u32 = 5;
 const S_KIND: u32 = 6;
@@ -109,6 +111,8 @@ pub(crate) struct Span {
     pub(crate) span_id: u64,
     pub(crate) parent: u64,
     pub(crate) flags: u8,
+    /// Its trace's W3C `tracestate`, shared with the trace's other spans.
+    pub(crate) trace_state: Option<Arc<str>>,
     pub(crate) name: Cow<'static, str>,
     /// The instrumentation scope (the `tracing` target).
     pub(crate) scope: &'static str,
@@ -122,7 +126,8 @@ pub(crate) struct Span {
 }
 
 impl Span {
-    /// An estimate of the memory it holds, for the session's budget.
+    /// An estimate of the memory it holds, for the session's budget (a
+    /// `tracestate` shared with other spans counted with each: a bound).
     pub(crate) fn bytes(&self) -> usize {
         let attrs = |a: &Attrs| {
             a.iter()
@@ -130,6 +135,7 @@ impl Span {
                 .sum::<usize>()
         };
         std::mem::size_of::<Span>()
+            + self.trace_state.as_ref().map_or(0, |t| t.len())
             + self.name.len()
             + self.status_message.len()
             + attrs(&self.attrs)
@@ -158,6 +164,9 @@ fn key_values<K: AsRef<str>>(buf: &mut Vec<u8>, field: u32, attrs: &[(K, Value)]
 fn span(buf: &mut Vec<u8>, s: &Span) {
     bytes(buf, S_TRACE_ID, &s.trace_id);
     bytes(buf, S_SPAN_ID, &s.span_id.to_be_bytes());
+    if let Some(state) = &s.trace_state {
+        string(buf, S_TRACE_STATE, state);
+    }
     if s.parent != 0 {
         bytes(buf, S_PARENT_SPAN_ID, &s.parent.to_be_bytes());
     }

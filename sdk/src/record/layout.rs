@@ -16,13 +16,15 @@
 //! BEGIN_TT     [hdr(site | depth << 24), ts, thread ns, args...]   (BEGIN with thread time)
 //! END_TT       [hdr(depth), ts, thread ns]                          (END with thread time)
 //! LOST         [hdr, ts, count]            (written by the ring)
-//! OTEL span    [hdr(site | 0 << 24), end ts, created ts, trace id hi, lo, span id, parent id, flags, args...]
+//! OTEL span    [hdr(site | 0 << 24), end ts, created ts, trace id hi, lo, span id, parent id, flags, [tracestate,] args...]
 //! OTEL event   [hdr(site | 1 << 24), ts, span id, args...]
 //! ```
 //!
 //! OTEL records are written only while an OTLP exporter runs
 //! ([`OTEL_RECORDS`]): a `tracing` span's whole life at its close, an event
-//! inside a span with the span's id. [`parse`] skips them (no file encoder
+//! inside a span with the span's id; a span of a trace with a `tracestate`
+//! has [`OTEL_TRACESTATE`] set in its flags word and the text (a string
+//! value) before its args. [`parse`] skips them (no file encoder
 //! sees them); the exporter's output reads them with [`parse_otel`].
 //!
 //! An EVENT record carries one event of any Trace Event Format phase with
@@ -38,7 +40,7 @@
 //! the depth to pair ends with begins even when records were lost in between.
 //! `args` are the values of the site's arguments in order (see `args`).
 
-use crate::record::args::{ArgList, WordSink};
+use crate::record::args::{ArgList, ArgReader, ArgValue, StrWords, WordSink};
 use crate::record::header::{self, header_kind, header_len, header_payload, make_header};
 use crate::record::ring::{Reservation, Ring};
 
@@ -95,6 +97,10 @@ pub(crate) const OTEL_SPAN: u64 = 0;
 /// `op` of an OTEL record: an event inside a span.
 #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
 pub(crate) const OTEL_EVENT: u64 = 1;
+/// Bit of an OTEL span record's flags word (above the W3C flags' byte):
+/// the trace's `tracestate` is its first arg, a string.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const OTEL_TRACESTATE: u64 = 1 << 8;
 /// Whether the session wants OTEL records (an OTLP exporter runs): set at
 /// its start, cleared at its stop. Relaxed: a record more or less around
 /// either is harmless (the exporter counts what it gets).
@@ -111,7 +117,10 @@ pub(crate) enum OtelRecord<'a> {
         trace: [u64; 2],
         span: u64,
         parent: u64,
-        flags: u64,
+        /// The W3C flags.
+        flags: u8,
+        /// The trace's `tracestate`, if it has one.
+        tracestate: Option<StrWords<'a>>,
         site: u32,
         args: &'a [u64],
     },
@@ -143,16 +152,27 @@ pub(crate) fn parse_otel(words: &[u64]) -> impl Iterator<Item = OtelRecord<'_>> 
         let site = (payload & MAX_SITE_ID as u64) as u32;
         match payload >> 24 {
             OTEL_SPAN if len >= 8 => {
+                let mut args = &w[8..];
+                let mut tracestate = None;
+                if w[7] & OTEL_TRACESTATE != 0 {
+                    let mut r = ArgReader::new(args);
+                    let ArgValue::Str(s) = r.next() else {
+                        continue; // not as written: skipped
+                    };
+                    tracestate = Some(s);
+                    args = args.get(r.pos()..).unwrap_or(&[]);
+                }
                 return Some(OtelRecord::Span {
                     end: w[1],
                     created: w[2],
                     trace: [w[3], w[4]],
                     span: w[5],
                     parent: w[6],
-                    flags: w[7],
+                    flags: w[7] as u8,
+                    tracestate,
                     site,
-                    args: &w[8..],
-                })
+                    args,
+                });
             }
             OTEL_EVENT if len >= 3 => {
                 return Some(OtelRecord::Event {
@@ -435,6 +455,40 @@ mod tests {
         assert_eq!(parse_otel(&words[3..8]).count(), 0);
         let odd = [make_header(KIND_OTEL, 3, 7 << 24), 1, 2];
         assert_eq!(parse_otel(&odd).count(), 0);
+    }
+
+    /// A span of a trace with a `tracestate`: the text first, then its
+    /// args; the flag set without a string after it: skipped, no panic.
+    #[test]
+    fn an_otel_span_carries_its_tracestate_before_its_args() {
+        let text = "congo=t61rcWkgMzE";
+        let mut words = vec![0, 20, 11, 1, 2, 3, 4, 1 | OTEL_TRACESTATE];
+        crate::record::args::encode_bytes(text.as_bytes(), &mut words);
+        words.extend([crate::record::args::T_INT, 42]); // an int arg: tag, value
+        words[0] = make_header(KIND_OTEL, words.len(), 6 | OTEL_SPAN << 24);
+        let spans: Vec<_> = parse_otel(&words).collect();
+        let [OtelRecord::Span {
+            flags,
+            tracestate: Some(state),
+            args,
+            ..
+        }] = spans.as_slice()
+        else {
+            panic!("{spans:?}");
+        };
+        assert_eq!((*flags, state.to_string_lossy().as_str()), (1, text));
+        assert_eq!(*args, [crate::record::args::T_INT, 42]);
+        let flagged_bare = [
+            make_header(KIND_OTEL, 8, 6 | OTEL_SPAN << 24),
+            20,
+            11,
+            1,
+            2,
+            3,
+            4,
+            1 | OTEL_TRACESTATE,
+        ];
+        assert_eq!(parse_otel(&flagged_bare).count(), 0);
     }
 
     /// A process's flow ids are mixed with its scope, global ones kept as

@@ -422,9 +422,16 @@ where
 #[cfg(feature = "otlp")]
 impl RingtraceLayer {
     /// The OpenTelemetry ids of span `id` (a registry id), if it has any,
-    /// for an outgoing request (`bridge::otel::inject`).
-    pub(crate) fn otel_inject(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
-        self.spans.with_data(id, bridge::otel::inject).flatten()
+    /// and its trace's `tracestate`, for an outgoing request
+    /// (`bridge::otel::inject`).
+    pub(crate) fn otel_inject(
+        &self,
+        id: &Id,
+        bind: bool,
+    ) -> Option<(bridge::otel::OtelIds, Option<crate::context::TraceState>)> {
+        self.spans
+            .with_data(id, |d| bridge::otel::inject(d, bind))
+            .flatten()
     }
 }
 

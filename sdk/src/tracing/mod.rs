@@ -113,15 +113,18 @@ pub use subscriber::RingtraceSubscriber;
 
 /// The OpenTelemetry ids of the default dispatcher's current span, if it
 /// is ringtrace's subscriber or has ringtrace's layer and the span has ids,
-/// for an outgoing request: the crossing flow is bound to the span.
+/// and its trace's `tracestate`, for an outgoing request: with `bind` (its
+/// `traceparent` goes out), the crossing flow is bound to the span.
 #[cfg(feature = "otlp")]
-pub(crate) fn inject_current() -> Option<bridge::otel::OtelIds> {
+pub(crate) fn inject_current(
+    bind: bool,
+) -> Option<(bridge::otel::OtelIds, Option<crate::context::TraceState>)> {
     ::tracing::dispatcher::get_default(|d| {
         let id = d.current_span().id()?.clone();
         if let Some(s) = d.downcast_ref::<RingtraceSubscriber>() {
-            return s.otel_inject(&id);
+            return s.otel_inject(&id, bind);
         }
-        d.downcast_ref::<RingtraceLayer>()?.otel_inject(&id)
+        d.downcast_ref::<RingtraceLayer>()?.otel_inject(&id, bind)
     })
 }
 

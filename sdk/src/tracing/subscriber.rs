@@ -230,11 +230,16 @@ impl Subscriber for RingtraceSubscriber {
 }
 
 impl RingtraceSubscriber {
-    /// The OpenTelemetry ids of span `id`, if it has any, for an outgoing
-    /// request (`bridge::otel::inject`).
+    /// The OpenTelemetry ids of span `id`, if it has any, and its trace's
+    /// `tracestate`, for an outgoing request (`bridge::otel::inject`).
     #[cfg(feature = "otlp")]
-    pub(crate) fn otel_inject(&self, id: &Id) -> Option<bridge::otel::OtelIds> {
-        self.with_data(id, bridge::otel::inject).flatten()
+    pub(crate) fn otel_inject(
+        &self,
+        id: &Id,
+        bind: bool,
+    ) -> Option<(bridge::otel::OtelIds, Option<crate::context::TraceState>)> {
+        self.with_data(id, |d| bridge::otel::inject(d, bind))
+            .flatten()
     }
 
     /// `enter` of a span sampling kept (or no sampling): out of line, so

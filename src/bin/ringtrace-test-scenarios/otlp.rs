@@ -1,8 +1,10 @@
 //! Two processes propagating W3C trace context over HTTP, both exporting
 //! over OTLP (`OTEL_EXPORTER_OTLP_ENDPOINT`, read by `init`), each with its
 //! Perfetto file: `otlp_server` answers requests, continuing the caller's
-//! trace from its `traceparent`; `otlp_client` makes a request from inside
-//! a client span and sends that span's `traceparent`.
+//! trace from its `traceparent` and `tracestate`; `otlp_client` makes a
+//! request from inside a client span and sends that span's context (its
+//! own root continues `INCOMING_TRACEPARENT` and `INCOMING_TRACESTATE`
+//! when they are set, as a service called with them would).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -48,14 +50,16 @@ pub(crate) fn server(trace: &str, port_file: &str) -> Value {
                 headers.push((k.trim().to_string(), v.trim().to_string()));
             }
         }
-        let parent =
-            ringtrace::context::extract(headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let h = || headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let parent = ringtrace::context::extract(h());
+        let state = ringtrace::context::extract_tracestate(h());
         {
             let root = info_span!(
                 "handle",
                 otel.kind = "server",
                 path = path.as_str(),
                 traceparent = parent.as_ref().map(tracing::field::display),
+                tracestate = state.as_ref().map(tracing::field::display),
             );
             let _e = root.enter();
             info!("handled");
@@ -63,7 +67,11 @@ pub(crate) fn server(trace: &str, port_file: &str) -> Value {
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
                 .unwrap();
         }
-        served.push(json!({"path": path, "traceparent": parent.map(|p| p.to_string())}));
+        served.push(json!({
+            "path": path,
+            "traceparent": parent.map(|p| p.to_string()),
+            "tracestate": state.map(|s| s.to_string()),
+        }));
         if path == "/quit" {
             break;
         }
@@ -73,28 +81,62 @@ pub(crate) fn server(trace: &str, port_file: &str) -> Value {
 }
 
 /// One request to the server on `port` from inside span `call` (kind
-/// client) under the root `job`, carrying `call`'s traceparent.
+/// client) under the root `job`, carrying `call`'s trace context headers
+/// (`traceparent`, and `tracestate` if its trace has one). `job` continues
+/// the context of `INCOMING_TRACEPARENT` / `INCOMING_TRACESTATE`, if set.
 pub(crate) fn client(trace: &str, port: &str) -> Value {
     let guard = init(trace);
+    let incoming: Vec<(&str, String)> = ["traceparent", "tracestate"]
+        .into_iter()
+        .filter_map(|h| {
+            Some((
+                h,
+                std::env::var(format!("INCOMING_{}", h.to_uppercase())).ok()?,
+            ))
+        })
+        .collect();
+    let h = || incoming.iter().map(|(k, v)| (*k, v.as_str()));
+    let (parent, state) = (
+        ringtrace::context::extract(h()),
+        ringtrace::context::extract_tracestate(h()),
+    );
     let sent;
+    let sent_state;
     {
-        let job = info_span!("job");
+        let job = info_span!(
+            "job",
+            traceparent = parent.as_ref().map(tracing::field::display),
+            tracestate = state.as_ref().map(tracing::field::display),
+        );
         let _j = job.enter();
         let call = info_span!("call", otel.kind = "client");
         let _c = call.enter();
-        sent = ringtrace::context::current_traceparent().expect("a traceparent inside a span");
+        let headers = ringtrace::context::current_headers();
+        assert_eq!(
+            headers.first().map(|h| h.0),
+            Some("traceparent"),
+            "{headers:?}"
+        );
+        sent = headers[0].1.clone();
+        sent_state = headers.get(1).map(|h| h.1.clone());
         let mut s = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
-        write!(
-            s,
-            "GET /work HTTP/1.1\r\nHost: x\r\ntraceparent: {sent}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        let mut request = String::from("GET /work HTTP/1.1\r\nHost: x\r\n");
+        for (name, value) in &headers {
+            request += &format!("{name}: {value}\r\n");
+        }
+        request += "Connection: close\r\n\r\n";
+        s.write_all(request.as_bytes()).unwrap();
         let mut answer = String::new();
         s.read_to_string(&mut answer).unwrap();
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
     let stats = guard.stop().unwrap();
-    json!({"sent": sent, "exported": stats.otlp_spans_exported, "dropped": stats.otlp_spans_dropped})
+    json!({
+        "sent": sent,
+        "sent_tracestate": sent_state,
+        "exported": stats.otlp_spans_exported,
+        "dropped": stats.otlp_spans_dropped,
+    })
 }
 
 /// Spans recorded, then `std::process::exit` (`how` = `exit`) or a panic

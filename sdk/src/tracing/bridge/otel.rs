@@ -1,17 +1,19 @@
 //! OpenTelemetry ids of `tracing` spans (feature `otlp`): a span's trace
 //! id, span id and parent, given when it is made (from its parent, from a
-//! W3C `traceparent` field on a root, or new), and the OTEL records its
-//! close and the events inside it write while an OTLP exporter runs
+//! W3C `traceparent` field on a root, or new), its trace's `tracestate`
+//! (a root's `tracestate` field beside a valid `traceparent`, shared by
+//! every span under it), and the OTEL records its close and the events
+//! inside it write while an OTLP exporter runs
 //! (`record::layout::OTEL_RECORDS`). Nothing here runs when none does.
 
 use super::fields::{push_str, Words};
 use super::{SpanData, SpanStore};
-use crate::context::TraceParent;
+use crate::context::{TraceParent, TraceState};
 use crate::record::callsite::Callsite;
 use crate::record::clock::ticks;
 use crate::record::layout::{
     self, FLOW_GLOBAL, FLOW_IN, KIND_END, KIND_END_ARGS, KIND_OTEL, OTEL_EVENT, OTEL_RECORDS,
-    OTEL_SPAN,
+    OTEL_SPAN, OTEL_TRACESTATE,
 };
 use crate::record::registry::{with_current, ThreadRing};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,46 +102,71 @@ pub(crate) fn random_u64() -> u64 {
     }
 }
 
-/// Finds a `traceparent` field's value.
+/// Finds a `traceparent` field's value (and, with `state_wanted`, a
+/// `tracestate` field's).
 #[derive(Default)]
-struct FindTraceparent(Option<TraceParent>);
+struct FindTraceparent {
+    parent: Option<TraceParent>,
+    /// Whether to read a `tracestate` field.
+    state_wanted: bool,
+    state: Option<TraceState>,
+}
 
 impl Visit for FindTraceparent {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "traceparent" {
-            self.0 = TraceParent::parse(value);
+        match field.name() {
+            "traceparent" => self.parent = TraceParent::parse(value),
+            "tracestate" if self.state_wanted => self.state = TraceState::parse(value),
+            _ => {}
         }
     }
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "traceparent" {
-            self.0 = TraceParent::parse(&format!("{value:?}"));
+        match field.name() {
+            "traceparent" => self.parent = TraceParent::parse(&format!("{value:?}")),
+            "tracestate" if self.state_wanted => {
+                self.state = TraceState::parse(&format!("{value:?}"))
+            }
+            _ => {}
         }
     }
 }
 
 /// The ids of a new span whose parent (an id of `store`'s, if any) is
-/// `parent`: its trace and span id follow the parent's; a root takes them
-/// from a valid `traceparent` field, or starts a new trace.
+/// `parent`, and its trace's `tracestate`: its trace and span id follow the
+/// parent's, and it shares the parent's `tracestate`; a root takes them
+/// from a valid `traceparent` field (and a valid `tracestate` field beside
+/// it), or starts a new trace (without a `tracestate`).
 pub(crate) fn new_ids(
     store: &impl SpanStore,
     attrs: &Attributes<'_>,
     parent: Option<Id>,
-) -> OtelIds {
-    let parent = parent.and_then(|p| store.with_data(&p, |d| d.otel).filter(|o| o.is_set()));
+) -> (OtelIds, Option<TraceState>) {
+    let parent = parent.and_then(|p| {
+        store
+            .with_data(&p, |d| (d.otel, d.tracestate.clone()))
+            .filter(|(o, _)| o.is_set())
+    });
     match parent {
-        Some(p) => OtelIds {
-            trace: p.trace,
-            span: random_u64(),
-            parent: p.span,
-            flags: p.flags,
-            ..OtelIds::default()
-        },
+        Some((p, state)) => (
+            OtelIds {
+                trace: p.trace,
+                span: random_u64(),
+                parent: p.span,
+                flags: p.flags,
+                ..OtelIds::default()
+            },
+            state,
+        ),
         None => {
+            let fields = attrs.metadata().fields();
             let mut find = FindTraceparent::default();
-            if attrs.metadata().fields().field("traceparent").is_some() {
+            if fields.field("traceparent").is_some() {
+                // Only a root that may continue a caller's trace looks
+                // for its state.
+                find.state_wanted = fields.field("tracestate").is_some();
                 attrs.record(&mut find);
             }
-            match find.0 {
+            let ids = match find.parent {
                 Some(tp) => OtelIds {
                     trace: [
                         u64::from_be_bytes(tp.trace_id[..8].try_into().unwrap_or_default()),
@@ -160,7 +187,10 @@ pub(crate) fn new_ids(
                     annotate: true,
                     ..OtelIds::default()
                 },
-            }
+            };
+            // A caller's state goes only with the caller's trace.
+            let state = find.state.filter(|_| ids.remote);
+            (ids, state)
         }
     }
 }
@@ -178,30 +208,33 @@ pub(crate) fn crossing_flow(trace: [u64; 2], client_span: u64) -> u64 {
     (z & (FLOW_GLOBAL - 1)) | FLOW_GLOBAL
 }
 
-/// Gives span `data` its ids: a span continuing a remote parent's trace
-/// gets the crossing flow into it (bound to its next slice end).
-pub(crate) fn set_ids(data: &mut SpanData, ids: OtelIds) {
+/// Gives span `data` its ids and its trace's `tracestate` (`new_ids`): a
+/// span continuing a remote parent's trace gets the crossing flow into it
+/// (bound to its next slice end).
+pub(crate) fn set_ids(data: &mut SpanData, (ids, state): (OtelIds, Option<TraceState>)) {
     data.tracking(|d| {
         d.otel = ids;
+        d.tracestate = state;
         if ids.remote {
             d.flows.push(crossing_flow(ids.trace, ids.parent) | FLOW_IN);
         }
     });
 }
 
-/// Span `data`'s ids for an outgoing request: the crossing flow out of it
-/// is bound to its next slice end (once).
-pub(crate) fn inject(data: &mut SpanData) -> Option<OtelIds> {
+/// Span `data`'s ids and its trace's `tracestate` for an outgoing request:
+/// with `bind` (its `traceparent` goes out), the crossing flow out of it is
+/// bound to its next slice end (once).
+pub(crate) fn inject(data: &mut SpanData, bind: bool) -> Option<(OtelIds, Option<TraceState>)> {
     if !data.otel.is_set() {
         return None;
     }
-    if !data.otel.injected {
+    if bind && !data.otel.injected {
         data.tracking(|d| {
             d.otel.injected = true;
             d.flows.push(crossing_flow(d.otel.trace, d.otel.span));
         });
     }
-    Some(data.otel)
+    Some((data.otel, data.tracestate.clone()))
 }
 
 /// The annotation of a root's first slice end.
@@ -233,7 +266,7 @@ pub(crate) fn parent_based(
         if attrs.metadata().fields().field("traceparent").is_some() {
             let mut find = FindTraceparent::default();
             attrs.record(&mut find);
-            if let Some(tp) = find.0 {
+            if let Some(tp) = find.parent {
                 return Some(tp.sampled());
             }
         }
@@ -252,8 +285,10 @@ pub(crate) fn parent_of(explicit: Option<&Id>, contextual: bool) -> Option<Id> {
 }
 
 /// Span `data` closes at `ts`: its OTEL record, with every field's last
-/// value.
-pub(super) fn write_span(data: &SpanData, ts: u64) {
+/// value and its trace's `tracestate` (if any: then `OTEL_TRACESTATE` is set
+/// in the flags word and the text comes first among the args). The state
+/// lets go of the `tracestate` (its record carries it now).
+pub(super) fn write_span(data: &mut SpanData, ts: u64) {
     let o = &data.otel;
     if !o.is_set() {
         return;
@@ -267,16 +302,21 @@ pub(super) fn write_span(data: &SpanData, ts: u64) {
         o.flags as u64,
     ];
     let payload = data.site.id() as u64 | OTEL_SPAN << 24;
-    with_current(|tr| {
-        layout::write(
-            &tr.ring,
-            KIND_OTEL,
-            payload,
-            ts,
-            &fixed,
-            &Words(data.values()),
-        );
-    });
+    let values = Words(data.values());
+    match &data.tracestate {
+        None => with_current(|tr| {
+            layout::write(&tr.ring, KIND_OTEL, payload, ts, &fixed, &values);
+        }),
+        Some(state) => with_current(|tr| {
+            let text = state.as_str();
+            let mut words = Vec::with_capacity(fixed.len() + 1 + text.len().div_ceil(8));
+            words.extend_from_slice(&fixed);
+            words[5] |= OTEL_TRACESTATE;
+            push_str(&mut words, text);
+            layout::write(&tr.ring, KIND_OTEL, payload, ts, &words, &values);
+        }),
+    };
+    data.tracestate = None;
 }
 
 /// The span id of the span (of `store`) an event is in, as `tracing`

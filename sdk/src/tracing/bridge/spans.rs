@@ -60,6 +60,11 @@ pub(crate) struct SpanData {
     /// Its OpenTelemetry ids while an OTLP exporter runs (`otel.rs`).
     #[cfg(feature = "otlp")]
     pub(crate) otel: super::otel::OtelIds,
+    /// Its trace's W3C `tracestate` while it is open (`otel.rs`), if the
+    /// trace came with one: shared by the trace's spans, not copied; `None`
+    /// (nothing more to carry) for every other span.
+    #[cfg(feature = "otlp")]
+    pub(crate) tracestate: Option<crate::context::TraceState>,
 }
 
 impl SpanData {
@@ -80,6 +85,8 @@ impl SpanData {
             flows: Vec::new(),
             #[cfg(feature = "otlp")]
             otel: Default::default(),
+            #[cfg(feature = "otlp")]
+            tracestate: None,
         }
     }
 
@@ -153,9 +160,13 @@ impl SpanData {
     }
 
     /// Whether the state holds heap memory (values past the inline ones,
-    /// flows' room).
+    /// flows' room, a share of a `tracestate`).
     #[inline]
     pub(super) fn owns_heap(&self) -> bool {
+        #[cfg(feature = "otlp")]
+        if self.tracestate.is_some() {
+            return true;
+        }
         self.flows.capacity() != 0 || self.words.spilled() || self.ranges.spilled()
     }
 
