@@ -310,22 +310,34 @@ fn enabled_sampled(sampler: &Sampler, meta: &Metadata<'_>) -> bool {
 /// such a span's `Span::current()` is then none).
 const ADDR_BITS: u32 = 48;
 
+/// The bit of the id of a span not kept whose site was seen, when the id
+/// was made, with spans entered alone (`SiteInfo::moves`,
+/// which stays true once it is): its enters have nothing more to teach the
+/// site, and skip looking it up (a request's root is such a span).
+const SITE_MOVES: u64 = 1 << 62;
+
 thread_local! {
-    /// The thread's count of spans not kept: 15 bits of it in their ids.
+    /// The thread's count of spans not kept: 14 bits of it in their ids.
     static UNKEPT_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// The id of a new span not kept: [`UNSAMPLED`], 15 bits of the thread's
-/// count of them, its metadata's address. Nothing else is kept of it: no
+/// The id of a new span not kept: [`UNSAMPLED`], [`SITE_MOVES`] if its
+/// site moves, 14 bits of the thread's count of them, its metadata's
+/// address. Nothing else is kept of it: no
 /// slot, no handle count (the span table is not touched): what is made
 /// inside it needs only the mark, and `Span::current()` inside it the
 /// metadata, found from the address through the site it was made at. Two
-/// such spans of one site alive at once share an id only if 2^15 others
+/// such spans of one site alive at once share an id only if 2^14 others
 /// were made on the thread between them (or on two threads at the same
 /// count), which changes nothing: nothing is kept under the id.
 #[inline]
 fn unkept_id(meta: &'static Metadata<'static>) -> Id {
-    let _ = bridge::site_of(meta); // made, for `current_span` and `observe_unkept`
+    // Made, for `current_span` and `observe_unkept`.
+    let moves = if bridge::site_of(meta).moves() {
+        SITE_MOVES
+    } else {
+        0
+    };
     let addr = meta as *const Metadata<'static> as usize as u64;
     let addr = if addr >> ADDR_BITS == 0 { addr } else { 0 };
     let seq = UNKEPT_SEQ
@@ -335,7 +347,7 @@ fn unkept_id(meta: &'static Metadata<'static>) -> Id {
             n
         })
         .unwrap_or(0);
-    Id::from_u64(UNSAMPLED | (seq & 0x7fff) << ADDR_BITS | addr)
+    Id::from_u64(UNSAMPLED | moves | (seq & 0x3fff) << ADDR_BITS | addr)
 }
 
 /// The site a span not kept (its id) was made at.
@@ -356,6 +368,9 @@ fn enter_unkept(span: &Id) {
 /// a span of a request not kept (its spans stay nested) or not.
 #[inline]
 fn observe_unkept(span: &Id) {
+    if span.into_u64() & SITE_MOVES != 0 {
+        return; // it has nothing more to learn
+    }
     if let Some(site) = unkept_site(span.into_u64()) {
         if !site.moves() {
             let nested = bridge::current_entered().is_some_and(|top| top & UNSAMPLED != 0);
