@@ -217,10 +217,60 @@ fn one_trace_crosses_two_processes() {
     );
     assert_eq!(out.as_array().map(Vec::len), Some(1), "{out}");
     assert_eq!(out, into, "one flow id in both files");
-    // Packed into one archive, Perfetto's readers see both ends of it.
+    // Perfetto matches flows within a file, never across the files of an
+    // archive: the two files joined into one (as `ringtrace pack` joins one
+    // machine's), the decoder sees one flow from the client's `call` to the
+    // server's request slice, and every slice of both files, named as it was.
+    let joined = ringtrace::archive::join_perfetto(&[
+        ("client", &std::fs::read(&client_trace).unwrap()),
+        ("server", &std::fs::read(&server_trace).unwrap()),
+    ])
+    .unwrap();
+    let joined_trace = dir.join("processes.pftrace");
+    std::fs::write(&joined_trace, &joined).unwrap();
+    let jm = ringtrace_test_support::perfetto_model_clean(&joined_trace);
+    let names = |m: &Value| -> Vec<String> {
+        let mut n: Vec<String> = m["slices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    let mut both = [names(&cm), names(&sm)].concat();
+    both.sort();
+    assert_eq!(
+        names(&jm),
+        both,
+        "every slice of both files, named as it was"
+    );
+    let slices = jm["slices"].as_array().unwrap();
+    let index = |name: &str, path: Option<&str>| {
+        slices
+            .iter()
+            .position(|s| s["name"] == name && path.is_none_or(|p| s["args"]["path"] == p))
+            .unwrap()
+    };
+    let (call_at, handle_at) = (index("call", None), index("handle", Some("/work")));
+    let flow = jm["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["from"] == call_at && f["to"] == handle_at);
+    assert!(
+        flow.is_some(),
+        "a flow from call to handle: {:#}",
+        jm["flows"]
+    );
+    // In an archive: the joined member beside nothing else.
     let mut archive = ringtrace::archive::Archive::new();
     archive.add_file(&client_trace).unwrap();
     archive.add_file(&server_trace).unwrap();
+    let joined = archive.join_processes("processes.pftrace", true).unwrap();
+    assert_eq!(joined, ["client.pftrace", "server.pftrace"]);
+    assert_eq!(archive.members().len(), 1);
     archive.write_tar(dir.join("both.tar")).unwrap();
     ringtrace_test_support::archive::validate_with_python(&dir.join("both.tar"));
 }

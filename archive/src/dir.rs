@@ -198,6 +198,7 @@ pub(super) fn add_dir(archive: &mut Archive, dir: &Path) -> Result<(), ArchiveEr
     for (name, sidecar) in names.iter().zip(sidecars) {
         let m = archive.add_file(dir.join(name))?;
         let Some(s) = sidecar else { continue };
+        m.recorded_on = Some((s.host.clone(), s.boot_id.clone()));
         if let Some(sample) = s.sample {
             m.clock_sample(sample);
         }

@@ -247,6 +247,14 @@ pub enum ArchiveError {
         /// What is missing.
         reason: String,
     },
+    /// Traces that cannot be joined into one
+    /// ([`join_perfetto`](super::join_perfetto)).
+    CannotJoin {
+        /// The trace's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
 
     // ---- reading archives ----
     /// The bytes are not a ZIP, a TAR or a gzipped TAR.
@@ -366,6 +374,9 @@ impl fmt::Display for ArchiveError {
                 "archive member '{n}' looks like JSON but is not detectable as a trace (a JSON trace \
                  starts with {{\" or [{{\" once whitespace is removed): the import would fail"
             ),
+            CannotJoin { name, reason } => {
+                write!(f, "{name:?} cannot be joined into one trace with the others: {reason}")
+            }
             UnrecognizedMember(n) => write!(
                 f,
                 "archive member '{n}' is not a trace: no Perfetto reader recognizes its format \

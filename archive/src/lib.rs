@@ -148,6 +148,7 @@
 mod clock;
 mod dir;
 mod error;
+mod join;
 mod manifest;
 mod member;
 mod plan;
@@ -162,6 +163,7 @@ mod zip;
 pub use clock::{Clock, ClockSample};
 pub use dir::MemberFile;
 pub use error::ArchiveError;
+pub use join::join_perfetto;
 pub use manifest::{AttrValue, Clocks, FileEntry, Manifest, MemberInfo, SyncTo, TraceTime};
 pub use member::Member;
 use member::Source;
@@ -284,6 +286,85 @@ impl Archive {
         self.members
             .push(Member::new(name.into(), Source::Bytes(bytes)));
         self.members.last_mut().unwrap()
+    }
+
+    /// Joins the Perfetto members recorded on one machine into one member
+    /// `name`, so that Perfetto links what crosses between them: a flow
+    /// from one process's slice to another's (trace processor matches
+    /// flows within a file, never across the files of an archive; see
+    /// [`join_perfetto`]). The members joined are the Perfetto protobuf
+    /// traces without manifest settings (no machine, no clocks, not the
+    /// reference of another member or of the trace time) and of a single
+    /// machine: every one's sidecar ([`MemberFile::prepare`]) names
+    /// the same host and boot, or `one_machine` says they are (the caller
+    /// knows). Returns their names, in the order joined (the members'
+    /// order); none when fewer than two qualify or their sidecars name
+    /// several machines (or some have none) and `one_machine` is false.
+    /// The joined member takes the place of the first of them.
+    ///
+    /// # Errors
+    ///
+    /// [`ArchiveError::DuplicateMember`] if another member is named
+    /// `name`; [`ArchiveError::CannotJoin`] if one cannot be joined (packets
+    /// of another machine, compressed packets, a packet that does not
+    /// parse); [`ArchiveError::Io`] if a member's file cannot be read.
+    pub fn join_processes(
+        &mut self,
+        name: &str,
+        one_machine: bool,
+    ) -> Result<Vec<String>, ArchiveError> {
+        // Members another one's settings name stay as they are.
+        let mut named: std::collections::BTreeSet<&str> = self
+            .members
+            .iter()
+            .filter_map(|m| m.clocks.as_ref()?.sync_to.as_ref()?.file.as_deref())
+            .collect();
+        named.extend(self.trace_time.as_ref().and_then(|t| t.file.as_deref()));
+        let mut picked = Vec::new();
+        for (i, m) in self.members.iter().enumerate() {
+            if m.has_overrides() || m.foreign || named.contains(m.name.as_str()) {
+                continue;
+            }
+            let bytes = m.load()?;
+            if let MemberKind::Perfetto(info) = sniff(&bytes) {
+                if info.machine_ids.is_empty() {
+                    picked.push(i);
+                }
+            }
+        }
+        let machines: std::collections::BTreeSet<_> = picked
+            .iter()
+            .map(|&i| self.members[i].recorded_on.clone())
+            .collect();
+        let one = one_machine || (machines.len() == 1 && !machines.contains(&None));
+        if picked.len() < 2 || !one {
+            return Ok(Vec::new());
+        }
+        if self.members.iter().any(|m| m.name == name) {
+            return Err(ArchiveError::DuplicateMember(name.to_owned()));
+        }
+        let loaded = picked
+            .iter()
+            .map(|&i| {
+                Ok((
+                    self.members[i].name.clone(),
+                    self.members[i].load()?.into_owned(),
+                ))
+            })
+            .collect::<Result<Vec<_>, ArchiveError>>()?;
+        let traces: Vec<(&str, &[u8])> = loaded
+            .iter()
+            .map(|(n, b)| (n.as_str(), b.as_slice()))
+            .collect();
+        let joined = join_perfetto(&traces)?;
+        let first = picked[0];
+        let mut member = Member::new(name.to_owned(), Source::Bytes(joined));
+        member.recorded_on = self.members[first].recorded_on.clone();
+        self.members[first] = member;
+        for &i in picked[1..].iter().rev() {
+            self.members.remove(i);
+        }
+        Ok(loaded.into_iter().map(|(n, _)| n).collect())
     }
 
     /// The member named `name`, to change its settings.

@@ -49,6 +49,10 @@ pub struct Member {
     pub(super) clocks: Option<ClockSpec>,
     pub(super) sample: Option<ClockSample>,
     pub(super) foreign: bool,
+    /// The machine it was recorded on as its sidecar says (host, boot id),
+    /// if it has one: members of one machine may be joined
+    /// ([`Archive::join_processes`](super::Archive::join_processes)).
+    pub(super) recorded_on: Option<(String, Option<String>)>,
 }
 
 impl Member {
@@ -61,6 +65,7 @@ impl Member {
             clocks: None,
             sample: None,
             foreign: false,
+            recorded_on: None,
         }
     }
 

@@ -45,6 +45,15 @@ perfetto_manifest. FILE below is a member name (a file's name).
   --allow-unrecognized            pack files no Perfetto reader recognizes as a
                                   trace (trace_processor refuses such archives)
   --print-manifest                print the manifest written
+  --join                          join every Perfetto file without settings into
+                                  one (processes.pftrace), the caller knowing
+                                  they were recorded on one machine
+  --no-join                       keep every file as it is
+  Perfetto matches flows (a request crossing from one process to another)
+  within a file, never across the files of an archive: by default the
+  Perfetto files without settings whose sidecars say they were recorded on one
+  machine (a directory the processes wrote) are joined into one,
+  processes.pftrace, so those flows link.
   Clocks: REALTIME REALTIME_COARSE MONOTONIC MONOTONIC_COARSE MONOTONIC_RAW BOOTTIME
 
 inspect: sequences, processes and threads, slices and marks by kind, lost events, time
@@ -145,6 +154,9 @@ enum Op {
     Foreign(String),
 }
 
+/// The member the Perfetto files of one machine are joined into.
+const JOINED: &str = "processes.pftrace";
+
 fn pack(args: &[String]) -> Result<(), Failure> {
     let mut output: Option<PathBuf> = None;
     let mut inputs: Vec<String> = Vec::new();
@@ -153,6 +165,8 @@ fn pack(args: &[String]) -> Result<(), Failure> {
     let mut attrs: Vec<(String, String)> = Vec::new();
     let (mut auto, mut stored, mut print_manifest) = (true, false, false);
     let mut allow_unrecognized = false;
+    // None: join what the sidecars place on one machine.
+    let mut join: Option<bool> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -228,6 +242,8 @@ fn pack(args: &[String]) -> Result<(), Failure> {
             "--stored" => stored = true,
             "--allow-unrecognized" => allow_unrecognized = true,
             "--print-manifest" => print_manifest = true,
+            "--join" => join = Some(true),
+            "--no-join" => join = Some(false),
             s if s.starts_with('-') && s.len() > 1 => {
                 return Err(usage(format!("unknown option {s:?}")))
             }
@@ -303,6 +319,17 @@ fn pack(args: &[String]) -> Result<(), Failure> {
     }
     if let Some((clock, file)) = trace_time {
         archive.trace_time(clock, file.as_deref(), None);
+    }
+    if join != Some(false) {
+        let joined = archive
+            .join_processes(JOINED, join == Some(true))
+            .map_err(|e| failed(e.to_string()))?;
+        if !joined.is_empty() {
+            outln!(
+                "joined {} into {JOINED} (one trace: flows between them link)",
+                joined.join(", ")
+            );
+        }
     }
     for (k, v) in attrs {
         match v.parse::<i64>() {

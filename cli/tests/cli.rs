@@ -537,6 +537,125 @@ assert f["log.json"]["clocks"] == {"sync_to": {"file": "app.pftrace", "clock": "
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Two processes' Perfetto traces of one machine (their sidecars say so)
+/// are joined into one member, `processes.pftrace`, in which the decoder
+/// finds both processes and every slice of both (Perfetto links flows only
+/// within a file); a JSON trace stays a member of its own. Files without
+/// sidecars are joined only with `--join`; `--no-join` keeps them apart.
+#[test]
+fn pack_joins_the_perfetto_files_of_one_machine() {
+    let dir = scratch("pack-join");
+    let shared = dir.join("shared");
+    let members: Vec<_> = ["client", "server"]
+        .iter()
+        .map(|role| ringtrace_archive::MemberFile::new(&shared, role, "pftrace"))
+        .collect();
+    let mut pids = Vec::new();
+    for m in &members {
+        m.prepare().unwrap();
+        pids.push(record(&m.path, false).pid);
+    }
+    record(&shared.join("log.json"), false);
+    let names = |tar: &Path| -> Vec<String> {
+        let listing = Command::new("tar").arg("-tf").arg(tar).output().unwrap();
+        let mut n: Vec<String> = String::from_utf8(listing.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        n.sort();
+        n
+    };
+    let slices = |path: &Path| perfetto_model(path)["slices"].as_array().unwrap().len();
+    let tar = dir.join("run.tar");
+    let out = ok(&[
+        "pack",
+        "-o",
+        tar.to_str().unwrap(),
+        shared.to_str().unwrap(),
+    ]);
+    let (a, b) = (
+        members[0].path.file_name().unwrap().to_str().unwrap(),
+        members[1].path.file_name().unwrap().to_str().unwrap(),
+    );
+    assert!(
+        out.contains(&format!("joined {a}, {b} into processes.pftrace")),
+        "{out}"
+    );
+    assert_eq!(
+        names(&tar),
+        ["log.json", "perfetto_manifest.json", "processes.pftrace"]
+    );
+    let s = inspect_json(&tar);
+    assert_eq!(s["valid"], true, "{s:#}");
+    let member = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "processes.pftrace")
+        .cloned()
+        .unwrap();
+    let mut seen: Vec<i64> = member["trace"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_i64().unwrap())
+        .collect();
+    seen.sort();
+    pids.sort();
+    assert_eq!(seen, pids, "both processes in the joined trace");
+    // Every slice of both files, decoded with the official schema.
+    let x = dir.join("x");
+    std::fs::create_dir_all(&x).unwrap();
+    let untar = Command::new("tar")
+        .args(["-xf", tar.to_str().unwrap(), "-C", x.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(untar.success());
+    let joined = x.join("processes.pftrace");
+    assert_eq!(
+        slices(&joined),
+        slices(&members[0].path) + slices(&members[1].path)
+    );
+    assert!(perfetto_model(&joined)["errors"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    // Kept apart when asked; files given without sidecars: only with --join.
+    let apart = dir.join("apart.tar");
+    ok(&[
+        "pack",
+        "-o",
+        apart.to_str().unwrap(),
+        "--no-join",
+        shared.to_str().unwrap(),
+    ]);
+    let mut expect = vec![a, b, "log.json", "perfetto_manifest.json"];
+    expect.sort();
+    assert_eq!(names(&apart), expect);
+    let files = [
+        members[0].path.to_str().unwrap(),
+        members[1].path.to_str().unwrap(),
+    ];
+    let loose = dir.join("loose.tar");
+    ok(&["pack", "-o", loose.to_str().unwrap(), files[0], files[1]]);
+    assert_eq!(names(&loose), [a, "perfetto_manifest.json", b]);
+    let asked = dir.join("asked.tar");
+    ok(&[
+        "pack",
+        "-o",
+        asked.to_str().unwrap(),
+        "--join",
+        files[0],
+        files[1],
+    ]);
+    assert_eq!(
+        names(&asked),
+        ["perfetto_manifest.json", "processes.pftrace"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn pack_refuses_what_the_manifest_rules_reject() {
     let dir = scratch("refuse");
