@@ -14,7 +14,9 @@
 //!
 //! Pack the two files to see the crossing in Perfetto (a flow from the
 //! client span to the server span):
-//! `cargo run -p ringtrace-cli -- pack -o services.tar checkout.pftrace inventory.pftrace`.
+//! `cargo run -p ringtrace-cli -- pack -o services.tar --join checkout.pftrace inventory.pftrace`
+//! (`--join`: both were recorded on this machine, so they become one trace,
+//! in which Perfetto links the flow).
 //!
 //! Any OTLP/HTTP collector takes the place of the built-in one: point
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` at it (the services then send there and
