@@ -53,6 +53,21 @@ fn get_with(port: u16, path: &str, traceparent: Option<&str>, tracestate: Option
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
+/// The one span of `service` named `name` (with attribute `path`, if
+/// given) among `spans` as the collector decoded them.
+fn span(spans: &[Value], service: &str, name: &str, path: Option<&str>) -> Value {
+    let found: Vec<&Value> = spans
+        .iter()
+        .filter(|s| {
+            s["resource"]["service.name"][1] == service
+                && s["name"] == name
+                && path.is_none_or(|p| s["attributes"]["path"][1] == p)
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{service} {name} {path:?}: {spans:#?}");
+    found[0].clone()
+}
+
 fn expect(trace: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(trace.with_extension("expect.json")).unwrap()).unwrap()
 }
@@ -121,18 +136,7 @@ fn one_trace_crosses_two_processes() {
 
     let spans = rx.wait_spans(5, Duration::from_secs(10));
     assert_eq!(spans.len(), 5, "{spans:#?}");
-    let find = |service: &str, name: &str, path: Option<&str>| -> Value {
-        let found: Vec<&Value> = spans
-            .iter()
-            .filter(|s| {
-                s["resource"]["service.name"][1] == service
-                    && s["name"] == name
-                    && path.is_none_or(|p| s["attributes"]["path"][1] == p)
-            })
-            .collect();
-        assert_eq!(found.len(), 1, "{service} {name} {path:?}: {spans:#?}");
-        found[0].clone()
-    };
+    let find = |service: &str, name: &str, path: Option<&str>| span(&spans, service, name, path);
     let (job, call) = (find("client", "job", None), find("client", "call", None));
     let work = find("server", "handle", Some("/work"));
     let pid = |s: &Value| s["resource"]["process.pid"][1].as_i64().unwrap();
@@ -320,18 +324,7 @@ fn tracestate_crosses_two_processes() {
 
     let spans = rx.wait_spans(5, Duration::from_secs(10));
     assert_eq!(spans.len(), 5, "{spans:#?}");
-    let find = |service: &str, name: &str, path: Option<&str>| -> Value {
-        let found: Vec<&Value> = spans
-            .iter()
-            .filter(|s| {
-                s["resource"]["service.name"][1] == service
-                    && s["name"] == name
-                    && path.is_none_or(|p| s["attributes"]["path"][1] == p)
-            })
-            .collect();
-        assert_eq!(found.len(), 1, "{service} {name} {path:?}: {spans:#?}");
-        found[0].clone()
-    };
+    let find = |service: &str, name: &str, path: Option<&str>| span(&spans, service, name, path);
     let (job, call) = (find("client", "job", None), find("client", "call", None));
     let work = find("server", "handle", Some("/work"));
     assert_ne!(
