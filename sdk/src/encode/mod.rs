@@ -8,10 +8,12 @@
 //! layer, no macro and no sink. It only appends bytes to the buffer it is
 //! given, so the file writer and any other output share it.
 
-// Two `unsafe` blocks in this layer, each allowed where it is and proved
-// there: the `set_len`s of the Perfetto fast path (`perfetto/fast.rs`:
-// `put`, a packet copied from its template, and `begin_with_args`, a packet
-// whose annotations `protowire::Spare` wrote into spare capacity).
+// `unsafe` in this layer, each block allowed where it is and proved there:
+// the Perfetto fast path's output cursor (`perfetto/fast.rs`: `Cursor`, a
+// `Vec`'s buffer written at a position kept in locals and counted in with
+// `set_len`; packets copied from their templates through it, and a
+// packet's annotations written by `protowire::Spare` into its spare
+// capacity).
 #![deny(unsafe_code)]
 
 pub(crate) mod event;

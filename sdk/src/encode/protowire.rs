@@ -232,13 +232,16 @@ impl Spare<'_> {
     /// bytes of `head` (for a debug annotation: its tag, length, name, the
     /// string's tag and length), then the `n` bytes packed in `words`.
     /// Strings of up to 16 bytes (most) take two word stores, whatever
-    /// their length: the window is 24 bytes.
+    /// their length: the window is 24 bytes; up to 32 bytes (a sentence
+    /// of a message) four, in a window of 40.
     #[inline(always)]
     pub(crate) fn short_string(&mut self, head: u64, words: &[u64], n: usize) {
         let (a, b) = match *words {
             [] => (0, 0),
             [a] => (a, 0),
             [a, b] => (a, b),
+            [a, b, c] => return self.four_words_string(head, [a, b, c, 0], n),
+            [a, b, c, d] => return self.four_words_string(head, [a, b, c, d], n),
             _ => {
                 string_run(self.buf, self.n, head, words);
                 self.n += 6 + n;
@@ -246,6 +249,20 @@ impl Spare<'_> {
             }
         };
         self.two_words_string(head, a, b, n);
+    }
+
+    /// A string of 17 to 32 bytes: `head` (as in [`Self::short_string`]),
+    /// then the four words holding its `n` bytes (and whatever follows
+    /// them, written over next), in one window of 40 bytes.
+    #[inline(always)]
+    fn four_words_string(&mut self, head: u64, words: [u64; 4], n: usize) {
+        let win = &mut self.buf[self.n..self.n + 40];
+        win[..8].write_copy_of_slice(&head.to_le_bytes());
+        win[6..14].write_copy_of_slice(&words[0].to_le_bytes());
+        win[14..22].write_copy_of_slice(&words[1].to_le_bytes());
+        win[22..30].write_copy_of_slice(&words[2].to_le_bytes());
+        win[30..38].write_copy_of_slice(&words[3].to_le_bytes());
+        self.n += 6 + n;
     }
 
     /// A string of up to 16 bytes: `head` (as in

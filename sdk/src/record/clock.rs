@@ -195,8 +195,10 @@ impl Calibration {
         }
     }
 
-    /// BOOTTIME nanoseconds of a tick reading.
-    #[inline]
+    /// BOOTTIME nanoseconds of a tick reading. Always inlined: the
+    /// flusher converts every record's reading, the encoders' loops keep
+    /// the calibration in registers.
+    #[inline(always)]
     pub(crate) fn to_ns(&self, ticks: u64) -> u64 {
         // The usual rate, converted per event by the flusher: under a
         // nanosecond per tick (a TSC above 1 GHz). The same arithmetic as

@@ -1,21 +1,25 @@
-//! The fast path of the commonest records: a scope's BEGIN without args and
-//! its END, on a sequence whose incremental state is valid.
+//! The fast path of the commonest records: a scope's BEGIN and its END,
+//! and INSTANTs, on a sequence whose incremental state is valid.
 //!
-//! Everything in such a packet but its timestamp is constant while the
-//! sequence's interning lasts: the sequence id and flags, and the track event
-//! (category, type, name and source location iids). So the first plain begin
-//! of a call site on a sequence takes the general path (which interns its
-//! strings) and then leaves a template of those bytes; later ones are the
-//! framing, the varint delta and a copy of the template. Templates are
-//! forgotten with the interning (`Seq::clear_interning`), so a reset always
-//! takes the general path again. Anything unusual (args, flows waiting, a
-//! lost record to close, a reset due, no template yet) takes the general
-//! path, which writes the same bytes (tests: `fast_path_writes_what_the_general_path_writes`).
+//! Everything in such a packet but its timestamp (and its arguments) is
+//! constant while the sequence's interning lasts: the sequence id and
+//! flags, and the track event (category, type, name and source location
+//! iids). So the first begin (or instant) of a call site on a sequence
+//! takes the general path (which interns its strings) and then leaves a
+//! template of those bytes; later ones are the framing, the varint delta
+//! and a copy of the template (then the arguments, written by `direct`).
+//! Templates are forgotten with the interning (`Seq::clear_interning`), so
+//! a reset always takes the general path again. Anything unusual (flows
+//! waiting, a lost record to close, a reset due, no template yet) takes
+//! the general path, which writes the same bytes (tests:
+//! `fast_path_writes_what_the_general_path_writes`).
 //!
-//! A packet is written into `out`'s spare capacity (at least
-//! [`PACKET_MAX`] bytes) and then counted in: one capacity check and a few
-//! fixed-size stores per packet, no capacity check per field. A begin's
-//! arguments are written the same way by `direct`.
+//! A batch's records are taken in runs ([`PerfettoEncoder::fast_run`])
+//! that keep the sequence clock, the count of events and `out`'s position
+//! ([`Cursor`]) in locals. A packet is written into `out`'s spare capacity
+//! (at least [`PACKET_MAX`] bytes) and then counted in: one capacity check
+//! and a few fixed-size stores per packet, no capacity check per field. A
+//! begin's arguments are written the same way by `direct`.
 
 use super::annotations::annotations;
 use super::fields::{
@@ -109,54 +113,106 @@ impl Tmpl {
     }
 }
 
-/// Appends a packet to `out`: `delta` on the sequence clock, then `t`'s
-/// bytes. One capacity check, a few stores and a fixed-size copy.
-#[inline(always)]
-#[allow(unsafe_code)]
-fn put(out: &mut Vec<u8>, delta: u64, t: &Tmpl) {
-    if out.capacity() - out.len() < PACKET_MAX {
-        out.reserve(GROW);
-    }
-    let len = out.len();
-    // SAFETY: the spare capacity holds at least PACKET_MAX bytes (checked
-    // or reserved above), and `write_packet` writes only those and
-    // initialises the `n` it returns.
-    unsafe {
-        let n = write_packet(out.as_mut_ptr().add(len), delta, t);
-        out.set_len(len + n);
-    }
+/// `out` written at a position kept in locals (its buffer, the position,
+/// its capacity): no load of the `Vec`'s fields per packet, none reloaded
+/// after each store through the buffer. The position is counted into
+/// `out` (`set_len`) by [`Cursor::with_vec`] before anything else writes
+/// to `out` (and taken again after it), and when the cursor is dropped.
+///
+/// Invariant (what every `unsafe` below relies on): `ptr` and `cap` are
+/// `out`'s buffer and capacity, `out.len() <= len <= cap`, and the bytes
+/// `..len` of the buffer are initialised.
+struct Cursor<'a> {
+    out: &'a mut Vec<u8>,
+    ptr: *mut u8,
+    len: usize,
+    cap: usize,
 }
 
-/// Writes a packet (framing, `delta` on the sequence clock, `t`'s bytes)
-/// at `dst` and returns its length, at most [`PACKET_MAX`]. Stores through
-/// the pointer: no bounds check per byte.
-///
-/// # Safety
-/// `dst` is valid for writes of [`PACKET_MAX`] bytes.
-#[inline(always)]
-#[allow(unsafe_code)]
-unsafe fn write_packet(dst: *mut u8, delta: u64, t: &Tmpl) -> usize {
-    // A byte at a time: the deltas of busy threads are short (a byte or
-    // two), and building a word costs more than it saves there.
-    let mut n = 3;
-    let mut v = delta;
-    // SAFETY (all stores below): a varint of a u64 takes at most 10 bytes,
-    // so every byte written lies in `dst[..3 + 10 + TMPL_MAX]`, which the
-    // caller guarantees is writable.
-    unsafe {
-        while v >= 0x80 {
-            *dst.add(n) = v as u8 | 0x80;
-            v >>= 7;
-            n += 1;
+impl<'a> Cursor<'a> {
+    #[inline(always)]
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        Cursor {
+            ptr: out.as_mut_ptr(),
+            len: out.len(),
+            cap: out.capacity(),
+            out,
         }
-        *dst.add(n) = v as u8;
-        n += 1;
-        std::ptr::copy_nonoverlapping(t.bytes.as_ptr(), dst.add(n), TMPL_MAX);
-        let total = n + t.len as usize;
-        *dst = 0x0a; // Trace.packet
-        *dst.add(1) = (total - 2) as u8; // at most 43: one byte
-        *dst.add(2) = (P_TIMESTAMP << 3) as u8;
-        total
+    }
+
+    /// Makes room for at least `n` bytes after the position.
+    #[inline(always)]
+    fn room(&mut self, n: usize) {
+        if self.cap - self.len < n {
+            self.grow(n);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, n: usize) {
+        self.with_vec(|out| out.reserve(n.max(GROW)));
+    }
+
+    /// Runs `f` on `out`, its length the position (a writer of its own:
+    /// it may append and reallocate, never shorten `out`), then takes
+    /// `out` as `f` left it.
+    #[inline(always)]
+    fn with_vec<R>(&mut self, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+        self.sync();
+        let r = f(self.out);
+        self.ptr = self.out.as_mut_ptr();
+        self.len = self.out.len();
+        self.cap = self.out.capacity();
+        r
+    }
+
+    /// Counts the position into `out`.
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    fn sync(&mut self) {
+        // SAFETY: by the invariant, `len <= cap` and the bytes `..len`
+        // are initialised.
+        unsafe { self.out.set_len(self.len) };
+    }
+
+    /// The bytes after the position (the spare capacity).
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    fn spare(&mut self) -> &mut [MaybeUninit<u8>] {
+        // SAFETY: by the invariant, `ptr + len .. ptr + cap` lies in
+        // `out`'s buffer; `MaybeUninit` bytes need no initialisation; the
+        // slice borrows the cursor mutably, so nothing else reaches those
+        // bytes while it lives.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.add(self.len).cast(), self.cap - self.len)
+        }
+    }
+
+    /// Counts in the `n` bytes after the position.
+    ///
+    /// # Safety
+    /// Those bytes are initialised and `n <= cap - len` (as a [`Spare`]
+    /// over [`Cursor::spare`] leaves them at its `n`).
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    unsafe fn commit(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Appends a packet: `delta` on the sequence clock, then `t`'s bytes.
+    /// One capacity check, a few stores and a fixed-size copy.
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    fn put(&mut self, delta: u64, t: &Tmpl) {
+        self.room(PACKET_MAX);
+        // SAFETY: the room holds at least PACKET_MAX bytes (made above),
+        // `write_packet` writes only those and initialises the `n` it
+        // returns, so the invariant holds at `len + n`.
+        unsafe {
+            let n = write_packet(self.ptr.add(self.len), delta, t);
+            self.len += n;
+        }
     }
 }
 
@@ -172,55 +228,76 @@ fn leaf(
     last: u64,
     t: &Tmpl,
     end_t: &Tmpl,
-    out: &mut Vec<u8>,
+    cur: &mut Cursor<'_>,
 ) -> u64 {
     let begin = cal.to_ns(begin_ticks).max(last);
     let end = cal.to_ns(end_ticks).max(begin);
-    if out.capacity() - out.len() < 2 * PACKET_MAX {
-        out.reserve(GROW);
-    }
-    let len = out.len();
-    // SAFETY: the spare capacity holds at least 2 * PACKET_MAX bytes
-    // (checked or reserved above); each `write_packet` writes at most
-    // PACKET_MAX of them, the second after the first's `n0`, and
-    // initialises what it returns, so `len + n0 + n1` bytes are.
+    cur.room(2 * PACKET_MAX);
+    // SAFETY: the room holds at least 2 * PACKET_MAX bytes (made above);
+    // each `write_packet` writes at most PACKET_MAX of them, the second
+    // after the first's `n0`, and initialises what it returns, so the
+    // cursor's invariant holds at `len + n0 + n1`.
     unsafe {
-        let dst = out.as_mut_ptr().add(len);
+        let dst = cur.ptr.add(cur.len);
         let n0 = write_packet(dst, begin - last, t);
         let n1 = write_packet(dst.add(n0), end - begin, end_t);
-        out.set_len(len + n0 + n1);
+        cur.commit(n0 + n1);
     }
     end
 }
 
-/// [`leaf`] for each pair of records at the start of `words` whose headers
-/// are `pair` (the same leaf again: a scope in a loop); the words taken
-/// and the clock after them. Out of line: the loop keeps its values in
-/// registers.
-#[inline(never)]
-fn leaf_run(
-    cal: &Calibration,
-    words: &[u64],
-    pair: [u64; 2],
-    mut last: u64,
-    t: &Tmpl,
-    end_t: &Tmpl,
-    out: &mut Vec<u8>,
-) -> (usize, u64) {
-    let mut n = 0;
-    while let Some(&[h, begin_ticks, e, end_ticks]) = words.get(n..n + 4) {
-        if [h, e] != pair {
-            break;
-        }
-        last = leaf(cal, begin_ticks, end_ticks, last, t, end_t, out);
-        n += 4;
+impl Drop for Cursor<'_> {
+    fn drop(&mut self) {
+        self.sync();
     }
-    (n, last)
+}
+
+/// Writes a packet (framing, `delta` on the sequence clock, `t`'s bytes)
+/// at `dst` and returns its length, at most [`PACKET_MAX`]. Stores through
+/// the pointer: no bounds check per byte.
+///
+/// # Safety
+/// `dst` is valid for writes of [`PACKET_MAX`] bytes.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn write_packet(dst: *mut u8, delta: u64, t: &Tmpl) -> usize {
+    // The deltas of busy threads are short: one or two bytes, stored at
+    // once; longer ones a byte at a time.
+    let mut n = 3;
+    let mut v = delta;
+    // SAFETY (all stores below): a varint of a u64 takes at most 10 bytes,
+    // so every byte written lies in `dst[..3 + 10 + TMPL_MAX]`, which the
+    // caller guarantees is writable.
+    unsafe {
+        if v < 0x80 {
+            *dst.add(3) = v as u8;
+            n = 4;
+        } else if v < 0x4000 {
+            let two = [v as u8 | 0x80, (v >> 7) as u8];
+            dst.add(3).cast::<[u8; 2]>().write_unaligned(two);
+            n = 5;
+        } else {
+            while v >= 0x80 {
+                *dst.add(n) = v as u8 | 0x80;
+                v >>= 7;
+                n += 1;
+            }
+            *dst.add(n) = v as u8;
+            n += 1;
+        }
+        std::ptr::copy_nonoverlapping(t.bytes.as_ptr(), dst.add(n), TMPL_MAX);
+        let total = n + t.len as usize;
+        *dst = 0x0a; // Trace.packet
+        *dst.add(1) = (total - 2) as u8; // at most 43: one byte
+        *dst.add(2) = (P_TIMESTAMP << 3) as u8;
+        total
+    }
 }
 
 impl PerfettoEncoder {
-    /// Encodes the records of one batch of `seq`: plain begins and ends
-    /// with templates, everything else through [`Self::record`].
+    /// Encodes the records of one batch of `seq`: runs of plain ends and
+    /// of begins and instants with templates by [`Self::fast_run`],
+    /// everything else through [`Self::record`].
     pub(super) fn records(
         &mut self,
         ctx: &mut Context<'_>,
@@ -230,36 +307,16 @@ impl PerfettoEncoder {
     ) {
         let mut pos = 0;
         while pos < words.len() {
+            if seq.valid && seq.flows.is_empty() && seq.ext.no_flows_waiting() {
+                pos += self.fast_run(ctx, seq, &words[pos..], out);
+                if pos >= words.len() {
+                    break;
+                }
+            }
             let hdr = words[pos];
             let len = header_len(hdr) as usize;
             if len < 2 || pos + len > words.len() {
                 break; // cut: as `parse`, nothing after it is read
-            }
-            if seq.valid {
-                let ts = words[pos + 1];
-                // Scopes without args whose end comes next (leaves): both
-                // packets at once, the scope never on the stack.
-                if header_kind(hdr) == KIND_BEGIN && len == 2 {
-                    let n = self.fast_leaves(ctx, seq, &words[pos..], out);
-                    if n > 0 {
-                        pos += n;
-                        continue;
-                    }
-                }
-                let done = match header_kind(hdr) {
-                    KIND_BEGIN => {
-                        self.fast_begin(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
-                    }
-                    KIND_END if len == 2 => self.fast_end(ctx, seq, hdr, ts, out),
-                    KIND_INSTANT => {
-                        self.fast_instant(ctx, seq, hdr, ts, &words[pos + 2..pos + len], out)
-                    }
-                    _ => false,
-                };
-                if done {
-                    pos += len;
-                    continue;
-                }
             }
             if let Some(rec) = parse(&words[pos..pos + len]).next() {
                 self.record(ctx, seq, rec, out);
@@ -268,134 +325,128 @@ impl PerfettoEncoder {
         }
     }
 
-    /// A BEGIN of a call site with a template, orphaning nothing, with no
-    /// flows waiting for it. Args are written as the general path writes
-    /// them, after the template's track event fields.
-    #[inline(always)]
-    fn fast_begin(
+    /// Encodes records from the start of `words` while each one is a
+    /// plain END of the innermost open scope, or a BEGIN (orphaning
+    /// nothing) or an INSTANT on the thread's track of a call site with a
+    /// template; the words taken (0: the first is none of them). Its
+    /// caller has checked that the sequence is valid and that no flow
+    /// waits (nothing here changes either). The sequence clock, the count
+    /// of events and `out`'s position are kept in locals for the run.
+    ///
+    /// Each packet is what the general path writes for its record (the
+    /// templates are its bytes; tests: `fast_path_writes_what_the_general_path_writes`).
+    fn fast_run(
         &mut self,
         ctx: &mut Context<'_>,
-        seq: &mut Seq,
-        hdr: u64,
-        ticks: u64,
-        args: &[u64],
-        out: &mut Vec<u8>,
-    ) -> bool {
-        let payload = header_payload(hdr);
-        let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
-        let depth = (payload >> 24) as u32;
-        let Some(t) = seq.begin_tmpl.get(site as usize) else {
-            return false;
-        };
-        if t.len == 0 || !seq.ext.no_flows_waiting() {
-            return false;
-        }
-        let t = *t;
-        let cs = if t.plain && args.is_empty() {
-            None
-        } else {
-            match ctx.sites.get(site) {
-                Some(cs) => Some(cs),
-                None => return false,
-            }
-        };
-        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
-        if !seq.stack.try_begin_plain(depth, site, ts) {
-            return false;
-        }
-        self.stats.events += 1;
-        let delta = self.advance(seq, ts);
-        match cs {
-            None => put(out, delta, &t),
-            Some(cs) => self.begin_with_args(seq, cs, args, delta, &t, out),
-        }
-        true
-    }
-
-    /// `words` starts with a plain BEGIN (no args): if the END of the same
-    /// scope comes right after it and its call site has a template, writes
-    /// what [`Self::fast_begin`] then [`Self::fast_end`] would, and goes on
-    /// while the next two records are the same pair again (a scope in a
-    /// loop); the words taken, or 0 (nothing done) where either of them
-    /// would have declined. The scope stack ends as it was, so it is not
-    /// touched, and a repeat needs no check but its two headers.
-    #[inline(always)]
-    fn fast_leaves(
-        &mut self,
-        ctx: &Context<'_>,
         seq: &mut Seq,
         words: &[u64],
         out: &mut Vec<u8>,
     ) -> usize {
-        let Some(&[hdr, _, end_hdr, _]) = words.get(..4) else {
-            return 0;
-        };
-        let payload = header_payload(hdr);
-        let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as usize;
-        let depth = (payload >> 24) as u32;
-        if header_kind(end_hdr) != KIND_END
-            || header_len(end_hdr) != 2
-            || header_payload(end_hdr) as u32 != depth
-        {
-            return 0;
-        }
-        let Some(t) = seq.begin_tmpl.get(site) else {
-            return 0;
-        };
-        if t.len == 0 || !t.plain || !seq.ext.no_flows_waiting() || !seq.flows.is_empty() {
-            return 0;
-        }
-        // As `try_begin_plain` would accept it (nothing orphaned).
-        if seq.stack.top_depth().is_some_and(|top| top >= depth) {
-            return 0;
-        }
         if seq.end_tmpl.len == 0 {
             self.make_end_template(seq);
         }
-        let (t, end_t) = (&seq.begin_tmpl[site], &seq.end_tmpl);
-        let mut last = leaf(ctx.cal, words[1], words[3], seq.last_ns, t, end_t, out);
-        let mut n = 4;
-        if words.get(4) == Some(&hdr) {
-            let (more, at) = leaf_run(ctx.cal, &words[4..], [hdr, end_hdr], last, t, end_t, out);
-            n += more;
-            last = at;
+        let cal: Calibration = ctx.cal.clone();
+        let mut last = seq.last_ns;
+        let mut events = 0u64;
+        let mut cur = Cursor::new(out);
+        // The records not taken yet.
+        let mut rest = words;
+        while let Some(&hdr) = rest.first() {
+            let len = header_len(hdr) as usize;
+            let Some((rec, after)) = rest.split_at_checked(len) else {
+                break; // cut
+            };
+            let [_, ticks, args @ ..] = rec else {
+                break;
+            };
+            let kind = header_kind(hdr);
+            let payload = header_payload(hdr);
+            if kind == KIND_END && len == 2 {
+                if seq.stack.try_end_top(payload as u32).is_none() {
+                    break;
+                }
+                let ts = cal.to_ns(*ticks).max(last);
+                cur.put(ts - last, &seq.end_tmpl);
+                last = ts;
+                events += 1;
+            } else if kind == KIND_BEGIN {
+                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
+                let depth = (payload >> 24) as u32;
+                let Some(t) = seq.begin_tmpl.get(site as usize) else {
+                    break;
+                };
+                // Nothing orphaned (as `try_begin_plain` accepts it).
+                if t.len == 0 || seq.stack.top_depth().is_some_and(|top| top >= depth) {
+                    break;
+                }
+                if t.plain && args.is_empty() {
+                    // A leaf (its end next): both packets, the scope never
+                    // on the stack.
+                    if let Some(&[end_hdr, _]) = after.first_chunk::<2>() {
+                        if header_kind(end_hdr) == KIND_END
+                            && header_len(end_hdr) == 2
+                            && header_payload(end_hdr) as u32 == depth
+                        {
+                            // It and the same leaf again (a scope in a
+                            // loop): only their two headers to check.
+                            let end_t = &seq.end_tmpl;
+                            while let Some(&[h, begin_ticks, e, end_ticks]) = rest.first_chunk() {
+                                if h != hdr || e != end_hdr {
+                                    break;
+                                }
+                                last = leaf(&cal, begin_ticks, end_ticks, last, t, end_t, &mut cur);
+                                events += 2;
+                                rest = &rest[4..];
+                            }
+                            continue;
+                        }
+                    }
+                    let ts = cal.to_ns(*ticks).max(last);
+                    cur.put(ts - last, t);
+                    seq.stack.try_begin_plain(depth, site, ts);
+                    last = ts;
+                } else {
+                    // A template exists only for a site the cache returned.
+                    let Some(cs) = ctx.sites.get(site) else {
+                        break;
+                    };
+                    let t = *t;
+                    let ts = cal.to_ns(*ticks).max(last);
+                    seq.stack.try_begin_plain(depth, site, ts);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
+                    last = ts;
+                }
+                events += 1;
+            } else if kind == KIND_INSTANT {
+                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
+                let Some(t) = seq.instant_tmpl.get(site as usize) else {
+                    break;
+                };
+                if t.len == 0 {
+                    break;
+                }
+                let ts = cal.to_ns(*ticks).max(last);
+                if t.plain {
+                    // No site needed (its template was made from it).
+                    cur.put(ts - last, t);
+                } else {
+                    // A template exists only for a site the cache returned.
+                    let Some(cs) = ctx.sites.get(site) else {
+                        break;
+                    };
+                    let t = *t;
+                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
+                }
+                last = ts;
+                events += 1;
+            } else {
+                break;
+            }
+            rest = after;
         }
         seq.last_ns = last;
-        self.stats.events += n as u64 / 2;
-        n
-    }
-
-    /// An INSTANT on the thread's track of a call site with a template.
-    #[inline(always)]
-    fn fast_instant(
-        &mut self,
-        ctx: &mut Context<'_>,
-        seq: &mut Seq,
-        hdr: u64,
-        ticks: u64,
-        args: &[u64],
-        out: &mut Vec<u8>,
-    ) -> bool {
-        let site = (header_payload(hdr) & crate::record::layout::MAX_SITE_ID as u64) as u32;
-        let Some(t) = seq.instant_tmpl.get(site as usize) else {
-            return false;
-        };
-        if t.len == 0 {
-            return false;
-        }
-        let t = *t;
-        let Some(cs) = ctx.sites.get(site) else {
-            return false;
-        };
-        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
-        self.stats.events += 1;
-        let delta = self.advance(seq, ts);
-        if t.plain {
-            put(out, delta, &t);
-        } else {
-            self.begin_with_args(seq, cs, args, delta, &t, out);
-        }
-        true
+        self.stats.events += events;
+        words.len() - rest.len()
     }
 
     /// A begin (or instant) whose call site has arguments (or whose record
@@ -405,7 +456,6 @@ impl PerfettoEncoder {
     /// (a body of 128 bytes or more is moved forward to make room: the
     /// bytes sizing first would have written); anything else (a container,
     /// a name not interned) by [`Self::begin_with_args_general`].
-    #[allow(unsafe_code)]
     fn begin_with_args(
         &mut self,
         seq: &mut Seq,
@@ -413,27 +463,40 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
-        out: &mut Vec<u8>,
+        cur: &mut Cursor<'_>,
     ) {
         let names = cs.arg_names.len();
+        if names != 0 && names * 64 < args.len() {
+            // More words than the bound below counts.
+            return cur.with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, out));
+        }
         // What `direct_annotations` can write (see there), the 8 bytes
         // a word store may write past the last byte kept, and [`SLACK`].
-        let bound = PACKET_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len().min(names * 64);
-        out.reserve(bound);
-        let len = out.len();
+        let bound = PACKET_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
+        cur.room(bound);
+        // The whole spare capacity (at least `bound` bytes): no second
+        // check of the bound.
         let mut w = Spare {
-            buf: &mut out.spare_capacity_mut()[..bound],
+            buf: cur.spare(),
             n: 0,
         };
-        // Trace.packet (its length patched), the timestamp's tag and delta.
-        w.word(0x0a | ((P_TIMESTAMP << 3) as u64) << 16, 3);
-        w.varint(delta);
+        // Trace.packet (its length patched), the timestamp's tag and delta
+        // (one or two bytes, the usual, in the same store).
+        let head = 0x0a | ((P_TIMESTAMP << 3) as u64) << 16;
+        if delta < 0x80 {
+            w.word(head | delta << 24, 4);
+        } else if delta < 0x4000 {
+            w.word(head | (delta & 0x7f | 0x80) << 24 | (delta >> 7) << 32, 5);
+        } else {
+            w.word(head, 3);
+            w.varint(delta);
+        }
         // The template: the sequence's fields, the track event's tag, its
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.fixed(&t.bytes, t.len as usize);
-        if !direct_annotations(seq, cs, t.ann, args, &mut w) {
-            return self.begin_with_args_general(seq, cs, args, delta, t, out);
+        if names != 0 && !direct_annotations(seq, cs, t.ann, args, &mut w) {
+            return cur.with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, out));
         }
         let n = w.n;
         // The usual packet (< 128 bytes): both lengths take their one byte.
@@ -442,14 +505,20 @@ impl PerfettoEncoder {
             w.buf[te_start - 1] = MaybeUninit::new((n - te_start) as u8);
             w.buf[1] = MaybeUninit::new((n - 2) as u8);
         }
+        let start = cur.len;
         // SAFETY: `Spare` writes its bytes in order from the start of the
-        // spare capacity, each one through a bounds-checked index into the
-        // `bound` bytes reserved above, so bytes `len..len + n` are
-        // initialised and `len + n <= capacity`.
-        unsafe { out.set_len(len + n) };
+        // spare capacity, each one through a bounds-checked index into it,
+        // so the `n` bytes after the position are initialised and
+        // `n <= cap - len`.
+        #[allow(unsafe_code)]
+        unsafe {
+            cur.commit(n)
+        };
         if !short {
-            patch_len(out, len + te_start);
-            patch_len(out, len + 2);
+            cur.with_vec(|out| {
+                patch_len(out, start + te_start);
+                patch_len(out, start + 2);
+            });
         }
     }
 
@@ -486,33 +555,6 @@ impl PerfettoEncoder {
         out.extend_from_slice(seq_part);
         len_head(out, P_TRACK_EVENT, te_len);
         out.extend_from_slice(&self.te);
-    }
-
-    /// An END of the innermost open scope with no flows waiting for it.
-    #[inline(always)]
-    fn fast_end(
-        &mut self,
-        ctx: &Context<'_>,
-        seq: &mut Seq,
-        hdr: u64,
-        ticks: u64,
-        out: &mut Vec<u8>,
-    ) -> bool {
-        if !seq.flows.is_empty() {
-            return false;
-        }
-        if seq.end_tmpl.len == 0 {
-            self.make_end_template(seq);
-        }
-        let depth = header_payload(hdr) as u32;
-        if seq.stack.try_end_top(depth).is_none() {
-            return false;
-        }
-        let ts = ctx.cal.to_ns(ticks).max(seq.last_ns);
-        self.stats.events += 1;
-        let delta = self.advance(seq, ts);
-        put(out, delta, &seq.end_tmpl);
-        true
     }
 
     /// After the general path wrote a begin of `cs` on the thread's track

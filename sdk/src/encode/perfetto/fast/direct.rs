@@ -23,12 +23,16 @@ pub(super) const ANN_MAX_HEAD: usize = 13;
 
 /// Bytes a fixed-size store may write past what an annotation's share of
 /// the bound covers: a short string's 24-byte window (its share is at
-/// least 13 + 8, plus the 8 the bound keeps for any word store).
+/// least 13 + 8, plus the 8 the bound keeps for any word store). A string
+/// of 17 to 32 bytes writes a 40-byte window, within its share (at least
+/// 13 + 8 for its tag word + 24 for its three or four words).
 pub(super) const SLACK: usize = 16;
 
 /// The annotations of `cs`'s arguments written into `w`, as `annotation`
 /// writes them, if every name is interned and every value is a scalar, a
-/// string or absent; false (and `w` to be discarded) otherwise.
+/// string or absent; false (and `w` to be discarded) otherwise. The caller
+/// has checked that `cs` has names and that `args` has no more words than
+/// the bound counts (64 per name, `begin_with_args`).
 ///
 /// One pass over the value words: each value's tag word is read once and
 /// dispatched once ([`short_annotation`]); what that does not take (a name
@@ -43,12 +47,7 @@ pub(super) fn direct_annotations(
     w: &mut Spare<'_>,
 ) -> bool {
     let names = cs.arg_names.len();
-    if names == 0 {
-        return true;
-    }
-    if names * 64 < args.len() {
-        return false; // more words than the bound counts (`begin_with_args`)
-    }
+    debug_assert!(names > 0 && args.len() <= names * 64);
     let Some(start) = (ann as usize).checked_sub(1) else {
         return false;
     };
@@ -163,6 +162,10 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Opti
     fn scalar(w: &mut Spare<'_>, head: u64, field: u32, v: u64) {
         if v < 0x80 {
             w.word(head | 4 << 8 | ((field << 3) as u64) << 32 | v << 40, 6);
+        } else if v < 0x4000 {
+            // Body: name (2), tag, the two bytes of the varint.
+            let two = (v & 0x7f | 0x80) | (v >> 7) << 8;
+            w.word(head | 5 << 8 | ((field << 3) as u64) << 32 | two << 40, 7);
         } else {
             let body = 2 + uint_len(field, v) as u64;
             w.word(head | body << 8 | ((field << 3) as u64) << 32, 5);

@@ -292,10 +292,12 @@ fn fast_path_writes_what_the_general_path_writes() {
     // general path after the direct writer gives up).
     let p = 0x7f00_dead_beef_usize as *const u8;
     for n in [
-        0usize, 1, 7, 8, 9, 90, 101, 102, 103, 110, 111, 112, 122, 123, 124, 125, 126, 127, 128,
-        200,
+        0usize, 1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 90, 101, 102, 103, 110, 111,
+        112, 122, 123, 124, 125, 126, 127, 128, 200,
     ] {
-        let s = "z".repeat(n);
+        // Bytes that differ from word to word: a word stored in the
+        // wrong place shows.
+        let s: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
         let none: Option<u64> = None;
         w.begin_args(&D, 0, &[&s.as_str(), &p, &none, &-1i64, &u64::MAX]);
         w.instant_args(&C, &[&s.as_str()]);
@@ -336,6 +338,26 @@ fn fast_path_writes_what_the_general_path_writes() {
             .collect();
         let refs: Vec<&dyn TraceValue> = vals.iter().map(|v| &**v).collect();
         w.begin_args(many, 0, &refs).end(0);
+    }
+    steps.push(Step::Words(w.take()));
+    // Records with args after deltas of one to six bytes, their scalars
+    // of one to three bytes (each length is written its own way).
+    for (step, v) in [
+        (0u64, 5u64),
+        (300, 200),
+        (1 << 20, 16_000),
+        (1 << 40, 20_000),
+    ] {
+        w.tick(step);
+        w.instant_args(&C, &[&v]);
+        w.tick(step);
+        w.begin_args(&D, 0, &[&"s", &p, &(v as i64), &-(v as i64), &v])
+            .end(0);
+        // Plain packets after the same deltas.
+        w.tick(step);
+        w.begin(&A, 0).end(0);
+        w.tick(step);
+        w.instant(&B);
     }
     steps.push(Step::Words(w.take()));
     // A long delta (a multi-byte varint), then the template again.
