@@ -1,5 +1,5 @@
 //! A ringtrace call site for each `tracing` call site and field set, found
-//! through a direct-mapped thread-local cache before the shared map.
+//! through a four-way thread-local cache before the shared map.
 
 use crate::record::callsite::Callsite;
 use once_cell::sync::Lazy;
