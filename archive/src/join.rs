@@ -228,9 +228,10 @@ pub fn join_perfetto(traces: &[(&str, &[u8])]) -> Result<Vec<u8>, ArchiveError> 
                 }
                 key = key.max(t); // a trace's keys never go down: its order is kept
             }
-            let seq = f
-                .iter()
-                .find(|x| x.number == SEQUENCE_ID && x.wire == WIRE_VARINT);
+            // The packet's sequence: its last such field, as protobuf
+            // reads a repeated scalar field; every one is rewritten.
+            let is_seq = |x: &Field<'_>| x.number == SEQUENCE_ID && x.wire == WIRE_VARINT;
+            let seq = f.iter().rev().find(|x| is_seq(x));
             let Some(seq) = seq.filter(|_| i > 0) else {
                 bytes.push((TRACE_PACKET << 3 | WIRE_LEN) as u8);
                 put_varint(&mut bytes, packet.len() as u64);
@@ -252,7 +253,7 @@ pub fn join_perfetto(traces: &[(&str, &[u8])]) -> Result<Vec<u8>, ArchiveError> 
             };
             let mut body = Vec::with_capacity(packet.len() + 5);
             for field in &f {
-                if std::ptr::eq(field, seq) {
+                if is_seq(field) {
                     put_varint(&mut body, SEQUENCE_ID << 3 | WIRE_VARINT);
                     put_varint(&mut body, id);
                 } else {
@@ -429,6 +430,26 @@ mod tests {
             [(Some(200), b"x".to_vec()), (Some(1), b"y".to_vec())]
         );
         assert_eq!(joined.len(), a.len() + b.len() - 1);
+    }
+
+    /// A packet naming its sequence twice belongs to the last (as protobuf
+    /// reads it), and both are rewritten: none keeps a taken id.
+    #[test]
+    fn a_sequence_named_twice_is_the_last_and_both_are_rewritten() {
+        let a = packet(Some(1), b"a");
+        let mut b = packet(Some(1), b"b");
+        // Append a second field 10 (= 3) to b's one packet.
+        b.extend_from_slice(&[(SEQUENCE_ID << 3) as u8, 3]);
+        b[1] += 2;
+        let joined = join_perfetto(&[("a", &a), ("b", &b)]).unwrap();
+        let last = packets("j", &joined).unwrap()[1];
+        let seqs: Vec<u64> = fields(last)
+            .unwrap()
+            .iter()
+            .filter(|x| x.number == SEQUENCE_ID)
+            .map(|x| x.value)
+            .collect();
+        assert_eq!(seqs, [2, 2]);
     }
 
     #[test]

@@ -298,6 +298,26 @@ fn run(case: &Case, corpus: &[Seed], out: &mut Outcome) -> Result<(), String> {
         }
     }
 
+    // `ringtrace pack --join`: a mutated trace joined with a good one. The
+    // join frames every packet it keeps (its bytes pass through as they
+    // are: a packet that was damaged stays damaged) and keeps all of the
+    // good trace's.
+    if matches!(case.shape, Shape::Perfetto) {
+        let good = corpus[0].bytes;
+        match archive::join_perfetto(&[("good", good), (case.name, d.as_slice())]) {
+            Ok(joined) => {
+                let (n, whole) = frames(&joined);
+                if !whole || n < frames(good).0 {
+                    return Err(format!(
+                        "join wrote {n} packets (framed whole: {whole}), fewer than the good trace's or cut"
+                    ));
+                }
+                note(true);
+            }
+            Err(_) => note(false),
+        }
+    }
+
     // `ringtrace pack FILE good.pftrace`.
     let mut a = Archive::new();
     a.add_bytes("good.pftrace", corpus[0].bytes.to_vec());
@@ -323,6 +343,26 @@ fn run(case: &Case, corpus: &[Seed], out: &mut Outcome) -> Result<(), String> {
         _ => {}
     }
     Ok(())
+}
+
+/// The packets of a Perfetto trace's framing (field 1, length-delimited,
+/// at the top level), and whether the bytes are all such frames.
+fn frames(mut d: &[u8]) -> (usize, bool) {
+    let mut n = 0;
+    while !d.is_empty() {
+        let Some((0x0a, rest)) = archive::varint::read(d) else {
+            return (n, false);
+        };
+        let Some((len, rest)) = archive::varint::read(rest) else {
+            return (n, false);
+        };
+        let Some(rest) = usize::try_from(len).ok().and_then(|l| rest.get(l..)) else {
+            return (n, false);
+        };
+        n += 1;
+        d = rest;
+    }
+    (n, true)
 }
 
 /// Writes `a` as TAR and ZIP; what is written must pass `check_archive`
