@@ -49,16 +49,9 @@ impl Mapping {
     /// The line of `/proc/self/maps` it was read from (tests).
     #[cfg(test)]
     pub(crate) fn maps_line(&self) -> MapsLine<'_> {
-        MapsLine {
-            start: self.start,
-            end: self.end,
-            perms: "r-xp",
-            pgoff: self.pgoff,
-            dev: self.dev,
-            inode: self.inode,
-            path: &self.path,
-            deleted: false,
-        }
+        MapsLine::executable(
+            self.start, self.end, self.pgoff, self.dev, self.inode, &self.path,
+        )
     }
 
     /// `svma - file offset` of the segment mapped here (Perfetto's
@@ -395,6 +388,28 @@ pub(crate) struct MapsLine<'a> {
 }
 
 impl<'a> MapsLine<'a> {
+    /// The line of an executable mapping (`r-xp`, not deleted), as a
+    /// mapping kept from an earlier read is shown again.
+    pub(crate) fn executable(
+        start: u64,
+        end: u64,
+        pgoff: u64,
+        dev: u64,
+        inode: u64,
+        path: &'a str,
+    ) -> MapsLine<'a> {
+        MapsLine {
+            start,
+            end,
+            perms: "r-xp",
+            pgoff,
+            dev,
+            inode,
+            path,
+            deleted: false,
+        }
+    }
+
     /// `line` parsed; None if it is not in the form the kernel writes.
     pub(crate) fn parse(line: &'a str) -> Option<MapsLine<'a>> {
         // Five fields separated by single spaces, then spaces up to the

@@ -96,16 +96,9 @@ impl MappingDef {
     /// The mapping as `/proc/self/maps` showed it (what the flusher opens
     /// to name its frames).
     pub(crate) fn maps_line(&self) -> super::modules::MapsLine<'_> {
-        super::modules::MapsLine {
-            start: self.start,
-            end: self.end,
-            perms: "r-xp",
-            pgoff: self.pgoff,
-            dev: self.dev,
-            inode: self.inode,
-            path: &self.path,
-            deleted: false,
-        }
+        super::modules::MapsLine::executable(
+            self.start, self.end, self.pgoff, self.dev, self.inode, &self.path,
+        )
     }
 }
 
