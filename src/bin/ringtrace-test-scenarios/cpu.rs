@@ -109,12 +109,20 @@ pub fn flight(trace: &str, mode: &str) -> Value {
             .unwrap()
     };
     let (early, _) = hot("early").join().unwrap();
-    // 600 k instants (over 14 MiB) overflow the recorder.
-    for chunk in 0..12 {
-        for i in 0..50_000u64 {
-            ringtrace::trace_instant!("flood", i = chunk * 50_000 + i);
+    // The flusher drains the exited thread's ring into the recorder within
+    // a pass (5 ms); on a loaded machine it may wait longer for a CPU. The
+    // flood must come after it there to push it out: a ring drained late
+    // in the flood would put the early records behind the flood's, and
+    // they would rightly be kept as the most recent drained.
+    std::thread::sleep(Duration::from_millis(200));
+    // 600 k instants (over 14 MiB) overflow the recorder, in chunks smaller
+    // than a ring (so the flusher drains each one as it comes, rather than
+    // the ring overwriting its own) with pauses for it.
+    for chunk in 0..24 {
+        for i in 0..25_000u64 {
+            ringtrace::trace_instant!("flood", i = chunk * 25_000 + i);
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(4));
     }
     let late = hot("late");
     let dump = mode.starts_with("dump").then(|| {
