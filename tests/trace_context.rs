@@ -98,26 +98,29 @@ fn start_server(dir: &Path, trace: &Path, rx: &OtlpReceiver) -> (std::process::C
     (server, port)
 }
 
+/// Runs the client program to its end; it must succeed.
+fn run_client(mut client: std::process::Command) {
+    let out = client.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn one_trace_crosses_two_processes() {
     let rx = OtlpReceiver::start("ctx-rx", "normal");
     let dir = scratch("ctx");
     let (server_trace, client_trace) = (dir.join("server.pftrace"), dir.join("client.pftrace"));
     let (mut server, port) = start_server(&dir, &server_trace, &rx);
-    let out = scenario(
+    run_client(scenario(
         "otlp_client",
         &client_trace,
         &port.to_string(),
         &rx,
         "client",
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ));
     let kept = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let not_kept = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00";
     get(port, "/kept", Some(kept));
@@ -292,25 +295,18 @@ fn tracestate_crosses_two_processes() {
     let (server_trace, client_trace) = (dir.join("server.pftrace"), dir.join("client.pftrace"));
     let (mut server, port) = start_server(&dir, &server_trace, &rx);
     let caller = "00-2af7651916cd43dd8448eb211c80319c-d7ad6b7169203331-01";
-    let out = scenario(
+    let mut client = scenario(
         "otlp_client",
         &client_trace,
         &port.to_string(),
         &rx,
         "client",
-    )
-    .env("INCOMING_TRACEPARENT", caller)
-    .env(
+    );
+    client.env("INCOMING_TRACEPARENT", caller).env(
         "INCOMING_TRACESTATE",
         "rojo=00f067aa0ba902b7 , congo=t61rcWkgMzE",
-    )
-    .output()
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
+    run_client(client);
     let state = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
     let bad = "00-3af7651916cd43dd8448eb211c80319c-e7ad6b7169203331-01";
     get_with(port, "/bad-state", Some(bad), Some("ok=1,Rojo=2"));

@@ -12,7 +12,8 @@
 //! requests per run (default 20000), `SERVICE_CONNS` client connections
 //! (default 8), `SERVICE_MODES` a comma-separated subset (untraced always
 //! runs: it is the base of the ratios), `SERVICE_DIR` for the trace files
-//! (default: the system temp directory).
+//! (default: the system temp directory; each is deleted once measured,
+//! unless `SERVICE_KEEP=1`).
 //! The `-10`, `-1` and `-0` modes sample whole requests (`sample_ratio`: 10%, 1%, none kept).
 //! `perfetto-file` is tracing-perfetto-file's layer on the registry with
 //! fields written as debug annotations (its fullest recording); it has no
@@ -611,7 +612,9 @@ fn child(mode: Mode, requests: u64, conns: usize, dir: PathBuf) {
         Tracer::None => (0, 0),
     };
     let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
-    let _ = std::fs::remove_file(&path);
+    if std::env::var_os("SERVICE_KEEP").is_none_or(|v| v != "1") {
+        let _ = std::fs::remove_file(&path);
+    }
     let all = warmup + got;
     println!(
         "RESULT rps={} workers={} background={} client={} requests={} bytes={} events={} lost={}",

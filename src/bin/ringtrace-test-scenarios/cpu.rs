@@ -41,11 +41,15 @@ fn hot_thread_body(cpu: Duration) -> u64 {
 /// Runs [`hot_thread_body`] for `cpu` on a thread named "hot"; its tid and
 /// the body's sum.
 fn run_hot_thread(cpu: Duration) -> (i64, u64) {
+    spawn_hot("hot", cpu).join().unwrap()
+}
+
+/// Starts [`hot_thread_body`] for `cpu` on a thread named `name`; it
+/// returns its tid and the body's sum.
+fn spawn_hot(name: &str, cpu: Duration) -> std::thread::JoinHandle<(i64, u64)> {
     std::thread::Builder::new()
-        .name("hot".into())
+        .name(name.into())
         .spawn(move || (super::tid(), hot_thread_body(cpu)))
-        .unwrap()
-        .join()
         .unwrap()
 }
 
@@ -102,12 +106,7 @@ pub fn flight(trace: &str, mode: &str) -> Value {
         .cpu_sampling_stacks(ringtrace::CpuStacks::CopiedStacks)
         .start()
         .unwrap();
-    let hot = |name: &str| {
-        std::thread::Builder::new()
-            .name(name.into())
-            .spawn(|| (super::tid(), hot_thread_body(Duration::from_millis(300))))
-            .unwrap()
-    };
+    let hot = |name: &str| spawn_hot(name, Duration::from_millis(300));
     let (early, _) = hot("early").join().unwrap();
     // The flusher drains the exited thread's ring into the recorder within
     // a pass (5 ms); on a loaded machine it may wait longer for a CPU. The
