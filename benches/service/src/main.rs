@@ -336,6 +336,9 @@ enum Mode {
     LayerOff,
     NoopSubscriber,
     NoopLayer,
+    /// A subscriber that reads every field and formats every `Debug` and
+    /// `Display` value, and keeps nothing.
+    FieldsSubscriber,
     /// Whole-request sampling: one request in ten, in a hundred, none.
     Subscriber10,
     Subscriber1,
@@ -350,7 +353,7 @@ enum Mode {
     Ext(otel::Ext),
 }
 
-const MODES: [Mode; 17] = [
+const MODES: [Mode; 18] = [
     Mode::Untraced,
     Mode::Registry,
     Mode::Subscriber,
@@ -361,6 +364,7 @@ const MODES: [Mode; 17] = [
     Mode::LayerOff,
     Mode::NoopSubscriber,
     Mode::NoopLayer,
+    Mode::FieldsSubscriber,
     Mode::Subscriber10,
     Mode::Subscriber1,
     Mode::Subscriber0,
@@ -383,6 +387,7 @@ impl Mode {
             Mode::LayerOff => "layer-off",
             Mode::NoopSubscriber => "noop-subscriber",
             Mode::NoopLayer => "noop-layer",
+            Mode::FieldsSubscriber => "fields-subscriber",
             Mode::Subscriber10 => "subscriber-10",
             Mode::Subscriber1 => "subscriber-1",
             Mode::Subscriber0 => "subscriber-0",
@@ -406,6 +411,9 @@ impl Mode {
             Mode::LayerOff => "ringtrace `layer()`, every category off",
             Mode::NoopSubscriber => "(floor) a subscriber that does nothing",
             Mode::NoopLayer => "(floor) registry + a layer that does nothing",
+            Mode::FieldsSubscriber => {
+                "(floor) a subscriber that formats every field, keeps nothing"
+            }
             Mode::Subscriber10 => "ringtrace `subscriber()`, Perfetto, 10% of requests kept",
             Mode::Subscriber1 => "ringtrace `subscriber()`, Perfetto, 1% of requests kept",
             Mode::Subscriber0 => "ringtrace `subscriber()`, Perfetto, no request kept",
@@ -460,6 +468,75 @@ impl tracing::Subscriber for NoopSubscriber {
     fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
     fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The floor of any subscriber that records every field: as
+/// [`NoopSubscriber`], and each span's and event's values read, `Debug` and
+/// `Display` ones formatted (into a thread's reused buffer, then dropped).
+/// Above this is what recording and writing them costs.
+#[derive(Default)]
+struct FieldsSubscriber {
+    next: AtomicU64,
+}
+
+/// Reads every value: primitives through a `black_box`, text formatted.
+struct ReadFields<'a>(&'a mut String);
+
+impl tracing::field::Visit for ReadFields<'_> {
+    fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        self.0.clear();
+        let _ = write!(self.0, "{value:?}");
+        std::hint::black_box(&self.0);
+    }
+    fn record_str(&mut self, _: &tracing::field::Field, value: &str) {
+        std::hint::black_box(value);
+    }
+    fn record_u64(&mut self, _: &tracing::field::Field, value: u64) {
+        std::hint::black_box(value);
+    }
+    fn record_i64(&mut self, _: &tracing::field::Field, value: i64) {
+        std::hint::black_box(value);
+    }
+    fn record_bool(&mut self, _: &tracing::field::Field, value: bool) {
+        std::hint::black_box(value);
+    }
+    fn record_f64(&mut self, _: &tracing::field::Field, value: f64) {
+        std::hint::black_box(value);
+    }
+}
+
+thread_local! {
+    static FIELD_TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+fn read_fields(record: impl FnOnce(&mut ReadFields<'_>)) {
+    FIELD_TEXT.with(|t| record(&mut ReadFields(&mut t.borrow_mut())));
+}
+
+impl tracing::Subscriber for FieldsSubscriber {
+    fn register_callsite(
+        &self,
+        _: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::always()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        read_fields(|v| attrs.record(v));
+        tracing::span::Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        read_fields(|v| values.record(v));
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        read_fields(|v| event.record(v));
+    }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
@@ -526,6 +603,10 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
         }
         Mode::NoopLayer => {
             tracing_subscriber::registry().with(NoopLayer).init();
+            Tracer::None
+        }
+        Mode::FieldsSubscriber => {
+            tracing::subscriber::set_global_default(FieldsSubscriber::default()).unwrap();
             Tracer::None
         }
         Mode::Chrome => {
@@ -780,7 +861,11 @@ fn main() {
         };
         let traced = !matches!(
             m,
-            Mode::Untraced | Mode::Registry | Mode::NoopSubscriber | Mode::NoopLayer
+            Mode::Untraced
+                | Mode::Registry
+                | Mode::NoopSubscriber
+                | Mode::NoopLayer
+                | Mode::FieldsSubscriber
         );
         let bytes = med(&|r| r.bytes as f64 / 1000.0);
         let events = med(&|r| r.events as f64 / 1000.0);
