@@ -516,6 +516,32 @@ mod thread_local_access {
         install().map(|tr| f(&tr))
     }
 
+    /// [`with_current`], with `f` at one call site: for a large `f` (the
+    /// `tracing` bridge's enter and exit), which the compiler then inlines
+    /// into the caller. With `with_current`'s two call sites it makes such
+    /// an `f` a function of its own: a call, a frame, and the closure's
+    /// captures stored and loaded again on every record. (A small `f`, a
+    /// macro's scope, is inlined at both sites, and is better off there:
+    /// this way's cold path keeps an `Arc` alive across `f`.)
+    #[cfg(feature = "tracing")]
+    #[inline(always)]
+    pub(crate) fn with_current_once<R>(f: impl FnOnce(&ThreadRing) -> R) -> Option<R> {
+        let ptr = CURRENT.with(|c| c.get());
+        let installed;
+        // SAFETY: as in `with_current`: a non-null `CURRENT` points to the
+        // thread's ring, alive for this whole call (its `Arc` is released
+        // only after `CURRENT` is cleared or replaced, on this thread, which
+        // `f` cannot reach) and only shared immutably.
+        let tr = match unsafe { ptr.as_ref() } {
+            Some(tr) if tr.session == REGISTRY.session() => tr,
+            _ => {
+                installed = install()?;
+                &*installed
+            }
+        };
+        Some(f(tr))
+    }
+
     /// Cold path: gives this thread a ring for the current session.
     #[cold]
     #[inline(never)]

@@ -14,7 +14,7 @@ mod spans;
 
 use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
-use crate::record::registry::{count_implied_drop_without_ring, with_current};
+use crate::record::registry::{count_implied_drop_without_ring, with_current, with_current_once};
 use fields::{push_str, with_scratch, Visitor};
 pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
@@ -214,7 +214,7 @@ pub(crate) fn enter(
         }
         let ts = ticks(); // once the span is known to be recorded
         let key = thread_key();
-        let wrote = with_current(|tr| {
+        let wrote = with_current_once(|tr| {
             if !room {
                 tr.ring.count_implied_drop();
                 tr.ring.count_implied_drop();
@@ -289,7 +289,7 @@ pub(crate) fn exit(store: &impl SpanStore, id: &Id) {
 /// Ends the slice of `entry` (span `id`), the innermost entered.
 #[inline(always)]
 fn end_innermost(store: &impl SpanStore, id: &Id, session: u64, depth: u32, ts: u64) {
-    with_current(|tr| {
+    with_current_once(|tr| {
         if tr.session == session {
             // Fast path: no span has anything for its end.
             let bare = END_PENDING.load(Ordering::Relaxed) == 0
