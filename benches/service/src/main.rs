@@ -446,13 +446,18 @@ impl Mode {
 /// The floor of any `tracing` subscriber on this service: every call site
 /// enabled, span ids handed out, nothing stored or recorded. What remains is
 /// `tracing`'s own work in the instrumented code (building field sets and
-/// events, the dispatch of each callback).
+/// events, the dispatch of each callback). With `formats`, the floor of any
+/// subscriber that records every field: each span's and event's values
+/// read, `Debug` and `Display` ones formatted (into a thread's reused
+/// buffer, then dropped); above it is what recording and writing them
+/// costs.
 #[derive(Default)]
-struct NoopSubscriber {
+struct FloorSubscriber {
     next: AtomicU64,
+    formats: bool,
 }
 
-impl tracing::Subscriber for NoopSubscriber {
+impl tracing::Subscriber for FloorSubscriber {
     fn register_callsite(
         &self,
         _: &'static tracing::Metadata<'static>,
@@ -462,23 +467,25 @@ impl tracing::Subscriber for NoopSubscriber {
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
         true
     }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        if self.formats {
+            read_fields(|v| attrs.record(v));
+        }
         tracing::span::Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
     }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        if self.formats {
+            read_fields(|v| values.record(v));
+        }
+    }
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if self.formats {
+            read_fields(|v| event.record(v));
+        }
+    }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
-}
-
-/// The floor of any subscriber that records every field: as
-/// [`NoopSubscriber`], and each span's and event's values read, `Debug` and
-/// `Display` ones formatted (into a thread's reused buffer, then dropped).
-/// Above this is what recording and writing them costs.
-#[derive(Default)]
-struct FieldsSubscriber {
-    next: AtomicU64,
 }
 
 /// Reads every value: primitives through a `black_box`, text formatted.
@@ -514,31 +521,6 @@ thread_local! {
 
 fn read_fields(record: impl FnOnce(&mut ReadFields<'_>)) {
     FIELD_TEXT.with(|t| record(&mut ReadFields(&mut t.borrow_mut())));
-}
-
-impl tracing::Subscriber for FieldsSubscriber {
-    fn register_callsite(
-        &self,
-        _: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        tracing::subscriber::Interest::always()
-    }
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        read_fields(|v| attrs.record(v));
-        tracing::span::Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
-        read_fields(|v| values.record(v));
-    }
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        read_fields(|v| event.record(v));
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// The floor of any layer on the registry: a layer with no callbacks of its
@@ -598,7 +580,7 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             Tracer::Ringtrace(guard)
         }
         Mode::NoopSubscriber => {
-            tracing::subscriber::set_global_default(NoopSubscriber::default()).unwrap();
+            tracing::subscriber::set_global_default(FloorSubscriber::default()).unwrap();
             Tracer::None
         }
         Mode::NoopLayer => {
@@ -606,7 +588,11 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             Tracer::None
         }
         Mode::FieldsSubscriber => {
-            tracing::subscriber::set_global_default(FieldsSubscriber::default()).unwrap();
+            let floor = FloorSubscriber {
+                formats: true,
+                ..FloorSubscriber::default()
+            };
+            tracing::subscriber::set_global_default(floor).unwrap();
             Tracer::None
         }
         Mode::Chrome => {
