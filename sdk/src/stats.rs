@@ -75,6 +75,11 @@ pub struct Stats {
     /// DWARF left unread for that cap (counted at a bound of its tables:
     /// the file's frames named from its symbols, without inlined frames).
     pub cpu_files_no_memory: u64,
+    /// Frames left without a name because the sampling tables' memory was
+    /// spent (the memory budget, or their cap) when the flusher named them:
+    /// a name is stored within the memory the tables have already taken,
+    /// and past that the frame keeps its address only.
+    pub cpu_frames_unnamed: u64,
     /// CPU samples whose stack unwinding stopped before the thread's first
     /// frame (the frames found are kept; Perfetto: `unwind_error`).
     pub cpu_stacks_truncated: u64,

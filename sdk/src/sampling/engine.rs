@@ -9,7 +9,7 @@
 
 use super::modules::{FilesCap, Modules};
 use super::perf::{Chain, OpenError, PerfEvent, PerfRecord, StackSource};
-use super::tables::{MappingDef, Sample, SampleView, Tables};
+use super::tables::{FrameDef, MappingDef, Sample, SampleView, Tables, SLOT_OVERHEAD};
 use super::wake::{Bell, Epoll, TaskList, BELL};
 use super::{perf, timer, unwind, CpuStacks, Totals};
 use crate::record::registry::REGISTRY;
@@ -74,6 +74,8 @@ struct Counters {
     /// Samples dropped: their stacks needed table entries past the
     /// tables' memory.
     no_memory: AtomicU64,
+    /// Frames the flusher had names for and no memory to keep them in.
+    frames_unnamed: AtomicU64,
 }
 
 struct Shared {
@@ -142,13 +144,28 @@ fn resolve(shared: &Shared) {
     }
     let mut t = shared.tables.lock();
     let t = &mut *t;
+    let mut unnamed = 0;
     for (&id, names) in frames.iter().zip(named) {
-        if names.is_empty() || !tables_room(t, &shared.tables_taken) {
-            // No name, or no memory for one: left unnamed.
+        if names.is_empty() {
+            continue; // no name found: its address stays
+        }
+        // A name goes in while the tables keep their headroom (taking
+        // budget for it), and past that into the headroom itself: the
+        // memory they already took. The sampler, which interns with the
+        // headroom only, then drops (and counts) samples needing new
+        // entries until the budget has room again.
+        if !tables_room(t, &shared.tables_taken)
+            && t.bytes + name_bytes(&names) > shared.tables_taken.load(Ordering::Relaxed)
+        {
+            unnamed += 1;
             continue;
         }
         t.name_frame(id, names);
     }
+    shared
+        .counters
+        .frames_unnamed
+        .fetch_add(unnamed, Ordering::Relaxed);
     let mut expanded = std::mem::take(&mut sym.scratch);
     for id in stacks {
         t.expand(id, &mut expanded);
@@ -309,6 +326,7 @@ pub(crate) fn end() -> Totals {
         hz: c.hz.load(Ordering::Relaxed),
         no_memory: c.no_memory.load(Ordering::Relaxed),
         files_no_memory: shared.files_cap.refused(),
+        frames_unnamed: c.frames_unnamed.load(Ordering::Relaxed),
     }
 }
 
@@ -327,6 +345,22 @@ fn tables_room(tables: &Tables, taken: &AtomicU64) -> bool {
     }
     taken.store(have, Ordering::Relaxed);
     true
+}
+
+/// An upper bound of what naming a frame `names` adds to the tables'
+/// `bytes` (its names, the frames of the functions inlined there, their
+/// list), so that a name stored past the headroom still fits what the
+/// tables took.
+fn name_bytes(names: &[String]) -> u64 {
+    // A name is kept twice (the list and the map's key) with its slot;
+    // an inlined one also adds a frame and a place in the frame's list.
+    let per_name = 2 * 24 + 4 + SLOT_OVERHEAD + std::mem::size_of::<FrameDef>() as u64 + 4;
+    let list = 4 + 16 + SLOT_OVERHEAD;
+    names
+        .iter()
+        .map(|n| 2 * n.len() as u64 + per_name)
+        .sum::<u64>()
+        + list
 }
 
 /// Half the soft limit of open files (`RLIMIT_NOFILE`), at least 1.

@@ -106,6 +106,7 @@ pub(crate) struct Totals {
     pub(crate) hz: u32,
     pub(crate) no_memory: u64,
     pub(crate) files_no_memory: u64,
+    pub(crate) frames_unnamed: u64,
 }
 
 /// Starts sampling (the session's start, once its flusher runs). In

@@ -262,6 +262,7 @@ fn stats_json(s: &ringtrace::Stats) -> Value {
         "cpu_threads_unsampled": s.cpu_threads_unsampled,
         "cpu_samples_no_memory": s.cpu_samples_no_memory,
         "cpu_files_no_memory": s.cpu_files_no_memory,
+        "cpu_frames_unnamed": s.cpu_frames_unnamed,
         "buffer_bytes_peak": s.buffer_bytes_peak,
     })
 }

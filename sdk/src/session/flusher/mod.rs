@@ -473,6 +473,7 @@ impl Flusher {
         stats.cpu_sampling_hz = cpu.hz;
         stats.cpu_samples_no_memory = cpu.no_memory;
         stats.cpu_files_no_memory = cpu.files_no_memory;
+        stats.cpu_frames_unnamed = cpu.frames_unnamed;
         let stats = *stats;
         drop(self.outputs);
         REGISTRY.budget.give_back(self.recorder_bytes);
