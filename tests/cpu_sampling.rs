@@ -414,7 +414,11 @@ fn the_locked_memory_limit_makes_rings_smaller_said_once() {
     let stats = &expect["stats"];
     let threads = stats["cpu_threads_sampled"].as_u64().unwrap()
         + stats["cpu_threads_unsampled"].as_u64().unwrap();
-    assert!(threads >= 200, "{stats}");
+    // Of the 200 threads each ran 30 ms of CPU: one that lived less than a
+    // look at the thread list (100 ms) may be missed, as in
+    // `threads_coming_and_going_are_sampled_and_leak_no_fd` (a loaded
+    // machine found 198).
+    assert!(threads >= 180, "{stats}");
     let samples = samples_model(&trace);
     let n = samples["samples"].as_array().unwrap().len() as u64;
     assert!(n > 0);
