@@ -277,23 +277,31 @@ impl ScopeStack {
     /// caller takes [`Self::begin`]'s path).
     #[inline]
     pub(crate) fn try_begin_plain(&mut self, depth: u32, site: u32, ts_ns: u64) -> bool {
-        if self.open.last().is_none_or(|top| top.depth < depth) {
-            self.open.push(OpenScope {
-                depth,
-                site,
-                ts_ns,
-                args: Vec::new(),
-            });
-            true
-        } else {
-            false
+        let fits = self.fits(depth);
+        if fits {
+            self.push_plain(depth, site, ts_ns);
         }
+        fits
     }
 
-    /// The depth of the innermost open scope, if any.
+    /// Whether a begin at `depth` orphans nothing: deeper than the
+    /// innermost open scope.
     #[inline]
-    pub(crate) fn top_depth(&self) -> Option<u32> {
-        self.open.last().map(|top| top.depth)
+    pub(crate) fn fits(&self, depth: u32) -> bool {
+        self.open.last().is_none_or(|top| top.depth < depth)
+    }
+
+    /// Keeps a begin at `depth` without args; the caller has checked that
+    /// it [`fits`](Self::fits).
+    #[inline]
+    pub(crate) fn push_plain(&mut self, depth: u32, site: u32, ts_ns: u64) {
+        debug_assert!(self.fits(depth));
+        self.open.push(OpenScope {
+            depth,
+            site,
+            ts_ns,
+            args: Vec::new(),
+        });
     }
 
     /// The end of the innermost scope, if it is at `depth` (what

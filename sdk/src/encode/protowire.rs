@@ -44,6 +44,15 @@ fn varint_into(out: &mut [u8], mut v: u64) -> usize {
     i + 1
 }
 
+/// The two bytes of the varint of `v` (`0x80 <= v < 0x4000`), little
+/// endian in the low 16 bits: stored with the bytes around it in one word
+/// by the fast paths, which see one- and two-byte varints most.
+#[inline(always)]
+pub(crate) fn varint2(v: u64) -> u64 {
+    debug_assert!((0x80..0x4000).contains(&v));
+    (v & 0x7f | 0x80) | (v >> 7) << 8
+}
+
 #[inline]
 pub(crate) fn varint_len(mut v: u64) -> usize {
     let mut n = 1;

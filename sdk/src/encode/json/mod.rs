@@ -307,7 +307,7 @@ impl Encoder for JsonEncoder {
                                 && header_len(end) == 2
                                 && header_payload(end) as u32 == depth
                                 && th.flows.is_empty()
-                                && th.stack.top_depth().is_none_or(|top| top < depth)
+                                && th.stack.fits(depth)
                             {
                                 let end_ns = ctx.cal.to_ns(end_ticks).max(ts);
                                 th.last_ns = end_ns;

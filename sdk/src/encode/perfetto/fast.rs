@@ -28,7 +28,9 @@ use super::fields::{
     TYPE_SLICE_END,
 };
 use super::{PerfettoEncoder, Seq};
-use crate::encode::protowire::{len_field_len, len_head, patch_len, uint, uint_len, Spare};
+use crate::encode::protowire::{
+    len_field_len, len_head, patch_len, uint, uint_len, varint2, Spare,
+};
 use crate::encode::Context;
 use crate::record::callsite::Callsite;
 use crate::record::clock::Calibration;
@@ -273,8 +275,9 @@ unsafe fn write_packet(dst: *mut u8, delta: u64, t: &Tmpl) -> usize {
             *dst.add(3) = v as u8;
             n = 4;
         } else if v < 0x4000 {
-            let two = [v as u8 | 0x80, (v >> 7) as u8];
-            dst.add(3).cast::<[u8; 2]>().write_unaligned(two);
+            dst.add(3)
+                .cast::<[u8; 2]>()
+                .write_unaligned((varint2(v) as u16).to_le_bytes());
             n = 5;
         } else {
             while v >= 0x80 {
@@ -375,8 +378,8 @@ impl PerfettoEncoder {
                 let Some(t) = seq.begin_tmpl.get(site as usize) else {
                     break;
                 };
-                // Nothing orphaned (as `try_begin_plain` accepts it).
-                if t.len == 0 || seq.stack.top_depth().is_some_and(|top| top >= depth) {
+                // Nothing orphaned: checked once, for the leaf and the push.
+                if t.len == 0 || !seq.stack.fits(depth) {
                     break;
                 }
                 if t.plain && args.is_empty() {
@@ -403,7 +406,7 @@ impl PerfettoEncoder {
                     }
                     let ts = cal.to_ns(*ticks).max(last);
                     cur.put(ts - last, t);
-                    seq.stack.try_begin_plain(depth, site, ts);
+                    seq.stack.push_plain(depth, site, ts);
                     last = ts;
                 } else {
                     // A template exists only for a site the cache returned.
@@ -412,7 +415,7 @@ impl PerfettoEncoder {
                     };
                     let t = *t;
                     let ts = cal.to_ns(*ticks).max(last);
-                    seq.stack.try_begin_plain(depth, site, ts);
+                    seq.stack.push_plain(depth, site, ts);
                     self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
                     last = ts;
                 }
@@ -486,7 +489,7 @@ impl PerfettoEncoder {
         if delta < 0x80 {
             w.word(head | delta << 24, 4);
         } else if delta < 0x4000 {
-            w.word(head | (delta & 0x7f | 0x80) << 24 | (delta >> 7) << 32, 5);
+            w.word(head | varint2(delta) << 24, 5);
         } else {
             w.word(head, 3);
             w.varint(delta);

@@ -8,7 +8,7 @@ use super::super::fields::{
     DA_BOOL, DA_DOUBLE, DA_INT, DA_NAME_IID, DA_POINTER, DA_STRING, DA_UINT, TE_DEBUG_ANNOTATIONS,
 };
 use super::super::Seq;
-use crate::encode::protowire::{len_field_len, uint_len, Spare};
+use crate::encode::protowire::{len_field_len, uint_len, varint2, Spare};
 use crate::record::args::{
     ArgReader, ArgValue, T_ARRAY, T_BOOL, T_DICT, T_DOUBLE, T_INT, T_POINTER, T_STR, T_UINT,
 };
@@ -164,8 +164,10 @@ fn short_annotation(w: &mut Spare<'_>, iid: u64, args: &[u64], p: usize) -> Opti
             w.word(head | 4 << 8 | ((field << 3) as u64) << 32 | v << 40, 6);
         } else if v < 0x4000 {
             // Body: name (2), tag, the two bytes of the varint.
-            let two = (v & 0x7f | 0x80) | (v >> 7) << 8;
-            w.word(head | 5 << 8 | ((field << 3) as u64) << 32 | two << 40, 7);
+            w.word(
+                head | 5 << 8 | ((field << 3) as u64) << 32 | varint2(v) << 40,
+                7,
+            );
         } else {
             let body = 2 + uint_len(field, v) as u64;
             w.word(head | body << 8 | ((field << 3) as u64) << 32, 5);
