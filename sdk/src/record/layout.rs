@@ -214,9 +214,7 @@ pub(crate) fn write<A: ArgList + ?Sized>(
         Some(mut r) => {
             r.push(make_header(kind, len, payload));
             r.push(ts);
-            for &w in fixed {
-                r.push(w);
-            }
+            r.push_words(fixed);
             args.encode(&mut r);
             r.commit();
             true

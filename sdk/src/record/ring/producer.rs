@@ -39,6 +39,35 @@ impl Reservation<'_> {
         self.pos += 1;
     }
 
+    /// Stores `words` as the next words of the record. Where they do not
+    /// wrap past the segment's end (nearly always) they go in one run: a
+    /// load, a store and a count a word, without the mask each `push`
+    /// applies (an event's or a span's field values are most of its words).
+    #[inline(always)]
+    pub(crate) fn push_words(&mut self, words: &[u64]) {
+        if words.is_empty() {
+            return; // folds away for the records that have none
+        }
+        let n = words.len() as u64;
+        debug_assert!(self.pos + n <= self.end);
+        let at = self.pos & self.mask;
+        if at + n <= self.mask + 1 {
+            // SAFETY: as in `push`, `at` indexes inside the producer's
+            // segment storage of `mask + 1` slots, and `at + n <= mask + 1`
+            // was checked above, so `at + i` for every `i < n` does too;
+            // the segment outlives this reservation (see `push`), and the
+            // slots are atomics.
+            let run = unsafe { self.base.add(at as usize) };
+            for (i, &w) in words.iter().enumerate() {
+                // SAFETY: `i < n`: inside the run checked above.
+                unsafe { &*run.add(i) }.store(w, Ordering::Relaxed);
+            }
+        } else {
+            store_wrapping(self.base, self.mask, self.pos, words);
+        }
+        self.pos += n;
+    }
+
     /// Publishes the record to the consumer.
     #[inline(always)]
     pub(crate) fn commit(self) {
@@ -46,6 +75,20 @@ impl Reservation<'_> {
         // Release: pairs with the consumer's Acquire load of `head`; the words
         // stored above are visible to it before it sees the new head.
         self.ring.head.store(self.end, Ordering::Release);
+    }
+}
+
+/// [`Reservation::push_words`] across the segment's end: word by word, at
+/// `pos` on (its fields passed by value, so that the reservation stays in
+/// registers on the inlined fast path).
+#[cold]
+#[inline(never)]
+fn store_wrapping(base: *const AtomicU64, mask: u64, pos: u64, words: &[u64]) {
+    for (i, &w) in words.iter().enumerate() {
+        // SAFETY: as in `Reservation::push`: `(pos + i) & mask` indexes
+        // inside the producer's segment storage of `mask + 1` slots, which
+        // outlives the reservation this is called from.
+        unsafe { &*base.add(((pos + i as u64) & mask) as usize) }.store(w, Ordering::Relaxed);
     }
 }
 

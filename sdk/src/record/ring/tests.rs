@@ -12,12 +12,20 @@ use crate::record::segment::{
     alloc_mapped, free_mapped, unpack_segment, PAGE, PREFAULT_STEP_WORDS, TOUCH_PAGES,
 };
 
+/// Writes record `id` of `len` words (its header, then `id * 100 + k` for
+/// word `k`): odd ids word by word, even ones with `push_words`, so every
+/// test drives both ways of storing.
 fn write(ring: &Ring, id: u64, len: usize) -> bool {
     match ring.reserve(len, id) {
         Some(mut r) => {
             r.push(make_header(9, len, id));
-            for i in 1..len {
-                r.push(id * 100 + i as u64);
+            if id % 2 == 1 {
+                for i in 1..len {
+                    r.push(id * 100 + i as u64);
+                }
+            } else {
+                let body: Vec<u64> = (1..len).map(|i| id * 100 + i as u64).collect();
+                r.push_words(&body);
             }
             r.commit();
             true
@@ -88,6 +96,27 @@ fn drop_mode_counts_and_marks_the_gap() {
     assert_eq!(recs[21].0, KIND_LOST);
     assert_eq!(out[out.len() - 4], 19); // count in the marker, right before record 99
     assert_eq!(recs[22].1, 99);
+}
+
+#[test]
+fn records_stored_in_one_run_wrap_at_every_offset() {
+    // A 64-word ring drained after each record: records of 2 to 11 words
+    // start at every offset, so `push_words` meets the segment's end at
+    // every point of a record (and not at all).
+    let ring = Ring::with_words(64, false);
+    let (mut out, mut ids, mut seen) = (Vec::new(), Vec::new(), 0);
+    let mut at = 0u64;
+    for id in 0..640u64 {
+        let len = 2 + (id % 10) as usize;
+        assert!(write(&ring, 2 * id, len), "record {id} dropped");
+        ring.drain(&mut out, usize::MAX, &mut seen);
+        assert_eq!(header_len(out[0]) as usize, len);
+        take_ids(&mut out, &mut ids);
+        at += len as u64;
+    }
+    assert!(at > 64 * 64, "the ring wrapped many times");
+    assert_eq!(ids, (0..640).map(|id| 2 * id).collect::<Vec<_>>());
+    assert_eq!(ring.dropped(), 0);
 }
 
 #[test]

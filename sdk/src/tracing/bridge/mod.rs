@@ -163,7 +163,7 @@ pub(crate) fn event(store: &impl SpanStore, event: &Event<'_>) {
         let site = info.site(f.mask());
         let words = f.ordered();
         push_str(words, meta.level().as_str());
-        with_current(|tr| {
+        with_current_once(|tr| {
             layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &());
             #[cfg(feature = "otlp")]
             if otel_span != 0 {
