@@ -517,7 +517,7 @@ mod thread_local_access {
     }
 
     /// [`with_current`], with `f` at one call site: for a large `f` (the
-    /// `tracing` bridge's enter and exit), which the compiler then inlines
+    /// `tracing` bridge's enter, exit and event), which the compiler inlines
     /// into the caller. With `with_current`'s two call sites it makes such
     /// an `f` a function of its own: a call, a frame, and the closure's
     /// captures stored and loaded again on every record. (A small `f`, a
