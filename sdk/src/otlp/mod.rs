@@ -32,6 +32,7 @@ pub(crate) mod proto;
 use crate::encode::Context;
 use crate::output::{Asked, Item, Output, Pass, Tally, Wants};
 use crate::record::args::{ArgReader, ArgValue, StrWords};
+use crate::record::callsite::Callsite;
 use crate::record::layout::{parse_otel, OtelRecord};
 use crate::stats::Stats;
 pub(crate) use builder::apply_env;
@@ -253,7 +254,7 @@ impl OtlpOutput {
                         status: proto::STATUS_UNSET,
                         status_message: String::new(),
                     };
-                    apply_fields(&mut s, values(cs.arg_names, args));
+                    apply_fields(&mut s, values(cs, args));
                     self.pass.push(s);
                 }
                 OtelRecord::Event {
@@ -265,7 +266,7 @@ impl OtlpOutput {
                     let Some(cs) = ctx.sites.get(site) else {
                         continue;
                     };
-                    let mut attrs = values(cs.arg_names, args);
+                    let mut attrs = values(cs, args);
                     let error = attrs
                         .iter()
                         .any(|(k, v)| k == "level" && matches!(v, Value::Str(s) if s == "ERROR"));
@@ -308,11 +309,12 @@ fn realtime_offset() -> i128 {
     crate::sys::realtime_ns() as i128 - crate::sys::boottime_ns() as i128
 }
 
-/// A record's args as attributes, by the site's names.
-fn values(names: &[&'static str], args: &[u64]) -> proto::Attrs {
+/// A record's args as attributes, by the site's names, then the site's
+/// constant args (an event's `level`).
+fn values(cs: &Callsite, args: &[u64]) -> proto::Attrs {
     let mut r = ArgReader::new(args);
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
+    let mut out = Vec::with_capacity(cs.arg_names.len() + cs.const_args.len());
+    for name in cs.arg_names {
         if r.at_end() {
             break;
         }
@@ -335,6 +337,9 @@ fn values(names: &[&'static str], args: &[u64]) -> proto::Attrs {
             }
         };
         out.push((Cow::Borrowed(*name), v));
+    }
+    for &(name, text) in cs.const_args {
+        out.push((Cow::Borrowed(name), Value::Str(text.to_string())));
     }
     out
 }

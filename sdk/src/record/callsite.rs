@@ -32,6 +32,12 @@ pub struct Callsite {
     pub(crate) line: u32,
     pub(crate) module: &'static str,
     pub(crate) arg_names: &'static [&'static str],
+    /// Arguments whose value is the same in every record of the site (a
+    /// `tracing` event's `level`): not in the records, written by each
+    /// encoder from here, after the site's recorded arguments (JSON, OTLP)
+    /// or within the packet's constant part (Perfetto). Only instants' sites
+    /// have them.
+    pub(crate) const_args: &'static [(&'static str, &'static str)],
     interest: AtomicU8,
     id: AtomicU32,
 }
@@ -52,9 +58,19 @@ impl Callsite {
             line,
             module,
             arg_names,
+            const_args: &[],
             interest: AtomicU8::new(UNREGISTERED),
             id: AtomicU32::new(0),
         }
+    }
+
+    /// The site with `const_args` (see the field).
+    pub(crate) const fn with_const_args(
+        mut self,
+        const_args: &'static [(&'static str, &'static str)],
+    ) -> Callsite {
+        self.const_args = const_args;
+        self
     }
 
     /// True if events of this site are recorded now. One relaxed load on the

@@ -73,8 +73,9 @@ pub(crate) struct JsonEncoder {
     /// (`{"name":..,"cat":..,"ph":"X","ts":`; empty: not made yet).
     x_heads: Vec<Vec<u8>>,
     /// Per call site id: the keys of its arguments escaped once, each with
-    /// what goes before it (`,"args":{"a":`, then `,"b":`...; empty: not
-    /// made yet).
+    /// what goes before it (`,"args":{"a":`, then `,"b":`...), then its
+    /// constant arguments written whole (empty: not made yet; see
+    /// `arg_pieces`).
     arg_keys: Vec<Vec<Box<[u8]>>>,
     stats: EncodeStats,
     /// True once the first event is written (separators go before the rest).
@@ -200,38 +201,34 @@ impl JsonEncoder {
 
     #[inline]
     fn args(&mut self, cs: &Callsite, words: &[u64], extra: Option<&str>) {
-        if cs.arg_names.is_empty() && extra.is_none() {
+        let names = cs.arg_names.len();
+        let any = names != 0 || !cs.const_args.is_empty();
+        if !any && extra.is_none() {
             return;
         }
         let idx = cs.id() as usize;
         if self.arg_keys.len() <= idx {
             self.arg_keys.resize_with(idx + 1, Vec::new);
         }
-        if self.arg_keys[idx].len() != cs.arg_names.len() {
-            self.arg_keys[idx] = cs
-                .arg_names
-                .iter()
-                .enumerate()
-                .map(|(i, name)| {
-                    let mut k = Line::default();
-                    k.push_str(if i == 0 { ",\"args\":{" } else { "," });
-                    escape_into(&mut k, name);
-                    k.push(':');
-                    k.0.into_boxed_slice()
-                })
-                .collect();
+        let pieces = names + usize::from(!cs.const_args.is_empty());
+        if self.arg_keys[idx].len() != pieces {
+            self.arg_keys[idx] = arg_pieces(cs);
         }
         let l = &mut self.line;
-        if cs.arg_names.is_empty() {
+        if !any {
             l.push_str(",\"args\":{");
         }
         let mut r = ArgReader::new(words);
-        for key in &self.arg_keys[idx] {
+        let (keys, tail) = self.arg_keys[idx].split_at(names);
+        for key in keys {
             l.0.extend_from_slice(key);
             value_into(l, &mut r, 0);
         }
+        if let Some(tail) = tail.first() {
+            l.0.extend_from_slice(tail);
+        }
         if let Some(flag) = extra {
-            if !cs.arg_names.is_empty() {
+            if any {
                 l.push(',');
             }
             escape_into(l, flag);
@@ -239,6 +236,37 @@ impl JsonEncoder {
         }
         l.push('}');
     }
+}
+
+/// The pieces of a call site's `args` escaped once: a key for each of its
+/// recorded arguments with what goes before it (`,"args":{"a":`, then
+/// `,"b":`...), then, if it has constant arguments, all of them with their
+/// values (`,"level":"INFO"`).
+fn arg_pieces(cs: &Callsite) -> Vec<Box<[u8]>> {
+    let first = |k: &mut Line, i: usize| k.push_str(if i == 0 { ",\"args\":{" } else { "," });
+    let mut pieces: Vec<Box<[u8]>> = cs
+        .arg_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut k = Line::default();
+            first(&mut k, i);
+            escape_into(&mut k, name);
+            k.push(':');
+            k.0.into_boxed_slice()
+        })
+        .collect();
+    if !cs.const_args.is_empty() {
+        let mut k = Line::default();
+        for (i, (name, value)) in cs.const_args.iter().enumerate() {
+            first(&mut k, cs.arg_names.len() + i);
+            escape_into(&mut k, name);
+            k.push(':');
+            escape_into(&mut k, value);
+        }
+        pieces.push(k.0.into_boxed_slice());
+    }
+    pieces
 }
 
 impl Encoder for JsonEncoder {

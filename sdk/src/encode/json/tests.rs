@@ -95,8 +95,14 @@ fn argument_keys_kept_per_site_are_what_escaping_each_time_writes() {
     );
     static Q: Callsite = Callsite::new("j", "q", "f.rs", 2, "m", &["tab\tkey"]);
     static R: Callsite = Callsite::new("j", "r", "f.rs", 3, "m", &[]);
+    // Constant args (a `tracing` event's level), alone and after others.
+    static S: Callsite =
+        Callsite::new("j", "s", "f.rs", 4, "m", &[]).with_const_args(&[("level", "IN\"FO")]);
+    static T: Callsite = Callsite::new("j", "t", "f.rs", 5, "m", &["a", "b"])
+        .with_const_args(&[("level", "WARN"), ("k", "v")]);
     let mut e = JsonEncoder::new();
-    for (i, cs) in [&P, &Q, &P, &R, &Q, &P, &R].into_iter().enumerate() {
+    let sites = [&P, &Q, &P, &R, &S, &Q, &T, &P, &R, &S, &T, &S];
+    for (i, cs) in sites.into_iter().enumerate() {
         cs.is_enabled();
         let mut words = Vec::new();
         for k in 0..cs.arg_names.len() {
@@ -106,7 +112,8 @@ fn argument_keys_kept_per_site_are_what_escaping_each_time_writes() {
         e.line.clear();
         e.args(cs, &words, flag);
         let mut want = Line::default();
-        if !cs.arg_names.is_empty() || flag.is_some() {
+        let any = !cs.arg_names.is_empty() || !cs.const_args.is_empty();
+        if any || flag.is_some() {
             want.push_str(",\"args\":{");
             let mut r = ArgReader::new(&words);
             for (k, name) in cs.arg_names.iter().enumerate() {
@@ -117,8 +124,16 @@ fn argument_keys_kept_per_site_are_what_escaping_each_time_writes() {
                 want.push(':');
                 value_into(&mut want, &mut r, 0);
             }
+            for (k, (name, value)) in cs.const_args.iter().enumerate() {
+                if k > 0 || !cs.arg_names.is_empty() {
+                    want.push(',');
+                }
+                escape_into(&mut want, name);
+                want.push(':');
+                escape_into(&mut want, value);
+            }
             if let Some(flag) = flag {
-                if !cs.arg_names.is_empty() {
+                if any {
                     want.push(',');
                 }
                 escape_into(&mut want, flag);

@@ -16,8 +16,41 @@ use crate::encode::protowire::{
 use crate::record::args::{ArgReader, ArgValue};
 use crate::record::callsite::Callsite;
 
-/// The debug annotations of a call site's arguments, names interned by
-/// (call site, argument index).
+/// Where a call site's argument-name iids start in `seq.site_ann_iids`
+/// (its recorded arguments', then its constant arguments'), made on its
+/// first use.
+fn site_ann_start(seq: &mut Seq, cs: &Callsite) -> usize {
+    let idx = cs.id() as usize;
+    if seq.site_ann_start.len() <= idx {
+        seq.site_ann_start.resize(idx + 1, 0);
+    }
+    if seq.site_ann_start[idx] == 0 {
+        seq.site_ann_start[idx] = seq.site_ann_iids.len() as u32 + 1;
+        let n = cs.arg_names.len() + cs.const_args.len();
+        seq.site_ann_iids.extend(std::iter::repeat_n(0, n));
+    }
+    seq.site_ann_start[idx] as usize - 1
+}
+
+/// The iid of argument name `i` of a call site whose names start at
+/// `start`, interned on its first use.
+fn ann_iid(
+    seq: &mut Seq,
+    start: usize,
+    i: usize,
+    name: &'static str,
+    interned: &mut Vec<u8>,
+) -> u32 {
+    let mut iid = seq.site_ann_iids[start + i];
+    if iid == 0 {
+        iid = intern_annotation_name(seq, name, interned);
+        seq.site_ann_iids[start + i] = iid;
+    }
+    iid
+}
+
+/// The debug annotations of a call site's recorded arguments, names
+/// interned by (call site, argument index).
 pub(super) fn annotations(
     seq: &mut Seq,
     cs: &'static Callsite,
@@ -25,25 +58,36 @@ pub(super) fn annotations(
     te: &mut Vec<u8>,
     interned: &mut Vec<u8>,
 ) {
-    let idx = cs.id() as usize;
-    if seq.site_ann_start.len() <= idx {
-        seq.site_ann_start.resize(idx + 1, 0);
-    }
-    if seq.site_ann_start[idx] == 0 {
-        seq.site_ann_start[idx] = seq.site_ann_iids.len() as u32 + 1;
-        seq.site_ann_iids
-            .extend(std::iter::repeat_n(0, cs.arg_names.len()));
-    }
-    let start = seq.site_ann_start[idx] as usize - 1;
+    let start = site_ann_start(seq, cs);
     let mut reader = ArgReader::new(args);
     for (i, &arg_name) in cs.arg_names.iter().enumerate() {
-        let mut iid = seq.site_ann_iids[start + i];
-        if iid == 0 {
-            iid = intern_annotation_name(seq, arg_name, interned);
-            seq.site_ann_iids[start + i] = iid;
-        }
+        let iid = ann_iid(seq, start, i, arg_name, interned);
         annotation(te, iid, &mut reader);
     }
+}
+
+/// The debug annotations of a call site's constant arguments (before its
+/// recorded ones: the fast path keeps them in its template), names
+/// interned as [`annotations`]' are.
+pub(super) fn const_annotations(
+    seq: &mut Seq,
+    cs: &'static Callsite,
+    te: &mut Vec<u8>,
+    interned: &mut Vec<u8>,
+) {
+    let start = site_ann_start(seq, cs);
+    for (j, &(name, value)) in cs.const_args.iter().enumerate() {
+        let iid = ann_iid(seq, start, cs.arg_names.len() + j, name, interned);
+        const_annotation(te, iid, value);
+    }
+}
+
+/// A DebugAnnotation named by `iid` with string value `value`.
+pub(super) fn const_annotation(te: &mut Vec<u8>, iid: u32, value: &str) {
+    let len = uint_len(DA_NAME_IID, iid as u64) + len_field_len(DA_STRING, value.len());
+    len_head(te, TE_DEBUG_ANNOTATIONS, len);
+    uint(te, DA_NAME_IID, iid as u64);
+    string(te, DA_STRING, value);
 }
 
 /// A DebugAnnotation named by `iid` with varint `field` = `v`, sized first.

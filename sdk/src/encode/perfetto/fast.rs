@@ -21,7 +21,7 @@
 //! and a few fixed-size stores per packet, no capacity check per field. A
 //! begin's arguments are written the same way by `direct`.
 
-use super::annotations::annotations;
+use super::annotations::{annotations, const_annotation};
 use super::fields::{
     P_SEQUENCE_FLAGS, P_SEQUENCE_ID, P_TIMESTAMP, P_TRACK_EVENT, SEQ_NEEDS_INCREMENTAL_STATE,
     TE_CATEGORY_IIDS, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TYPE, TYPE_INSTANT, TYPE_SLICE_BEGIN,
@@ -616,9 +616,22 @@ impl PerfettoEncoder {
         if self.opts.source_locations {
             uint(&mut te, TE_SOURCE_LOCATION_IID, loc as u64);
         }
+        // The constant arguments, as `fill_event` writes them (before the
+        // recorded ones): part of every packet of the site.
+        let ann = seq.site_ann_start.get(idx).copied().unwrap_or(0);
+        if !cs.const_args.is_empty() {
+            let start = (ann as usize).checked_sub(1)? + cs.arg_names.len();
+            let iids = seq.site_ann_iids.get(start..start + cs.const_args.len())?;
+            for (&iid, &(_, value)) in iids.iter().zip(cs.const_args) {
+                if iid == 0 {
+                    return None;
+                }
+                const_annotation(&mut te, iid, value);
+            }
+        }
         let mut t = Tmpl::of(seq_id, flag, &te);
         t.plain = cs.arg_names.is_empty();
-        t.ann = seq.site_ann_start.get(idx).copied().unwrap_or(0);
+        t.ann = ann;
         Some(t)
     }
 

@@ -24,7 +24,7 @@ use crate::record::callsite::Callsite;
 use crate::record::layout::Record;
 use crate::record::registry::{ThreadInfo as ThreadRing, SESSION_SEQ};
 use crate::sys;
-use annotations::annotations;
+use annotations::{annotations, const_annotations};
 use descriptors::global_snapshot;
 use fields::{
     BOOTTIME, DA_BOOL, DA_NAME, DA_STRING, DA_UINT, LOSS_BUFFER_FULL, LOSS_OVERWRITE, LOSS_PRESENT,
@@ -629,6 +629,9 @@ impl PerfettoEncoder {
             if self.opts.source_locations {
                 let loc = intern_location(seq, cs, &mut self.interned);
                 uint(&mut self.te, TE_SOURCE_LOCATION_IID, loc as u64);
+            }
+            if !cs.const_args.is_empty() {
+                const_annotations(seq, cs, &mut self.te, &mut self.interned);
             }
             if !cs.arg_names.is_empty() {
                 annotations(seq, cs, args, &mut self.te, &mut self.interned);

@@ -15,7 +15,7 @@ mod spans;
 use crate::record::clock::ticks;
 use crate::record::layout::{self, FLOW_IN, KIND_ASYNC_END, KIND_END, KIND_INSTANT, MAX_DEPTH};
 use crate::record::registry::{count_implied_drop_without_ring, with_current, with_current_once};
-use fields::{push_str, with_scratch, Visitor};
+use fields::{with_scratch, Visitor};
 pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, innermost_entered, Inline, SpanData};
@@ -162,7 +162,6 @@ pub(crate) fn event(store: &impl SpanStore, event: &Event<'_>) {
         event.record(&mut Visitor(f));
         let site = info.site(f.mask());
         let words = f.ordered();
-        push_str(words, meta.level().as_str());
         with_current_once(|tr| {
             layout::write(&tr.ring, KIND_INSTANT, site.id() as u64, ts, words, &());
             #[cfg(feature = "otlp")]

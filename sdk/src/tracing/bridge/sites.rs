@@ -16,7 +16,7 @@ pub(crate) struct SiteInfo {
     meta: &'static Metadata<'static>,
     /// Field names, in the callsite's field order.
     names: Vec<&'static str>,
-    /// Events get a trailing `level` arg.
+    /// Events carry their `level` as an arg constant to their site.
     event: bool,
     /// Mask of every field (bit `i` = field `i`).
     all: u64,
@@ -170,25 +170,42 @@ fn make_site(
     mask: u64,
     event: bool,
 ) -> &'static Callsite {
-    let mut args: Vec<&'static str> = names
+    let args: Vec<&'static str> = names
         .iter()
         .enumerate()
         .filter(|(i, _)| mask >> i & 1 == 1)
         .map(|(_, n)| *n)
         .collect();
-    if event {
-        args.push("level");
-    }
-    let cs: &'static Callsite = Box::leak(Box::new(Callsite::new(
+    let site = Callsite::new(
         meta.target(),
         meta.name(),
         meta.file().unwrap_or(""),
         meta.line().unwrap_or(0),
         meta.module_path().unwrap_or(""),
         Box::leak(args.into_boxed_slice()),
-    )));
+    );
+    // An event's level is its call site's: an arg of the site, not of each
+    // record (the encoders write it).
+    let site = if event {
+        site.with_const_args(level_arg(*meta.level()))
+    } else {
+        site
+    };
+    let cs: &'static Callsite = Box::leak(Box::new(site));
     let _ = cs.is_enabled(); // registers the site: gives it its id
     cs
+}
+
+/// The `level` arg of an event of `level`, as text (`"TRACE"` .. `"ERROR"`).
+fn level_arg(level: tracing::Level) -> &'static [(&'static str, &'static str)] {
+    use tracing::Level;
+    match level {
+        Level::TRACE => &[("level", "TRACE")],
+        Level::DEBUG => &[("level", "DEBUG")],
+        Level::INFO => &[("level", "INFO")],
+        Level::WARN => &[("level", "WARN")],
+        Level::ERROR => &[("level", "ERROR")],
+    }
 }
 
 /// Hashes a metadata address (already unique and well spread above bit 3).

@@ -15,6 +15,16 @@ static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[]);
 static B: Callsite = Callsite::new("fast2", "b", "f.rs", 2, "m", &[]);
 static C: Callsite = Callsite::new("fast", "c", "f.rs", 3, "m", &["x"]);
 static D: Callsite = Callsite::new("fast", "d", "f.rs", 4, "m", &["s", "i", "b", "f", "x"]);
+// Constant args (a `tracing` event's level): alone, after recorded args,
+// and too long for a template (every packet then takes the general path).
+static E: Callsite =
+    Callsite::new("fast", "e", "f.rs", 6, "m", &[]).with_const_args(&[("level", "INFO")]);
+static F: Callsite = Callsite::new("fast", "f", "f.rs", 7, "m", &["message", "n"])
+    .with_const_args(&[("level", "WARN")]);
+static G: Callsite = Callsite::new("fast", "g", "f.rs", 8, "m", &["x"]).with_const_args(&[
+    ("level", "ERROR"),
+    ("constant", "longer than a template holds"),
+]);
 
 /// A stream of records: `push_*` append them with rising timestamps.
 struct Words {
@@ -285,6 +295,13 @@ fn fast_path_writes_what_the_general_path_writes() {
     }
     // A site with args whose record has none (read as absent values).
     w.begin(&C, 0).end(0);
+    // Instants of sites with constant args, first and later uses.
+    for k in 0..3u64 {
+        w.instant(&E)
+            .instant_args(&F, &[&"msg", &k])
+            .instant_args(&G, &[&k])
+            .instant(&E);
+    }
     steps.push(Step::Words(w.take()));
     // Strings around the one-byte lengths of the annotation, the track
     // event and the packet (each patched after the body is written);
@@ -450,5 +467,70 @@ fn templates_are_rebuilt_after_incremental_state_is_cleared() {
     steps.push(Step::Words(w.take()));
     for (opts, seq_id) in all_opts() {
         both(opts, seq_id, &steps);
+    }
+}
+
+/// A site's constant args are annotations of each of its instants, first
+/// and later uses (the template's copy and the general path's), before
+/// the recorded ones: decoded, names through the interned data.
+#[test]
+fn const_args_are_annotations_of_every_instant() {
+    use ringtrace_protos::debug_annotation::{NameField, Value};
+    let mut w = Words::new();
+    for k in 0..3u64 {
+        w.instant(&E)
+            .instant_args(&F, &[&"msg", &k])
+            .instant_args(&G, &[&k]);
+    }
+    let steps = [Step::Words(w.take())];
+    for (opts, seq_id) in all_opts() {
+        let out = both(opts, seq_id, &steps);
+        let trace = <ringtrace_protos::Trace as prost::Message>::decode(out.as_slice()).unwrap();
+        let mut names = std::collections::HashMap::new();
+        let mut got = Vec::new();
+        for p in &trace.packet {
+            if let Some(d) = &p.interned_data {
+                names.extend(
+                    d.debug_annotation_names
+                        .iter()
+                        .map(|n| (n.iid(), n.name().to_string())),
+                );
+            }
+            let Some(te) = &p.track_event else { continue };
+            let anns: Vec<(String, String)> = te
+                .debug_annotations
+                .iter()
+                .map(|a| {
+                    let Some(NameField::NameIid(iid)) = a.name_field else {
+                        panic!("annotation without a name iid: {a:?}")
+                    };
+                    let v = match &a.value {
+                        Some(Value::StringValue(s)) => s.clone(),
+                        Some(Value::UintValue(v)) => v.to_string(),
+                        v => panic!("unexpected value {v:?}"),
+                    };
+                    (names[&iid].clone(), v)
+                })
+                .collect();
+            got.push(anns);
+        }
+        let pairs = |v: &[(&str, String)]| -> Vec<(String, String)> {
+            v.iter().map(|(n, s)| (n.to_string(), s.clone())).collect()
+        };
+        let mut want = Vec::new();
+        for k in 0..3u64 {
+            want.push(pairs(&[("level", "INFO".into())]));
+            want.push(pairs(&[
+                ("level", "WARN".into()),
+                ("message", "msg".into()),
+                ("n", k.to_string()),
+            ]));
+            want.push(pairs(&[
+                ("level", "ERROR".into()),
+                ("constant", "longer than a template holds".into()),
+                ("x", k.to_string()),
+            ]));
+        }
+        assert_eq!(got, want);
     }
 }
