@@ -16,7 +16,10 @@
 //! unless `SERVICE_KEEP=1`).
 //! The `-10`, `-1` and `-0` modes sample whole requests (`sample_ratio`: 10%, 1%, none kept).
 //! `perfetto-file` is tracing-perfetto-file's layer on the registry with
-//! fields written as debug annotations (its fullest recording); it has no
+//! fields written as debug annotations (its fullest recording: by default a
+//! span is one slice, creation to close, on a track of its own, and its
+//! enters and exits write nothing; `perfetto-file-threads` writes a slice
+//! per enter on the thread's track instead, as ringtrace does); it has no
 //! background thread: each worker encodes into a queue of its own and writes
 //! the file itself when the queue fills (the flushes around the measured
 //! requests write the rest from the main thread).
@@ -349,11 +352,16 @@ enum Mode {
     /// tracing-perfetto-file's layer on the registry, fields written as
     /// debug annotations.
     PerfettoFile,
+    /// The same with `SpanMode::ThreadTracks`: a slice per enter on the
+    /// thread's track, as ringtrace records spans (its default,
+    /// `SpanTracks`, writes one slice per span, creation to close, on a
+    /// track of the span's own, and nothing at enters and exits).
+    PerfettoFileThreads,
     /// The OTLP modes (`otel.rs`).
     Ext(otel::Ext),
 }
 
-const MODES: [Mode; 18] = [
+const MODES: [Mode; 19] = [
     Mode::Untraced,
     Mode::Registry,
     Mode::Subscriber,
@@ -372,6 +380,7 @@ const MODES: [Mode; 18] = [
     Mode::Layer1,
     Mode::Layer0,
     Mode::PerfettoFile,
+    Mode::PerfettoFileThreads,
 ];
 
 impl Mode {
@@ -395,6 +404,7 @@ impl Mode {
             Mode::Layer1 => "layer-1",
             Mode::Layer0 => "layer-0",
             Mode::PerfettoFile => "perfetto-file",
+            Mode::PerfettoFileThreads => "perfetto-file-threads",
             Mode::Ext(e) => e.key(),
         }
     }
@@ -421,6 +431,9 @@ impl Mode {
             Mode::Layer1 => "ringtrace `layer()`, Perfetto, 1% of requests kept",
             Mode::Layer0 => "ringtrace `layer()`, Perfetto, no request kept",
             Mode::PerfettoFile => "tracing-perfetto-file, debug annotations",
+            Mode::PerfettoFileThreads => {
+                "tracing-perfetto-file, debug annotations, a slice per enter (`ThreadTracks`)"
+            }
             Mode::Ext(e) => e.label(),
         }
     }
@@ -603,11 +616,14 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             tracing_subscriber::registry().with(layer).init();
             Tracer::Chrome(flush)
         }
-        Mode::PerfettoFile => {
+        Mode::PerfettoFile | Mode::PerfettoFileThreads => {
             let file = std::fs::File::create(path).expect("tracing-perfetto-file's trace file");
-            let (layer, flush) = tracing_perfetto_file::PerfettoLayer::builder(file)
-                .with_debug_annotations()
-                .build();
+            let mut builder =
+                tracing_perfetto_file::PerfettoLayer::builder(file).with_debug_annotations();
+            if mode == Mode::PerfettoFileThreads {
+                builder = builder.span_mode(tracing_perfetto_file::SpanMode::ThreadTracks);
+            }
+            let (layer, flush) = builder.build();
             tracing_subscriber::registry().with(layer).init();
             Tracer::PerfettoFile(flush)
         }
@@ -869,12 +885,21 @@ fn main() {
             } else {
                 "".into()
             },
-            if traced && !matches!(m, Mode::Chrome | Mode::PerfettoFile) {
+            if traced
+                && !matches!(
+                    m,
+                    Mode::Chrome | Mode::PerfettoFile | Mode::PerfettoFileThreads
+                )
+            {
                 format!("{events:.1}")
             } else {
                 "".into()
             },
-            if matches!(m, Mode::Chrome | Mode::PerfettoFile) || !traced {
+            if matches!(
+                m,
+                Mode::Chrome | Mode::PerfettoFile | Mode::PerfettoFileThreads
+            ) || !traced
+            {
                 "".into()
             } else {
                 lost.to_string()
