@@ -187,25 +187,16 @@ fn make_site(
     // An event's level is its call site's: an arg of the site, not of each
     // record (the encoders write it).
     let site = if event {
-        site.with_const_args(level_arg(*meta.level()))
+        // One small leak per site and field set, as the site itself.
+        let level: &'static [(&'static str, &'static str)] =
+            Box::leak(Box::new([("level", meta.level().as_str())]));
+        site.with_const_args(level)
     } else {
         site
     };
     let cs: &'static Callsite = Box::leak(Box::new(site));
     let _ = cs.is_enabled(); // registers the site: gives it its id
     cs
-}
-
-/// The `level` arg of an event of `level`, as text (`"TRACE"` .. `"ERROR"`).
-fn level_arg(level: tracing::Level) -> &'static [(&'static str, &'static str)] {
-    use tracing::Level;
-    match level {
-        Level::TRACE => &[("level", "TRACE")],
-        Level::DEBUG => &[("level", "DEBUG")],
-        Level::INFO => &[("level", "INFO")],
-        Level::WARN => &[("level", "WARN")],
-        Level::ERROR => &[("level", "ERROR")],
-    }
 }
 
 /// Hashes a metadata address (already unique and well spread above bit 3).
