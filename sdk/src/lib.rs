@@ -160,7 +160,7 @@ mod system;
 mod tracing;
 
 #[cfg(feature = "tracing")]
-pub use crate::tracing::{RingtraceLayer, RingtraceSubscriber};
+pub use crate::tracing::{RingtraceLayer, RingtraceSubscriber, SpanSlices};
 pub use events::values::LogLevel;
 /// How long a session's stop waits for the OTLP exporter to send the spans
 /// still queued (feature `otlp`); what is not sent by then is dropped and

@@ -349,6 +349,11 @@ enum Mode {
     Layer10,
     Layer1,
     Layer0,
+    /// `span_slices(SpanSlices::Lifetime)`: a span is one slice, creation
+    /// to close, on a track of its own (what tracing-perfetto-file's
+    /// default writes).
+    SubscriberLifetime,
+    LayerLifetime,
     /// tracing-perfetto-file's layer on the registry, fields written as
     /// debug annotations.
     PerfettoFile,
@@ -361,7 +366,7 @@ enum Mode {
     Ext(otel::Ext),
 }
 
-const MODES: [Mode; 19] = [
+const MODES: [Mode; 21] = [
     Mode::Untraced,
     Mode::Registry,
     Mode::Subscriber,
@@ -381,6 +386,8 @@ const MODES: [Mode; 19] = [
     Mode::Layer0,
     Mode::PerfettoFile,
     Mode::PerfettoFileThreads,
+    Mode::SubscriberLifetime,
+    Mode::LayerLifetime,
 ];
 
 impl Mode {
@@ -405,6 +412,8 @@ impl Mode {
             Mode::Layer0 => "layer-0",
             Mode::PerfettoFile => "perfetto-file",
             Mode::PerfettoFileThreads => "perfetto-file-threads",
+            Mode::SubscriberLifetime => "subscriber-lifetime",
+            Mode::LayerLifetime => "layer-lifetime",
             Mode::Ext(e) => e.key(),
         }
     }
@@ -431,6 +440,8 @@ impl Mode {
             Mode::Layer1 => "ringtrace `layer()`, Perfetto, 1% of requests kept",
             Mode::Layer0 => "ringtrace `layer()`, Perfetto, no request kept",
             Mode::PerfettoFile => "tracing-perfetto-file, debug annotations",
+            Mode::SubscriberLifetime => "ringtrace `subscriber()`, Perfetto, a slice per span",
+            Mode::LayerLifetime => "ringtrace `layer()`, Perfetto, a slice per span",
             Mode::PerfettoFileThreads => {
                 "tracing-perfetto-file, debug annotations, a slice per enter (`ThreadTracks`)"
             }
@@ -564,10 +575,14 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
         | Mode::SubscriberOff
         | Mode::Subscriber10
         | Mode::Subscriber1
-        | Mode::Subscriber0 => {
+        | Mode::Subscriber0
+        | Mode::SubscriberLifetime => {
             let mut b = ringtrace::builder()
                 .output(path)
                 .buffer_bytes_per_thread(ring);
+            if mode == Mode::SubscriberLifetime {
+                b = b.span_slices(ringtrace::SpanSlices::Lifetime);
+            }
             if mode == Mode::SubscriberOff {
                 b = b.disable_categories(["*"]);
             }
@@ -578,10 +593,18 @@ fn install(mode: Mode, path: &std::path::Path) -> Tracer {
             tracing::subscriber::set_global_default(sub).unwrap();
             Tracer::Ringtrace(guard)
         }
-        Mode::Layer | Mode::LayerOff | Mode::Layer10 | Mode::Layer1 | Mode::Layer0 => {
+        Mode::Layer
+        | Mode::LayerOff
+        | Mode::Layer10
+        | Mode::Layer1
+        | Mode::Layer0
+        | Mode::LayerLifetime => {
             let mut b = ringtrace::builder()
                 .output(path)
                 .buffer_bytes_per_thread(ring);
+            if mode == Mode::LayerLifetime {
+                b = b.span_slices(ringtrace::SpanSlices::Lifetime);
+            }
             if mode == Mode::LayerOff {
                 b = b.disable_categories(["*"]);
             }

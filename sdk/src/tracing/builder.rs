@@ -6,7 +6,7 @@
 
 use super::sample::Sampler;
 use super::sealed;
-use super::{RingtraceLayer, RingtraceSubscriber};
+use super::{RingtraceLayer, RingtraceSubscriber, SpanSlices};
 use crate::session::{Builder, Error, SlowRule, TraceGuard};
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,6 +219,46 @@ impl Builder {
         self
     }
 
+    /// How each `tracing` span is drawn: a slice per enter on the entering
+    /// thread's track ([`SpanSlices::Entered`], the default), or one slice
+    /// from its creation to its close on a track of its own
+    /// ([`SpanSlices::Lifetime`]).
+    ///
+    /// With `Lifetime`, a span's slice (Perfetto: an async track named after
+    /// the span, under the process; Chrome JSON: a `b`/`e` pair with the
+    /// span's id) carries its fields at creation as annotations and those
+    /// recorded later (`Span::record`) on its end; `follows_from` flows are
+    /// bound to its end. Enters and exits write nothing and read no clock,
+    /// so a span entered once costs one record less than with `Entered`,
+    /// and a future polled many times one record in all. Tracks are reused:
+    /// a span takes a track of its name that no span holds at its creation,
+    /// so a trace of a million requests has as many tracks per span name as
+    /// were alive at once. Events stay instants on the thread that records
+    /// them. Needs the `tracing` feature (on by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ringtrace::SpanSlices;
+    /// let path = std::env::temp_dir().join("ringtrace-doc-lifetime.pftrace");
+    /// let (subscriber, trace) = ringtrace::builder()
+    ///     .output(&path)
+    ///     .span_slices(SpanSlices::Lifetime)
+    ///     .subscriber()?;
+    /// tracing::subscriber::with_default(subscriber, || {
+    ///     let request = tracing::info_span!("request", id = 7);
+    ///     for _ in 0..3 {
+    ///         let _entered = request.enter(); // writes nothing
+    ///     }
+    /// }); // `request` closes: its one slice ends
+    /// trace.stop()?;
+    /// # Ok::<(), ringtrace::Error>(())
+    /// ```
+    pub fn span_slices(mut self, slices: SpanSlices) -> Self {
+        self.spans.lifetime_slices = slices == SpanSlices::Lifetime;
+        self
+    }
+
     /// Starts the session (as [`start`](Builder::start)) and returns a
     /// `tracing` layer that records into it, to add to a
     /// `tracing_subscriber::registry()` (with or without a per-layer
@@ -296,6 +336,7 @@ impl Builder {
         let hook = !o.roots.is_empty() || o.decide.is_some();
         let sampler = (o.ratio.is_some() || hook)
             .then(|| Arc::new(Sampler::new(o.ratio.unwrap_or(1.0), o.roots, o.decide)));
+        super::bridge::set_lifetime_slices(o.lifetime_slices);
         let guard = self.start()?;
         if let Some(sampler) = &sampler {
             super::sample::announce(sampler);

@@ -111,6 +111,24 @@ mod subscriber;
 pub use layer::RingtraceLayer;
 pub use subscriber::RingtraceSubscriber;
 
+/// How a `tracing` span is drawn ([`Builder::span_slices`](crate::Builder::span_slices)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpanSlices {
+    /// A slice each time the span is entered, on the track of the thread
+    /// that entered it (and an async track of its own, creation to close,
+    /// once it is found async: entered on a second thread, or exited out of
+    /// order). Shows where each thread's time went, poll by poll.
+    #[default]
+    Entered,
+    /// One slice per span, from its creation to its close, on a track of
+    /// its own (tracks are reused: one per span alive at once, per name);
+    /// enters and exits write nothing. Shows how long each request and step
+    /// lived, at about half the records of [`Entered`](Self::Entered) for
+    /// spans entered once.
+    Lifetime,
+}
+
 /// The OpenTelemetry ids of the default dispatcher's current span, if it
 /// is ringtrace's subscriber or has ringtrace's layer and the span has ids,
 /// and its trace's `tracestate`, for an outgoing request: with `bind` (its

@@ -12,7 +12,7 @@ use super::fields::{
     SEQ_NEEDS_INCREMENTAL_STATE, TD_COUNTER, TD_NAME, TD_PARENT_UUID, TD_UUID, TED_TRACK_UUID,
 };
 use super::typed::process_descriptor_with;
-use super::{PerfettoEncoder, Seq, UUID_KIND_ASYNC, UUID_KIND_COUNTER};
+use super::{PerfettoEncoder, Seq, UUID_KIND_COUNTER};
 use crate::encode::protowire::{nested, string, uint};
 use crate::encode::{hash_str, Context};
 use crate::record::callsite::Callsite;
@@ -135,17 +135,16 @@ impl PerfettoEncoder {
         uuid
     }
 
-    /// The track of async range `id`, described on this sequence before use.
+    /// Describes the track `uuid` of an async range of `cs` on this
+    /// sequence before its first use there.
     pub(super) fn async_track(
         &mut self,
         ctx: &Context<'_>,
         seq: &mut Seq,
         cs: &Callsite,
-        id: u64,
-        _ts: u64,
+        uuid: u64,
         out: &mut Vec<u8>,
-    ) -> u64 {
-        let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
+    ) {
         if seq.described.len() > 4096 {
             seq.described.clear(); // re-describing is harmless; keep memory bounded
         }
@@ -161,6 +160,5 @@ impl PerfettoEncoder {
                 });
             });
         }
-        uuid
     }
 }

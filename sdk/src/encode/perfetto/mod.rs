@@ -39,6 +39,7 @@ pub(crate) use samples::SAMPLES_SEQ;
 use std::collections::HashMap;
 
 mod annotations;
+mod async_tracks;
 mod descriptors;
 mod fast;
 mod fields;
@@ -208,6 +209,8 @@ pub(crate) struct PerfettoEncoder {
     proc_meta: typed::ProcMeta,
     /// The CPU samples' sequence (`samples`).
     samples: samples::SampleSeq,
+    /// The tracks of async ranges, reused (`async_tracks`).
+    async_tracks: async_tracks::AsyncTracks,
 }
 
 impl PerfettoEncoder {
@@ -229,6 +232,7 @@ impl PerfettoEncoder {
             interned: Vec::new(),
             proc_meta: typed::ProcMeta::default(),
             samples: Default::default(),
+            async_tracks: Default::default(),
         }
     }
 }
@@ -418,12 +422,13 @@ impl PerfettoEncoder {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
+                let uuid = self.async_tracks.begin(&ctx.process, site, cs.name, id, raw_ns);
                 if raw_ns < seq.last_ns {
                     // A range found to be async after it began (tracing layer).
-                    self.async_begin_at(ctx, seq, cs, id, raw_ns, args, out);
+                    self.async_begin_at(ctx, seq, cs, uuid, raw_ns, args, out);
                     return;
                 }
-                let uuid = self.async_track(ctx, seq, cs, id, ts, out);
+                self.async_track(ctx, seq, cs, uuid, out);
                 self.event(seq, ts, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args, out);
             }
             Record::AsyncEnd { site, id, args, .. } => {
@@ -431,7 +436,8 @@ impl PerfettoEncoder {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
-                let uuid = self.async_track(ctx, seq, cs, id, ts, out);
+                let uuid = self.async_tracks.end(&ctx.process, id, ts);
+                self.async_track(ctx, seq, cs, uuid, out);
                 self.end_event(ctx, seq, ts, Some(uuid), Some((cs, args)), out);
             }
             Record::EndArgs {

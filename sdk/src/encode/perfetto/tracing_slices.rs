@@ -42,7 +42,7 @@ impl PerfettoEncoder {
         }
     }
 
-    /// The SLICE_BEGIN of async range `id` at `abs_ns`, earlier than the
+    /// The SLICE_BEGIN of an async range (on track `uuid`) at `abs_ns`, earlier than the
     /// sequence clock: written with an absolute BOOTTIME timestamp (the
     /// sequence clock only moves forward), and its track described at the
     /// same time, so the descriptor precedes its first event.
@@ -52,12 +52,11 @@ impl PerfettoEncoder {
         ctx: &Context<'_>,
         seq: &mut Seq,
         cs: &'static Callsite,
-        id: u64,
+        uuid: u64,
         abs_ns: u64,
         args: &[u64],
         out: &mut Vec<u8>,
     ) {
-        let uuid = ctx.process.derived_uuid(UUID_KIND_ASYNC, id);
         let (seq_id, parent) = (seq.seq_id as u64, ctx.process.uuid);
         seq.described.insert(uuid);
         nested(out, 1, |p| {

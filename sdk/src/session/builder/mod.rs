@@ -141,6 +141,8 @@ pub(crate) struct SpanOptions {
     pub(crate) slow: Option<SlowRule>,
     /// `span_fields_every_slice`.
     pub(crate) fields_every_slice: bool,
+    /// `span_slices(SpanSlices::Lifetime)`.
+    pub(crate) lifetime_slices: bool,
 }
 
 #[cfg(feature = "tracing")]

@@ -19,8 +19,9 @@ use fields::{with_scratch, Visitor};
 pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
 pub(crate) use spans::{current_entered, innermost_entered, Inline, SpanData};
+pub(crate) use spans::set_lifetime_slices;
 use spans::{
-    extend_entered, pop_innermost, push_entered, stack_has_room, take_entered, thread_key, Entered,
+    extend_entered, lifetime_slices, pop_innermost, push_entered, stack_has_room, take_entered, thread_key, Entered,
     ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID,
 };
 use std::sync::atomic::Ordering;
@@ -77,6 +78,11 @@ pub(crate) fn new_span_with(
             attrs.record(&mut Visitor(f));
             data.set_values(f);
         });
+    }
+    if lifetime_slices() {
+        // The span's one slice begins now, with its fields (without a
+        // ring, `with_current_once` counts the begin lost).
+        with_current_once(|tr| data.begin_async(tr));
     }
 }
 
@@ -194,6 +200,9 @@ pub(crate) fn enter(
     owner: u64,
     nested: Option<bool>,
 ) {
+    if lifetime_slices() {
+        return enter_lifetime(store, id, owner, nested);
+    }
     let mut entered = Entered {
         id: id.into_u64(),
         depth: None,
@@ -246,6 +255,24 @@ pub(crate) fn enter(
     });
     if room && (found.is_some() || track_unrecorded) {
         push_entered(entered);
+    }
+}
+
+/// [`enter`] with `SpanSlices::Lifetime`: the span's slice runs from its
+/// creation to its close, so an enter writes nothing and reads no clock;
+/// the entry (whose exit then writes nothing either) keeps `Span::current()`
+/// and sampling's marks true.
+#[inline(never)]
+fn enter_lifetime(store: &impl SpanStore, id: &Id, owner: u64, nested: Option<bool>) {
+    if let Some(nested) = nested {
+        store.with_data(id, |data| data.info.observe_enter(nested));
+    }
+    if stack_has_room() {
+        push_entered(Entered {
+            id: id.into_u64(),
+            depth: None,
+            session: owner,
+        });
     }
 }
 
@@ -340,6 +367,13 @@ pub(crate) fn close(store: &impl SpanStore, id: &Id) -> bool {
     let ts = ticks();
     store.with_data(id, |data| {
         if data.async_id == 0 && data.flows.is_empty() {
+            return;
+        }
+        if data.flows.is_empty() && data.dirty_async == 0 {
+            // The commonest close of an async span: its range's end alone.
+            let site = data.info.site(0).id() as u64;
+            let id = [data.async_id];
+            with_current_once(|tr| layout::write(&tr.ring, KIND_ASYNC_END, site, ts, &id, &()));
             return;
         }
         with_current(|tr| {

@@ -9,7 +9,7 @@ use crate::record::layout::{
 };
 use crate::record::registry::ThreadRing;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Async range ids of the layer: bit 62 set, so they never meet the ids of
 /// `#[traced] async fn` ranges.
@@ -23,6 +23,23 @@ static NEXT_THREAD_KEY: AtomicU64 = AtomicU64::new(1);
 /// looking the span up. Relaxed: a value recorded on another thread without
 /// synchronisation with the exit may as well be carried by the next end.
 pub(super) static END_PENDING: AtomicU64 = AtomicU64::new(0);
+/// `SpanSlices::Lifetime` in the running session: a span is one async
+/// range, begun at its creation and ended at its close; its enters and
+/// exits only keep the thread's stack of entered spans. Relaxed: set before
+/// the session hands out its layer or subscriber.
+static LIFETIME_SLICES: AtomicBool = AtomicBool::new(false);
+
+/// Sets how the session's spans are drawn (`Builder::span_slices`).
+pub(crate) fn set_lifetime_slices(on: bool) {
+    LIFETIME_SLICES.store(on, Ordering::Relaxed);
+}
+
+/// Whether a span is one range from creation to close (`SpanSlices::Lifetime`).
+#[inline(always)]
+pub(crate) fn lifetime_slices() -> bool {
+    LIFETIME_SLICES.load(Ordering::Relaxed)
+}
+
 /// Number of async spans not dropped yet. While it and `END_PENDING` are 0,
 /// a close has nothing to write and does not look the span up.
 pub(super) static ASYNC_LIVE: AtomicU64 = AtomicU64::new(0);
@@ -243,7 +260,9 @@ impl SpanData {
         let m = fields.mask();
         self.merge(fields);
         self.mask |= m;
-        self.dirty |= m;
+        if !lifetime_slices() {
+            self.dirty |= m; // with lifetime slices, no slice end carries them
+        }
         self.dirty_async |= m;
         self.site = self.info.site(self.mask);
     }
