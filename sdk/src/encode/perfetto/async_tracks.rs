@@ -10,7 +10,9 @@
 //! an end and a begin at one instant could nest wrongly). Freed tracks wait
 //! in a heap by the end of their last range: a begin takes the one that
 //! ended first, and makes a new track only when even that one is not free
-//! yet at its time (then no free track is).
+//! yet at its time (then no free track is). For the same reason a range's
+//! end may come before its begin (it ended on a thread drained first): it
+//! gets a new track, held for it until its begin comes.
 
 use super::UUID_KIND_ASYNC;
 use crate::encode::{IdMap, ProcessInfo};
@@ -29,6 +31,9 @@ const MAX_OPEN: usize = 1 << 16;
 pub(super) struct AsyncTracks {
     /// Open ranges: async id → (track uuid, its pool).
     open: IdMap<u64, (u64, u32)>,
+    /// Ranges whose end came before their begin: async id → (track uuid,
+    /// end in ns); the track is theirs until the begin comes.
+    ended_early: IdMap<u64, (u64, u64)>,
     /// Pool by call site id, plus one (0: not looked up yet).
     site_pool: Vec<u32>,
     /// Pool by track name.
@@ -51,10 +56,16 @@ impl AsyncTracks {
         id: u64,
         ts_ns: u64,
     ) -> u64 {
+        let pool = self.pool(site, name);
+        if !self.ended_early.is_empty() {
+            if let Some((uuid, ended)) = self.ended_early.remove(&id) {
+                self.pools[pool as usize].push(Reverse((ended, uuid)));
+                return uuid;
+            }
+        }
         if self.open.len() >= MAX_OPEN {
             return process.derived_uuid(UUID_KIND_ASYNC, id);
         }
-        let pool = self.pool(site, name);
         let free = &mut self.pools[pool as usize];
         let uuid = match free.peek() {
             Some(&Reverse((ended, uuid))) if ended < ts_ns => {
@@ -75,16 +86,22 @@ impl AsyncTracks {
     }
 
     /// The track of range `id` ending at `ts_ns` as written; it is free for
-    /// ranges beginning after that. A range whose begin this encoder did not
-    /// see (lost, or before the file) ends on the track its id alone names.
+    /// ranges beginning after that. A range whose begin has not come yet
+    /// gets a new track, kept for its begin (past `MAX_OPEN` of them, the
+    /// track its id alone names: a begin lost, or before the file, leaves
+    /// its entry behind).
     pub(super) fn end(&mut self, process: &ProcessInfo, id: u64, ts_ns: u64) -> u64 {
-        match self.open.remove(&id) {
-            Some((uuid, pool)) => {
-                self.pools[pool as usize].push(Reverse((ts_ns, uuid)));
-                uuid
-            }
-            None => process.derived_uuid(UUID_KIND_ASYNC, id),
+        if let Some((uuid, pool)) = self.open.remove(&id) {
+            self.pools[pool as usize].push(Reverse((ts_ns, uuid)));
+            return uuid;
         }
+        if self.ended_early.len() >= MAX_OPEN {
+            return process.derived_uuid(UUID_KIND_ASYNC, id);
+        }
+        self.made += 1;
+        let uuid = process.derived_uuid(UUID_KIND_POOLED, self.made);
+        self.ended_early.insert(id, (uuid, ts_ns));
+        uuid
     }
 
     /// The pool of call site `site`: one per track name.
@@ -161,15 +178,18 @@ mod tests {
     }
 
     #[test]
-    fn an_end_without_its_begin_goes_on_its_ids_own_track() {
+    fn an_end_before_its_begin_holds_a_track_for_it() {
         let p = process();
         let mut t = AsyncTracks::default();
-        let lone = t.end(&p, 99, 100);
-        assert_eq!(lone, p.derived_uuid(UUID_KIND_ASYNC, 99));
-        // Nothing was freed by it.
-        let a = t.begin(&p, 1, "x", 1, 200);
-        assert_ne!(a, lone);
-        assert_eq!(t.made(), 1);
+        // Range 99 ended on a thread whose batch came first.
+        let early = t.end(&p, 99, 300);
+        let other = t.begin(&p, 1, "x", 1, 310);
+        assert_ne!(other, early, "held for range 99");
+        assert_eq!(t.begin(&p, 1, "x", 99, 100), early);
+        // Then free after its end, not before.
+        assert_ne!(t.begin(&p, 1, "x", 2, 300), early);
+        assert_eq!(t.begin(&p, 1, "x", 3, 301), early);
+        assert_eq!(t.made(), 3);
     }
 
     #[test]
@@ -178,10 +198,13 @@ mod tests {
         let mut t = AsyncTracks::default();
         for id in 0..MAX_OPEN as u64 {
             t.begin(&p, 1, "leak", id, 1);
+            t.end(&p, id | 1 << 41, 1); // ends whose begins never come
         }
         let over = t.begin(&p, 1, "leak", 1 << 40, 2);
         assert_eq!(over, p.derived_uuid(UUID_KIND_ASYNC, 1 << 40));
+        let lone = t.end(&p, 1 << 42, 3);
+        assert_eq!(lone, p.derived_uuid(UUID_KIND_ASYNC, 1 << 42));
         assert_eq!(t.end(&p, 1 << 40, 3), over);
-        assert_eq!(t.open.len(), MAX_OPEN);
+        assert_eq!((t.open.len(), t.ended_early.len()), (MAX_OPEN, MAX_OPEN));
     }
 }

@@ -24,7 +24,7 @@
 use super::annotations::{annotations, const_annotation};
 use super::fields::{
     P_SEQUENCE_FLAGS, P_SEQUENCE_ID, P_TIMESTAMP, P_TRACK_EVENT, SEQ_NEEDS_INCREMENTAL_STATE,
-    TE_CATEGORY_IIDS, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TYPE, TYPE_INSTANT, TYPE_SLICE_BEGIN,
+    TE_CATEGORY_IIDS, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TRACK_UUID, TE_TYPE, TYPE_INSTANT, TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
 };
 use super::{PerfettoEncoder, Seq};
@@ -36,7 +36,7 @@ use crate::record::callsite::Callsite;
 use crate::record::clock::Calibration;
 use crate::record::header::{header_kind, header_len, header_payload};
 use crate::record::layout::parse;
-use crate::record::layout::{KIND_BEGIN, KIND_END, KIND_INSTANT};
+use crate::record::layout::{KIND_ASYNC_BEGIN, KIND_ASYNC_END, KIND_BEGIN, KIND_END, KIND_INSTANT};
 use std::mem::MaybeUninit;
 
 mod direct;
@@ -47,6 +47,10 @@ const TMPL_MAX: usize = 32;
 /// Largest fast packet: tag, one-byte length, timestamp tag, a 10-byte
 /// varint, the template.
 const PACKET_MAX: usize = 3 + 10 + TMPL_MAX;
+/// A track uuid's field: its tag and a varint of up to 63 bits.
+const TRACK_MAX: usize = 1 + 9;
+/// The tag of `TrackEvent.track_uuid` (a varint).
+const TRACK_TAG: u8 = (TE_TRACK_UUID << 3) as u8;
 
 /// The bytes of a packet after its timestamp: sequence id, flags, track
 /// event. `len == 0`: none (take the general path).
@@ -214,6 +218,42 @@ impl<'a> Cursor<'a> {
         unsafe {
             let n = write_packet(self.ptr.add(self.len), delta, t);
             self.len += n;
+        }
+    }
+}
+
+impl Cursor<'_> {
+    /// Appends a packet of `t` whose track event also names track `uuid`
+    /// (after the template's fields, as `fill_event` and `end_event` write
+    /// it).
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    fn put_on_track(&mut self, delta: u64, t: &Tmpl, uuid: u64) {
+        self.room(PACKET_MAX + TRACK_MAX);
+        // SAFETY: the room holds PACKET_MAX + TRACK_MAX bytes (made above):
+        // `write_packet` writes at most PACKET_MAX of them and initialises
+        // the `n` it returns; the track's field (at most TRACK_MAX bytes)
+        // follows them. Both lengths stay one byte: the packet is at most
+        // 2 + 11 + TMPL_MAX + TRACK_MAX < 128 bytes, and `te_at + 1` is the
+        // template's track event length byte (`Tmpl::of`).
+        unsafe {
+            let dst = self.ptr.add(self.len);
+            let n = write_packet(dst, delta, t);
+            let mut k = n;
+            *dst.add(k) = TRACK_TAG;
+            k += 1;
+            let mut v = uuid;
+            while v >= 0x80 {
+                *dst.add(k) = v as u8 | 0x80;
+                v >>= 7;
+                k += 1;
+            }
+            *dst.add(k) = v as u8;
+            k += 1;
+            let grew = (k - n) as u8;
+            *dst.add(1) += grew;
+            *dst.add(n - t.len as usize + t.te_at as usize + 1) += grew;
+            self.len += k;
         }
     }
 }
@@ -416,7 +456,7 @@ impl PerfettoEncoder {
                     let t = *t;
                     let ts = cal.to_ns(*ticks).max(last);
                     seq.stack.push_plain(depth, site, ts);
-                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, 0, &mut cur);
                     last = ts;
                 }
                 events += 1;
@@ -438,8 +478,54 @@ impl PerfettoEncoder {
                         break;
                     };
                     let t = *t;
-                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, 0, &mut cur);
                 }
+                last = ts;
+                events += 1;
+            } else if kind == KIND_ASYNC_BEGIN {
+                // A range's begin on its track (a span's, with lifetime
+                // slices): the site's begin template, the track, the args.
+                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
+                let [id, args @ ..] = args else {
+                    break;
+                };
+                let Some(&t) = seq.begin_tmpl.get(site as usize) else {
+                    break;
+                };
+                let raw = cal.to_ns(*ticks);
+                // Begun in the past (found async later): the general path.
+                if t.len == 0 || raw < last {
+                    break;
+                }
+                let Some(cs) = ctx.sites.get(site) else {
+                    break;
+                };
+                let uuid = self.async_tracks.begin(&ctx.process, site, cs.name, *id, raw);
+                if !seq.described.contains(&uuid) {
+                    cur.with_vec(|out| self.async_track(ctx, seq, cs, uuid, out));
+                }
+                if t.plain && args.is_empty() {
+                    cur.put_on_track(raw - last, &t, uuid);
+                } else {
+                    self.begin_with_args(seq, cs, args, raw - last, &t, uuid, &mut cur);
+                }
+                last = raw;
+                events += 1;
+            } else if kind == KIND_ASYNC_END && len == 3 {
+                // A range's plain end (nothing recorded since its begin).
+                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
+                let Some(cs) = ctx.sites.get(site) else {
+                    break;
+                };
+                if !cs.arg_names.is_empty() {
+                    break; // the general path's end names them
+                }
+                let ts = cal.to_ns(*ticks).max(last);
+                let uuid = self.async_tracks.end(&ctx.process, args[0], ts);
+                if !seq.described.contains(&uuid) {
+                    cur.with_vec(|out| self.async_track(ctx, seq, cs, uuid, out));
+                }
+                cur.put_on_track(ts - last, &seq.end_tmpl, uuid);
                 last = ts;
                 events += 1;
             } else {
@@ -458,7 +544,9 @@ impl PerfettoEncoder {
     /// spare capacity ([`Spare`]) with one-byte lengths patched afterwards
     /// (a body of 128 bytes or more is moved forward to make room: the
     /// bytes sizing first would have written); anything else (a container,
-    /// a name not interned) by [`Self::begin_with_args_general`].
+    /// a name not interned) by [`Self::begin_with_args_general`]. `track`:
+    /// the uuid of the track it goes on (0: the thread's).
+    #[allow(clippy::too_many_arguments)]
     fn begin_with_args(
         &mut self,
         seq: &mut Seq,
@@ -466,16 +554,19 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
+        track: u64,
         cur: &mut Cursor<'_>,
     ) {
         let names = cs.arg_names.len();
         if names != 0 && names * 64 < args.len() {
             // More words than the bound below counts.
-            return cur.with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, out));
+            return cur
+                .with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, track, out));
         }
         // What `direct_annotations` can write (see there), the 8 bytes
         // a word store may write past the last byte kept, and [`SLACK`].
-        let bound = PACKET_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
+        let bound =
+            PACKET_MAX + TRACK_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
         cur.room(bound);
         // The whole spare capacity (at least `bound` bytes): no second
         // check of the bound.
@@ -498,8 +589,13 @@ impl PerfettoEncoder {
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.fixed(&t.bytes, t.len as usize);
+        if track != 0 {
+            w.byte(TRACK_TAG);
+            w.varint(track);
+        }
         if names != 0 && !direct_annotations(seq, cs, t.ann, args, &mut w) {
-            return cur.with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, out));
+            return cur
+                .with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, track, out));
         }
         let n = w.n;
         // The usual packet (< 128 bytes): both lengths take their one byte.
@@ -528,6 +624,7 @@ impl PerfettoEncoder {
     /// [`Self::begin_with_args`] through the scratch buffers: interns what
     /// is not interned yet, writes containers.
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn begin_with_args_general(
         &mut self,
         seq: &mut Seq,
@@ -535,11 +632,15 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
+        track: u64,
         out: &mut Vec<u8>,
     ) {
         self.te.clear();
         self.interned.clear();
         self.te.extend_from_slice(t.te_part());
+        if track != 0 {
+            uint(&mut self.te, TE_TRACK_UUID, track);
+        }
         if !cs.arg_names.is_empty() {
             annotations(seq, cs, args, &mut self.te, &mut self.interned);
         }

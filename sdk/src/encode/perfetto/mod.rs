@@ -430,6 +430,10 @@ impl PerfettoEncoder {
                 }
                 self.async_track(ctx, seq, cs, uuid, out);
                 self.event(seq, ts, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args, out);
+                // Its strings are interned now: later begins of the site,
+                // on the thread's track or on one of their own, take the
+                // fast path.
+                self.note_begin(seq, cs);
             }
             Record::AsyncEnd { site, id, args, .. } => {
                 let Some(cs) = ctx.sites.get(site) else {
@@ -626,9 +630,6 @@ impl PerfettoEncoder {
             uint(&mut self.te, TE_CATEGORY_IIDS, cat as u64);
         }
         uint(&mut self.te, TE_TYPE, ty);
-        if let Some(uuid) = track {
-            uint(&mut self.te, TE_TRACK_UUID, uuid);
-        }
         if let Some(cs) = site {
             let name = intern_name(seq, cs, &mut self.interned);
             uint(&mut self.te, TE_NAME_IID, name as u64);
@@ -639,6 +640,13 @@ impl PerfettoEncoder {
             if !cs.const_args.is_empty() {
                 const_annotations(seq, cs, &mut self.te, &mut self.interned);
             }
+        }
+        // After the fields a site's template holds (`fast`), so that a
+        // begin on a track is its template, the track, its arguments.
+        if let Some(uuid) = track {
+            uint(&mut self.te, TE_TRACK_UUID, uuid);
+        }
+        if let Some(cs) = site {
             if !cs.arg_names.is_empty() {
                 annotations(seq, cs, args, &mut self.te, &mut self.interned);
             }
