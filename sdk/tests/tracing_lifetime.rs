@@ -17,11 +17,7 @@ use tracing::dispatcher::{self, Dispatch};
 use tracing::{info, info_span};
 use tracing_subscriber::layer::SubscriberExt;
 
-fn start_lifetime(
-    trace: &Path,
-    via: Via,
-    ratio: Option<f64>,
-) -> (Dispatch, ringtrace::TraceGuard) {
+fn start_lifetime(trace: &Path, via: Via, ratio: Option<f64>) -> (Dispatch, ringtrace::TraceGuard) {
     let mut builder = ringtrace::builder()
         .output(trace)
         .span_slices(SpanSlices::Lifetime);
@@ -223,7 +219,11 @@ fn sampled_requests_are_kept_whole() {
             "{via:?}: {} of {n} kept at 0.3",
             requests.len()
         );
-        assert_eq!(ids("step"), requests, "{via:?}: each kept request has its step");
+        assert_eq!(
+            ids("step"),
+            requests,
+            "{via:?}: each kept request has its step"
+        );
         let events: BTreeSet<u64> = slices
             .iter()
             .filter(|s| s.instant)

@@ -4,6 +4,7 @@
 //! the counter and async tracks the general path writes on, each described
 //! once per sequence before its first event.
 
+use super::async_tracks::Track;
 use super::fields::{
     BOOTTIME, CS_CLOCKS, CS_PRIMARY_TRACE_CLOCK, C_ID, C_IS_INCREMENTAL, C_TIMESTAMP,
     C_UNIT_MULTIPLIER_NS, D_TIMESTAMP_CLOCK_ID, D_TRACK_EVENT_DEFAULTS, P_CLOCK_SNAPSHOT,
@@ -135,26 +136,23 @@ impl PerfettoEncoder {
         uuid
     }
 
-    /// Describes the track `uuid` of an async range of `cs` on this
-    /// sequence before its first use there.
+    /// Describes the track of an async range of `cs` on this sequence
+    /// before its first use there.
     pub(super) fn async_track(
         &mut self,
         ctx: &Context<'_>,
         seq: &mut Seq,
         cs: &Callsite,
-        uuid: u64,
+        track: Track,
         out: &mut Vec<u8>,
     ) {
-        if seq.described.len() > 4096 {
-            seq.described.clear(); // re-describing is harmless; keep memory bounded
-        }
-        if seq.described.insert(uuid) {
+        if seq.mark_described(track) {
             // A descriptor packet sits at the clock's current position
             // (delta 0); the event after it carries the whole delta.
             let parent = ctx.process.uuid;
             self.descriptor_packet(seq, out, |p| {
                 nested(p, P_TRACK_DESCRIPTOR, |td| {
-                    uint(td, TD_UUID, uuid);
+                    uint(td, TD_UUID, track.uuid);
                     string(td, TD_NAME, cs.name);
                     uint(td, TD_PARENT_UUID, parent);
                 });

@@ -22,9 +22,10 @@
 //! begin's arguments are written the same way by `direct`.
 
 use super::annotations::{annotations, const_annotation};
+use super::async_tracks::TrackField;
 use super::fields::{
     P_SEQUENCE_FLAGS, P_SEQUENCE_ID, P_TIMESTAMP, P_TRACK_EVENT, SEQ_NEEDS_INCREMENTAL_STATE,
-    TE_CATEGORY_IIDS, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TRACK_UUID, TE_TYPE, TYPE_INSTANT, TYPE_SLICE_BEGIN,
+    TE_CATEGORY_IIDS, TE_NAME_IID, TE_SOURCE_LOCATION_IID, TE_TYPE, TYPE_INSTANT, TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
 };
 use super::{PerfettoEncoder, Seq};
@@ -47,10 +48,9 @@ const TMPL_MAX: usize = 32;
 /// Largest fast packet: tag, one-byte length, timestamp tag, a 10-byte
 /// varint, the template.
 const PACKET_MAX: usize = 3 + 10 + TMPL_MAX;
-/// A track uuid's field: its tag and a varint of up to 63 bits.
-const TRACK_MAX: usize = 1 + 9;
-/// The tag of `TrackEvent.track_uuid` (a varint).
-const TRACK_TAG: u8 = (TE_TRACK_UUID << 3) as u8;
+/// A track uuid's field as `TrackField` holds it (its tag and varint, at
+/// most 11 bytes, in 16).
+const TRACK_MAX: usize = 16;
 
 /// The bytes of a packet after its timestamp: sequence id, flags, track
 /// event. `len == 0`: none (take the general path).
@@ -223,37 +223,27 @@ impl<'a> Cursor<'a> {
 }
 
 impl Cursor<'_> {
-    /// Appends a packet of `t` whose track event also names track `uuid`
-    /// (after the template's fields, as `fill_event` and `end_event` write
-    /// it).
+    /// Appends a packet of `t` whose track event also names a track
+    /// (`field`, after the template's fields, as `fill_event` and
+    /// `end_event` write it).
     #[allow(unsafe_code)]
     #[inline(always)]
-    fn put_on_track(&mut self, delta: u64, t: &Tmpl, uuid: u64) {
+    fn put_on_track(&mut self, delta: u64, t: &Tmpl, field: &TrackField) {
         self.room(PACKET_MAX + TRACK_MAX);
         // SAFETY: the room holds PACKET_MAX + TRACK_MAX bytes (made above):
         // `write_packet` writes at most PACKET_MAX of them and initialises
-        // the `n` it returns; the track's field (at most TRACK_MAX bytes)
-        // follows them. Both lengths stay one byte: the packet is at most
-        // 2 + 11 + TMPL_MAX + TRACK_MAX < 128 bytes, and `te_at + 1` is the
+        // the `n` it returns; the field's 16 bytes (its `len` kept, at most
+        // 11) follow them. Both lengths stay one byte: the packet is at
+        // most 2 + 11 + TMPL_MAX + 11 < 128 bytes, and `te_at + 1` is the
         // template's track event length byte (`Tmpl::of`).
         unsafe {
             let dst = self.ptr.add(self.len);
             let n = write_packet(dst, delta, t);
-            let mut k = n;
-            *dst.add(k) = TRACK_TAG;
-            k += 1;
-            let mut v = uuid;
-            while v >= 0x80 {
-                *dst.add(k) = v as u8 | 0x80;
-                v >>= 7;
-                k += 1;
-            }
-            *dst.add(k) = v as u8;
-            k += 1;
-            let grew = (k - n) as u8;
+            std::ptr::copy_nonoverlapping(field.bytes.as_ptr(), dst.add(n), 16);
+            let grew = field.len;
             *dst.add(1) += grew;
             *dst.add(n - t.len as usize + t.te_at as usize + 1) += grew;
-            self.len += k;
+            self.len += n + grew as usize;
         }
     }
 }
@@ -456,7 +446,7 @@ impl PerfettoEncoder {
                     let t = *t;
                     let ts = cal.to_ns(*ticks).max(last);
                     seq.stack.push_plain(depth, site, ts);
-                    self.begin_with_args(seq, cs, args, ts - last, &t, 0, &mut cur);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, None, &mut cur);
                     last = ts;
                 }
                 events += 1;
@@ -478,7 +468,7 @@ impl PerfettoEncoder {
                         break;
                     };
                     let t = *t;
-                    self.begin_with_args(seq, cs, args, ts - last, &t, 0, &mut cur);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, None, &mut cur);
                 }
                 last = ts;
                 events += 1;
@@ -500,14 +490,17 @@ impl PerfettoEncoder {
                 let Some(cs) = ctx.sites.get(site) else {
                     break;
                 };
-                let uuid = self.async_tracks.begin(&ctx.process, site, cs.name, *id, raw);
-                if !seq.described.contains(&uuid) {
-                    cur.with_vec(|out| self.async_track(ctx, seq, cs, uuid, out));
+                let track =
+                    self.async_tracks
+                        .begin(&ctx.process, seq.seq_id, site, cs.name, *id, raw);
+                if !seq.is_described(track) {
+                    cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
                 }
+                let field = self.async_tracks.field(track);
                 if t.plain && args.is_empty() {
-                    cur.put_on_track(raw - last, &t, uuid);
+                    cur.put_on_track(raw - last, &t, &field);
                 } else {
-                    self.begin_with_args(seq, cs, args, raw - last, &t, uuid, &mut cur);
+                    self.begin_with_args(seq, cs, args, raw - last, &t, Some(&field), &mut cur);
                 }
                 last = raw;
                 events += 1;
@@ -521,11 +514,11 @@ impl PerfettoEncoder {
                     break; // the general path's end names them
                 }
                 let ts = cal.to_ns(*ticks).max(last);
-                let uuid = self.async_tracks.end(&ctx.process, args[0], ts);
-                if !seq.described.contains(&uuid) {
-                    cur.with_vec(|out| self.async_track(ctx, seq, cs, uuid, out));
+                let track = self.async_tracks.end(&ctx.process, seq.seq_id, args[0], ts);
+                if !seq.is_described(track) {
+                    cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
                 }
-                cur.put_on_track(ts - last, &seq.end_tmpl, uuid);
+                cur.put_on_track(ts - last, &seq.end_tmpl, &self.async_tracks.field(track));
                 last = ts;
                 events += 1;
             } else {
@@ -545,7 +538,7 @@ impl PerfettoEncoder {
     /// (a body of 128 bytes or more is moved forward to make room: the
     /// bytes sizing first would have written); anything else (a container,
     /// a name not interned) by [`Self::begin_with_args_general`]. `track`:
-    /// the uuid of the track it goes on (0: the thread's).
+    /// the field naming the track it goes on (`None`: the thread's).
     #[allow(clippy::too_many_arguments)]
     fn begin_with_args(
         &mut self,
@@ -554,7 +547,7 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
-        track: u64,
+        track: Option<&TrackField>,
         cur: &mut Cursor<'_>,
     ) {
         let names = cs.arg_names.len();
@@ -565,8 +558,7 @@ impl PerfettoEncoder {
         }
         // What `direct_annotations` can write (see there), the 8 bytes
         // a word store may write past the last byte kept, and [`SLACK`].
-        let bound =
-            PACKET_MAX + TRACK_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
+        let bound = PACKET_MAX + TRACK_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
         cur.room(bound);
         // The whole spare capacity (at least `bound` bytes): no second
         // check of the bound.
@@ -589,9 +581,8 @@ impl PerfettoEncoder {
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.fixed(&t.bytes, t.len as usize);
-        if track != 0 {
-            w.byte(TRACK_TAG);
-            w.varint(track);
+        if let Some(f) = track {
+            w.fixed(&f.bytes, f.len as usize);
         }
         if names != 0 && !direct_annotations(seq, cs, t.ann, args, &mut w) {
             return cur
@@ -632,14 +623,14 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
-        track: u64,
+        track: Option<&TrackField>,
         out: &mut Vec<u8>,
     ) {
         self.te.clear();
         self.interned.clear();
         self.te.extend_from_slice(t.te_part());
-        if track != 0 {
-            uint(&mut self.te, TE_TRACK_UUID, track);
+        if let Some(f) = track {
+            self.te.extend_from_slice(&f.bytes[..f.len as usize]);
         }
         if !cs.arg_names.is_empty() {
             annotations(seq, cs, args, &mut self.te, &mut self.interned);

@@ -90,6 +90,9 @@ struct Seq {
     next_loc_iid: u32,
     /// Track uuids (counter, async) described since the last reset.
     described: IdSet<u64>,
+    /// Pooled async tracks (`async_tracks`) described since the last
+    /// reset: a bit by track number.
+    described_pooled: Vec<u64>,
     stack: ScopeStack,
     /// Flow ids (FLOW records) waiting for the next slice end to bind to.
     flows: Vec<u64>,
@@ -127,6 +130,7 @@ impl Seq {
             next_ann_iid: 1,
             next_loc_iid: 1,
             described: IdSet::default(),
+            described_pooled: Vec::new(),
             stack: ScopeStack::default(),
             flows: Vec::new(),
             ext: typed::SeqExt::default(),
@@ -134,6 +138,35 @@ impl Seq {
             instant_tmpl: Vec::new(),
             end_tmpl: fast::Tmpl::default(),
         }
+    }
+
+    /// Whether async track `t` was described since the last reset.
+    #[inline]
+    fn is_described(&self, t: async_tracks::Track) -> bool {
+        match t.n {
+            0 => self.described.contains(&t.uuid),
+            n => self
+                .described_pooled
+                .get(n as usize / 64)
+                .is_some_and(|w| w >> (n % 64) & 1 == 1),
+        }
+    }
+
+    /// Marks async track `t` described; whether it was not yet.
+    fn mark_described(&mut self, t: async_tracks::Track) -> bool {
+        if t.n == 0 {
+            if self.described.len() > 4096 {
+                self.described.clear(); // re-describing is harmless; keep memory bounded
+            }
+            return self.described.insert(t.uuid);
+        }
+        let (i, bit) = (t.n as usize / 64, 1 << (t.n % 64));
+        if self.described_pooled.len() <= i {
+            self.described_pooled.resize(i + 1, 0);
+        }
+        let new = self.described_pooled[i] & bit == 0;
+        self.described_pooled[i] |= bit;
+        new
     }
 
     fn clear_interning(&mut self) {
@@ -148,6 +181,7 @@ impl Seq {
         self.next_ann_iid = 1;
         self.next_loc_iid = 1;
         self.described.clear();
+        self.described_pooled.iter_mut().for_each(|w| *w = 0);
         self.ext.clear_interning();
         self.begin_tmpl.clear();
         self.instant_tmpl.clear();
@@ -422,14 +456,24 @@ impl PerfettoEncoder {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
-                let uuid = self.async_tracks.begin(&ctx.process, site, cs.name, id, raw_ns);
+                let track =
+                    self.async_tracks
+                        .begin(&ctx.process, seq.seq_id, site, cs.name, id, raw_ns);
                 if raw_ns < seq.last_ns {
                     // A range found to be async after it began (tracing layer).
-                    self.async_begin_at(ctx, seq, cs, uuid, raw_ns, args, out);
+                    self.async_begin_at(ctx, seq, cs, track, raw_ns, args, out);
                     return;
                 }
-                self.async_track(ctx, seq, cs, uuid, out);
-                self.event(seq, ts, TYPE_SLICE_BEGIN, Some(uuid), Some(cs), args, out);
+                self.async_track(ctx, seq, cs, track, out);
+                self.event(
+                    seq,
+                    ts,
+                    TYPE_SLICE_BEGIN,
+                    Some(track.uuid),
+                    Some(cs),
+                    args,
+                    out,
+                );
                 // Its strings are interned now: later begins of the site,
                 // on the thread's track or on one of their own, take the
                 // fast path.
@@ -440,9 +484,9 @@ impl PerfettoEncoder {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
-                let uuid = self.async_tracks.end(&ctx.process, id, ts);
-                self.async_track(ctx, seq, cs, uuid, out);
-                self.end_event(ctx, seq, ts, Some(uuid), Some((cs, args)), out);
+                let track = self.async_tracks.end(&ctx.process, seq.seq_id, id, ts);
+                self.async_track(ctx, seq, cs, track, out);
+                self.end_event(ctx, seq, ts, Some(track.uuid), Some((cs, args)), out);
             }
             Record::EndArgs {
                 site, depth, args, ..

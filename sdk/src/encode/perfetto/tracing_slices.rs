@@ -52,13 +52,14 @@ impl PerfettoEncoder {
         ctx: &Context<'_>,
         seq: &mut Seq,
         cs: &'static Callsite,
-        uuid: u64,
+        track: super::async_tracks::Track,
         abs_ns: u64,
         args: &[u64],
         out: &mut Vec<u8>,
     ) {
         let (seq_id, parent) = (seq.seq_id as u64, ctx.process.uuid);
-        seq.described.insert(uuid);
+        let uuid = track.uuid;
+        seq.mark_described(track);
         nested(out, 1, |p| {
             uint(p, P_TIMESTAMP, abs_ns);
             uint(p, P_TIMESTAMP_CLOCK_ID, BOOTTIME);

@@ -18,11 +18,11 @@ use crate::record::registry::{count_implied_drop_without_ring, with_current, wit
 use fields::{with_scratch, Visitor};
 pub(crate) use sites::SiteInfo;
 use sites::{known_site, site_info};
-pub(crate) use spans::{current_entered, innermost_entered, Inline, SpanData};
 pub(crate) use spans::set_lifetime_slices;
+pub(crate) use spans::{current_entered, innermost_entered, Inline, SpanData};
 use spans::{
-    extend_entered, lifetime_slices, pop_innermost, push_entered, stack_has_room, take_entered, thread_key, Entered,
-    ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID,
+    extend_entered, lifetime_slices, pop_innermost, push_entered, stack_has_room, take_entered,
+    thread_key, Entered, ASYNC_LIVE, END_PENDING, NEXT_FLOW_ID,
 };
 use std::sync::atomic::Ordering;
 use tracing::span::{Attributes, Id, Record as SpanValues};

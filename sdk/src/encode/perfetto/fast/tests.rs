@@ -8,7 +8,9 @@ use crate::encode::{Batch, Encoder, ProcessInfo, Sites};
 use crate::record::args::TraceValue;
 use crate::record::clock::Calibration;
 use crate::record::header::make_header;
-use crate::record::layout::{KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST};
+use crate::record::layout::{
+    KIND_ASYNC_BEGIN, KIND_ASYNC_END, KIND_END_ARGS, KIND_FLOW, KIND_INSTANT, KIND_LOST,
+};
 use crate::record::registry::ThreadInfo as ThreadRing;
 
 static A: Callsite = Callsite::new("fast", "a", "f.rs", 1, "m", &[]);
@@ -120,6 +122,51 @@ impl Words {
         let ts = self.tick(11);
         self.w.push(make_header(KIND_INSTANT, 2, cs.id() as u64));
         self.w.push(ts);
+        self
+    }
+    /// Async range `id` of `cs` begins `step` ticks on (0: at the clock
+    /// of the last record), with `vals`.
+    fn async_begin(
+        &mut self,
+        cs: &'static Callsite,
+        id: u64,
+        step: u64,
+        vals: &[&dyn TraceValue],
+    ) -> &mut Self {
+        // The id is a word of its own, not an encoded value.
+        let ts = self.tick(step);
+        let mut args = vec![id];
+        for a in vals {
+            a.encode(&mut args);
+        }
+        self.w.push(make_header(
+            KIND_ASYNC_BEGIN,
+            2 + args.len(),
+            cs.id() as u64,
+        ));
+        self.w.push(ts);
+        self.w.extend(args);
+        self
+    }
+    /// A range's begin `back` ticks before the last record (found async
+    /// after it began).
+    fn async_begin_past(&mut self, cs: &'static Callsite, id: u64, back: u64) -> &mut Self {
+        self.w
+            .push(make_header(KIND_ASYNC_BEGIN, 3, cs.id() as u64));
+        self.w.extend([self.ts - back, id]);
+        self
+    }
+    /// Range `id` of `cs` ends, with `vals` recorded since its begin.
+    fn async_end(&mut self, cs: &'static Callsite, id: u64, vals: &[&dyn TraceValue]) -> &mut Self {
+        let ts = self.tick(900);
+        let mut args = vec![id];
+        for a in vals {
+            a.encode(&mut args);
+        }
+        self.w
+            .push(make_header(KIND_ASYNC_END, 2 + args.len(), cs.id() as u64));
+        self.w.push(ts);
+        self.w.extend(args);
         self
     }
     fn flow(&mut self, id: u64) -> &mut Self {
@@ -381,6 +428,47 @@ fn fast_path_writes_what_the_general_path_writes() {
     w.begin(&A, 0);
     w.tick(1 << 40);
     w.end(0).begin(&A, 0).end(0);
+    steps.push(Step::Words(w.take()));
+    for (opts, seq_id) in all_opts() {
+        let out = both(opts, seq_id, &steps);
+        assert!(!out.is_empty());
+    }
+}
+
+/// Async ranges (a `tracing` span's with lifetime slices): begins with and
+/// without args, plain ends and ends with args, ranges overlapping (new
+/// tracks) and in turn (tracks reused), an end before its begin, a begin
+/// in the past, a flow waiting, a clear: the same bytes through both paths.
+#[test]
+fn async_ranges_on_the_fast_path_write_what_the_general_path_writes() {
+    let mut w = Words::new();
+    let mut steps = Vec::new();
+    // First uses, then repeats: A plain, C with an arg.
+    for round in 0..3u64 {
+        let id = 100 + 10 * round;
+        w.async_begin(&A, id, 50, &[])
+            .async_begin(&C, id + 1, 50, &[&7u64])
+            .instant(&A)
+            .async_begin(&A, id + 2, 50, &[])
+            .async_end(&A, id + 2, &[])
+            .async_end(&C, id + 1, &[])
+            .async_end(&A, id, &[]);
+    }
+    // An end with args (recorded later: the general path), a range
+    // ended before its begin is seen (another thread's), then begun.
+    w.async_begin(&C, 200, 50, &[&1u64])
+        .async_end(&C, 200, &[&2u64])
+        .async_end(&A, 300, &[])
+        .async_begin_past(&A, 300, 5_000)
+        .async_begin(&A, 301, 50, &[]);
+    steps.push(Step::Words(w.take()));
+    // A flow waiting (general path until it binds), a long delta.
+    w.flow(9).async_begin(&A, 400, 50, &[]).begin(&B, 0).end(0);
+    w.tick(1 << 40);
+    w.async_end(&A, 400, &[]).async_end(&A, 301, &[]);
+    steps.push(Step::Words(w.take()));
+    steps.push(Step::Clear);
+    w.async_begin(&C, 500, 50, &[&3u64]).async_end(&C, 500, &[]);
     steps.push(Step::Words(w.take()));
     for (opts, seq_id) in all_opts() {
         let out = both(opts, seq_id, &steps);
