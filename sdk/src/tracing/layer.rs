@@ -105,17 +105,30 @@ impl SpanMap {
         self.ids.get(id)
     }
 
-    /// Span `id` closed; `settled`: its state has nothing left to write or
-    /// to count (`bridge::close`), so its slot goes back unlocked.
+    /// Span `id` closes: its entry leaves the map, then what closing it
+    /// writes (`bridge::close_state`) is written and its slot freed under
+    /// one lock; when no span has anything to write on close, its slot
+    /// goes back without its lock.
     #[inline]
-    fn remove(&self, id: u64, settled: bool) {
+    fn close(&self, id: u64) {
+        let Some(slot) = self.ids.remove(id) else {
+            return;
+        };
+        if is_marker(slot) {
+            return;
+        }
+        if bridge::close_is_idle() {
+            SPAN_STATES.recycle(slot); // the map entry was its only way in
+        } else {
+            SPAN_STATES.release(slot, bridge::close_state, SpanData::settle);
+        }
+    }
+
+    /// Span `id`, which recorded nothing, closed: its marker leaves the map.
+    #[inline]
+    fn remove_marker(&self, id: u64) {
         if let Some(slot) = self.ids.remove(id) {
-            if is_marker(slot) {
-                return;
-            }
-            if settled {
-                SPAN_STATES.recycle(slot); // the map entry was its only way in
-            } else {
+            if !is_marker(slot) {
                 free(slot);
             }
         }
@@ -147,7 +160,7 @@ fn free(slot: u64) {
     if is_marker(slot) {
         return;
     }
-    SPAN_STATES.release(slot, |_| false, SpanData::settle);
+    SPAN_STATES.release(slot, |_| {}, SpanData::settle);
 }
 
 impl SpanStore for SpanMap {
@@ -312,7 +325,7 @@ impl RingtraceLayer {
     #[inline(never)]
     fn close(&self, id: &Id) {
         if self.sampler.is_some() && self.spans.slot(id.into_u64()).is_some_and(is_marker) {
-            self.spans.remove(id.into_u64(), true); // nothing was recorded
+            self.spans.remove_marker(id.into_u64()); // nothing was recorded
             return;
         }
         let life = self.slow.as_ref().and_then(|_| {
@@ -324,8 +337,7 @@ impl RingtraceLayer {
                 })
                 .flatten()
         });
-        let settled = bridge::close(&self.spans, id);
-        self.spans.remove(id.into_u64(), settled);
+        self.spans.close(id.into_u64());
         // A slow span asks for a capture once its close is written (its
         // async range ends in the window).
         if let (Some(rule), Some((meta, created))) = (&self.slow, life) {

@@ -64,8 +64,6 @@ pub(crate) enum Release {
     Alive,
     /// That was the last handle: the slot is free.
     Freed,
-    /// The last handle, and the state has something to write on close.
-    MustClose,
 }
 
 pub(crate) struct SpanTable<T> {
@@ -281,18 +279,17 @@ impl<T> SpanTable<T> {
         Some(f(&mut e))
     }
 
-    /// Drops a handle of span `id`. The last one frees its slot, unless
-    /// `must_close` says its state has something to write when it closes:
-    /// then the slot stays, for the caller to close and [`remove`](Self::remove).
-    /// A freed slot keeps a state `keep` accepts (it may settle the state in
-    /// place to make it reusable), for the next span `insert` puts there to
-    /// reuse in place; else the state is moved out and dropped, after the
-    /// slot's lock is released.
+    /// Drops a handle of span `id`. The last one runs `close` on its state
+    /// (what closing the span writes, under the slot's lock: the one lock
+    /// of a close) and frees its slot. A freed slot keeps a state `keep`
+    /// accepts (it may settle the state in place to make it reusable), for
+    /// the next span `insert` puts there to reuse in place; else the state
+    /// is moved out and dropped, after the slot's lock is released.
     #[inline]
     pub(crate) fn release(
         &'static self,
         id: u64,
-        must_close: impl FnOnce(&T) -> bool,
+        close: impl FnOnce(&mut T),
         keep: impl FnOnce(&mut T) -> bool,
     ) -> Release {
         let mut dropped = None;
@@ -301,8 +298,8 @@ impl<T> SpanTable<T> {
                 e.refs -= 1;
                 return Release::Alive;
             }
-            if e.state.as_ref().is_some_and(must_close) {
-                return Release::MustClose;
+            if let Some(state) = e.state.as_mut() {
+                close(state);
             }
             e.refs = 0;
             e.meta = None;

@@ -259,23 +259,22 @@ impl RingtraceSubscriber {
         bridge::exit(self, span);
     }
 
-    /// Drops a handle of a kept span; true if it was the last.
+    /// Drops a handle of a kept span; true if it was the last. The last
+    /// one writes what closing the span writes (its async range's end,
+    /// flows, its OTEL record) under the slot's lock, then frees the slot,
+    /// its state settled in place for the next span (not moved out and
+    /// dropped) unless it holds heap memory.
     #[inline]
     fn release(&self, id: Id) -> bool {
-        match SPANS.release(id.into_u64(), SpanData::must_close, SpanData::settle) {
-            Release::Alive => false,
-            Release::Freed => true,
-            Release::MustClose => {
-                // The last handle: no other can appear, so the span stays as
-                // it is while its close is written; then its slot is freed,
-                // its state settled in place for the next span (not moved
-                // out and dropped) unless it holds heap memory.
-                bridge::close(self, &id);
-                let freed = SPANS.release(id.into_u64(), |_| false, SpanData::settle);
-                debug_assert!(matches!(freed, Release::Freed));
-                true
+        let close = |d: &mut SpanData| {
+            if d.must_close() {
+                bridge::close_state(d);
             }
-        }
+        };
+        matches!(
+            SPANS.release(id.into_u64(), close, SpanData::settle),
+            Release::Freed
+        )
     }
 }
 

@@ -492,7 +492,7 @@ impl PerfettoEncoder {
                 };
                 let track =
                     self.async_tracks
-                        .begin(&ctx.process, seq.seq_id, site, cs.name, *id, raw);
+                        .begin(ctx.process, seq.seq_id, site, cs.name, *id, raw);
                 if !seq.is_described(track) {
                     cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
                 }
@@ -514,7 +514,7 @@ impl PerfettoEncoder {
                     break; // the general path's end names them
                 }
                 let ts = cal.to_ns(*ticks).max(last);
-                let track = self.async_tracks.end(&ctx.process, seq.seq_id, args[0], ts);
+                let track = self.async_tracks.end(ctx.process, seq.seq_id, args[0], ts);
                 if !seq.is_described(track) {
                     cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
                 }

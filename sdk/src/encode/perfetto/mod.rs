@@ -458,7 +458,7 @@ impl PerfettoEncoder {
                 self.ensure_valid(ctx, seq, ts, out);
                 let track =
                     self.async_tracks
-                        .begin(&ctx.process, seq.seq_id, site, cs.name, id, raw_ns);
+                        .begin(ctx.process, seq.seq_id, site, cs.name, id, raw_ns);
                 if raw_ns < seq.last_ns {
                     // A range found to be async after it began (tracing layer).
                     self.async_begin_at(ctx, seq, cs, track, raw_ns, args, out);
@@ -484,7 +484,7 @@ impl PerfettoEncoder {
                     return;
                 };
                 self.ensure_valid(ctx, seq, ts, out);
-                let track = self.async_tracks.end(&ctx.process, seq.seq_id, id, ts);
+                let track = self.async_tracks.end(ctx.process, seq.seq_id, id, ts);
                 self.async_track(ctx, seq, cs, track, out);
                 self.end_event(ctx, seq, ts, Some(track.uuid), Some((cs, args)), out);
             }

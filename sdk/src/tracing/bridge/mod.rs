@@ -350,49 +350,54 @@ fn exit_below(store: &impl SpanStore, id: &Id) {
     extend_entered(reopened);
 }
 
-/// Span `id` closes (its last handle dropped): an async span's range ends,
-/// flows no slice end carried are written. Returns `true` if no span had
-/// anything to write: then this one's state has nothing left to write or to
-/// count (not async, no flows, no fields pending), whatever other threads
-/// do, since its own changes came before its close and counted there.
-pub(crate) fn close(store: &impl SpanStore, id: &Id) -> bool {
+/// Whether no close has anything to write: no span is async or has flows
+/// (`END_PENDING`, `ASYNC_LIVE`) and no OTLP exporter runs. Then a closed
+/// span's state has nothing left to write or to count (not async, no
+/// flows, no fields pending), whatever other threads do, since its own
+/// changes came before its close and counted there.
+#[inline]
+pub(crate) fn close_is_idle() -> bool {
     #[cfg(feature = "otlp")]
     if otel::active() {
-        let ts = ticks();
-        store.with_data(id, |data| otel::write_span(data, ts));
+        return false;
     }
-    if END_PENDING.load(Ordering::Relaxed) == 0 && ASYNC_LIVE.load(Ordering::Relaxed) == 0 {
-        return true; // no span is async or has flows: nothing to write
-    }
+    END_PENDING.load(Ordering::Relaxed) == 0 && ASYNC_LIVE.load(Ordering::Relaxed) == 0
+}
+
+/// Span `data` closes (its last handle dropped; its caller holds its
+/// slot): its OTEL record while an exporter runs, its async range's end,
+/// flows no slice end carried.
+pub(crate) fn close_state(data: &mut SpanData) {
     let ts = ticks();
-    store.with_data(id, |data| {
-        if data.async_id == 0 && data.flows.is_empty() {
-            return;
-        }
-        if data.flows.is_empty() && data.dirty_async == 0 {
-            // The commonest close of an async span: its range's end alone.
-            let site = data.info.site(0).id() as u64;
-            let id = [data.async_id];
-            with_current_once(|tr| layout::write(&tr.ring, KIND_ASYNC_END, site, ts, &id, &()));
-            return;
-        }
-        with_current(|tr| {
-            // Flows no slice end carried: the span's range carries them
-            // (on its begin if it begins now: JSON binds flows to `b`).
-            if data.async_id == 0 {
-                data.tracking(|d| d.write_flows(tr, ts));
-                data.begin_async(tr);
-            }
+    #[cfg(feature = "otlp")]
+    if otel::active() {
+        otel::write_span(data, ts);
+    }
+    if data.async_id == 0 && data.flows.is_empty() {
+        return;
+    }
+    if data.flows.is_empty() && data.dirty_async == 0 {
+        // The commonest close of an async span: its range's end alone.
+        let site = data.info.site(0).id() as u64;
+        let id = [data.async_id];
+        with_current_once(|tr| layout::write(&tr.ring, KIND_ASYNC_END, site, ts, &id, &()));
+        return;
+    }
+    with_current(|tr| {
+        // Flows no slice end carried: the span's range carries them
+        // (on its begin if it begins now: JSON binds flows to `b`).
+        if data.async_id == 0 {
             data.tracking(|d| d.write_flows(tr, ts));
-            let site = data.info.site(data.dirty_async);
-            let mut fixed = Inline::<u64, 17>::new();
-            fixed.push(data.async_id);
-            data.words_of(data.dirty_async, &mut fixed);
-            let fixed = fixed.as_slice();
-            layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, fixed, &());
-        });
+            data.begin_async(tr);
+        }
+        data.tracking(|d| d.write_flows(tr, ts));
+        let site = data.info.site(data.dirty_async);
+        let mut fixed = Inline::<u64, 17>::new();
+        fixed.push(data.async_id);
+        data.words_of(data.dirty_async, &mut fixed);
+        let fixed = fixed.as_slice();
+        layout::write(&tr.ring, KIND_ASYNC_END, site.id() as u64, ts, fixed, &());
     });
-    false
 }
 
 /// Span `id` exits while the spans of `above` (entered after it, on this
