@@ -113,7 +113,7 @@ struct Open {
 
 pub(super) struct AsyncTracks {
     /// Open ranges on pooled tracks, by id modulo `SLOTS`.
-    slots: Box<[Open]>,
+    slots: Box<[Open; SLOTS]>,
     /// Open ranges whose slot was taken.
     spilled: IdMap<u64, Open>,
     /// Ranges open on pooled tracks.
@@ -132,12 +132,14 @@ pub(super) struct AsyncTracks {
     pools: Vec<Pool>,
     /// Pooled tracks by number - 1: uuid and encoded field.
     tracks: Vec<(u64, TrackField)>,
+    /// The field of the last track of a range's own asked for.
+    own_field: TrackField,
 }
 
 impl Default for AsyncTracks {
     fn default() -> Self {
         AsyncTracks {
-            slots: vec![Open::default(); SLOTS].into_boxed_slice(),
+            slots: Box::new([Open::default(); SLOTS]),
             spilled: IdMap::default(),
             open: 0,
             own_open: 0,
@@ -146,6 +148,10 @@ impl Default for AsyncTracks {
             by_name: HashMap::new(),
             pools: Vec::new(),
             tracks: Vec::new(),
+            own_field: TrackField {
+                bytes: [0; 16],
+                len: 0,
+            },
         }
     }
 }
@@ -154,7 +160,7 @@ impl AsyncTracks {
     /// The track of range `id` (call site `site`, named `name`) beginning at
     /// `ts_ns` (at or before the time written) on sequence `seq`: a free
     /// track of its name, else a new one.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn begin(
         &mut self,
@@ -199,7 +205,7 @@ impl AsyncTracks {
     /// gets a new track, kept for its begin (past `MAX_OPEN` of them, the
     /// track its id alone names: a begin lost, or before the file, leaves
     /// its entry behind).
-    #[inline]
+    #[inline(always)]
     pub(super) fn end(&mut self, process: &ProcessInfo, seq: u32, id: u64, ts_ns: u64) -> Track {
         let slot = &mut self.slots[id as usize % SLOTS];
         let open = if slot.n != 0 && slot.id == id {
@@ -228,10 +234,13 @@ impl AsyncTracks {
 
     /// The encoded `track_uuid` field of track `t`.
     #[inline]
-    pub(super) fn field(&self, t: Track) -> TrackField {
+    pub(super) fn field(&mut self, t: Track) -> &TrackField {
         match t.n {
-            0 => TrackField::of(t.uuid),
-            n => self.tracks[n as usize - 1].1,
+            0 => {
+                self.own_field = TrackField::of(t.uuid);
+                &self.own_field
+            }
+            n => &self.tracks[n as usize - 1].1,
         }
     }
 
@@ -333,7 +342,7 @@ mod tests {
         assert!(d != b && t.made() == 4, "b ended after 560");
         assert_eq!(t.begin(&p, 1, 1, "request", 19, 601), b);
         // The encoded field is the uuid's.
-        let f = t.field(a);
+        let f = *t.field(a);
         let mut v = Vec::new();
         crate::encode::protowire::uint(&mut v, TE_TRACK_UUID, a.uuid);
         assert_eq!(&f.bytes[..f.len as usize], &v[..]);

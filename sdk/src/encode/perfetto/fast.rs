@@ -496,10 +496,10 @@ impl PerfettoEncoder {
                 if !seq.is_described(track) {
                     cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
                 }
-                let field = self.async_tracks.field(track);
                 if t.plain && args.is_empty() {
-                    cur.put_on_track(raw - last, &t, &field);
+                    cur.put_on_track(raw - last, &t, self.async_tracks.field(track));
                 } else {
+                    let field = *self.async_tracks.field(track);
                     self.begin_with_args(seq, cs, args, raw - last, &t, Some(&field), &mut cur);
                 }
                 last = raw;
@@ -518,7 +518,7 @@ impl PerfettoEncoder {
                 if !seq.is_described(track) {
                     cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
                 }
-                cur.put_on_track(ts - last, &seq.end_tmpl, &self.async_tracks.field(track));
+                cur.put_on_track(ts - last, &seq.end_tmpl, self.async_tracks.field(track));
                 last = ts;
                 events += 1;
             } else {

@@ -201,6 +201,15 @@ pub(crate) fn enter(
     nested: Option<bool>,
 ) {
     if lifetime_slices() {
+        if nested.is_none() && stack_has_room() {
+            // Without sampling: the entry alone.
+            push_entered(Entered {
+                id: id.into_u64(),
+                depth: None,
+                session: owner,
+            });
+            return;
+        }
         return enter_lifetime(store, id, owner, nested);
     }
     let mut entered = Entered {
