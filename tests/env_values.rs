@@ -103,10 +103,11 @@ fn with_output(vars: &[(&'static str, OsString)]) -> Vec<(&'static str, OsString
     envs
 }
 
-/// The scenario that reads `var`: a `tracing` subscriber's for the sampling
-/// variables (the ones that sample), else `init_from_env`.
+/// The scenario that reads `var`: a `tracing` subscriber's for the
+/// variables of `tracing` spans (sampling, how spans are drawn), else
+/// `init_from_env`.
 fn scenario_for(var: &str) -> &'static str {
-    if var.starts_with("RINGTRACE_SAMPLE") {
+    if var.starts_with("RINGTRACE_SAMPLE") || var == "RINGTRACE_SPAN_SLICES" {
         "env_check_tracing"
     } else {
         "env_check"
@@ -383,6 +384,13 @@ fn patterns_ratios_and_the_clock_are_checked() {
             format!("RINGTRACE_SAMPLE=-inf is out of range: at least 0 ({ratio})"),
         ),
         (
+            "RINGTRACE_SPAN_SLICES",
+            "spans",
+            "RINGTRACE_SPAN_SLICES=spans is not a value it takes (expected entered or \
+             lifetime, or unset)"
+                .into(),
+        ),
+        (
             "RINGTRACE_CLOCK",
             "tsc",
             "RINGTRACE_CLOCK=tsc is not a value it takes (expected boottime, or unset)".into(),
@@ -393,6 +401,7 @@ fn patterns_ratios_and_the_clock_are_checked() {
     }
     expect_ok(&dir, &[("RINGTRACE_CATEGORIES", os("io,-noisy*, *"))]);
     expect_ok(&dir, &[("RINGTRACE_CATEGORIES", os(""))]);
+    expect_ok(&dir, &[("RINGTRACE_SPAN_SLICES", os("Lifetime"))]);
     expect_ok(
         &dir,
         &[
@@ -544,6 +553,7 @@ const VARIABLES: &[&str] = &[
     "RINGTRACE_CLOCK",
     "RINGTRACE_SAMPLE",
     "RINGTRACE_SAMPLE_ROOTS",
+    "RINGTRACE_SPAN_SLICES",
 ];
 
 /// Values no variable takes, or at the edge of what one takes.

@@ -38,7 +38,8 @@ impl Builder {
     /// [`sample_ratio`](Builder::sample_ratio), such as `0.01`) and
     /// `RINGTRACE_SAMPLE_ROOTS` (comma-separated patterns for
     /// [`sample_roots`](Builder::sample_roots): `name`, `prefix*` or `*`;
-    /// empty: none, as unset). Returns `None` if `RINGTRACE_OUTPUT` is
+    /// empty: none, as unset) and `RINGTRACE_SPAN_SLICES` (`entered` or
+    /// `lifetime`, for [`span_slices`](Builder::span_slices)). Returns `None` if `RINGTRACE_OUTPUT` is
     /// unset or empty: record nothing (no other variable is read).
     /// [`init_from_env`](crate::init_from_env) is
     /// `builder().from_env()?.map(Builder::start)`.
@@ -80,6 +81,9 @@ impl Builder {
             let mut b = b;
             let (ratio, roots) = env_sampling()?;
             b.spans.apply_env(ratio, roots);
+            if let Some(slices) = keyword("RINGTRACE_SPAN_SLICES", &["entered", "lifetime"])? {
+                b.spans.lifetime_slices = slices == "lifetime";
+            }
             b
         };
         Ok(Some(b))

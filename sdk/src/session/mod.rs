@@ -431,6 +431,7 @@ pub fn is_recording() -> bool {
 /// | `RINGTRACE_CPU_SAMPLING` | CPU stack samples per second of each thread ([`Builder::cpu_sampling`]) | 0 (off) to 4294967295; the kernel's rate limit bounds it further |
 /// | `RINGTRACE_CLOCK` | `boottime`: timestamps from `CLOCK_BOOTTIME` rather than the CPU's time-stamp counter | `boottime` |
 /// | `RINGTRACE_SAMPLE`, `RINGTRACE_SAMPLE_ROOTS` | whole-request sampling of `tracing` spans ([`Builder::sample_ratio`], [`Builder::sample_roots`]; feature `tracing`): read by [`Builder::from_env`], in effect for [`Builder::layer`] and [`Builder::subscriber`] | a ratio from 0 to 1; patterns (`name`, `prefix*` or `*`) |
+/// | `RINGTRACE_SPAN_SLICES` | how a `tracing` span is drawn ([`Builder::span_slices`]; feature `tracing`): read by [`Builder::from_env`] | `entered` (a slice per enter) or `lifetime` (one slice, creation to close) |
 ///
 /// A boolean is `1`, `true`, `yes` or `on`, or `0`, `false`, `no` or `off`
 /// (any case). Numbers are whole decimal numbers. Values are trimmed, and

@@ -22,6 +22,14 @@
 //! | event | INSTANT with the fields and `level` as args | `i` (`"s":"t"`) with the same args |
 //! | `follows_from` | `flow_ids` on both slices | v2 `bind_id` + `flow_out`/`flow_in` on both `X`s |
 //!
+//! With [`span_slices(SpanSlices::Lifetime)`](crate::Builder::span_slices)
+//! a span is one slice instead, from its creation to its close, on a track
+//! of its own (a Perfetto async track named after the span, reused by
+//! spans of that name that live after it; Chrome JSON: `b`/`e` with the
+//! span's id): its fields at creation on the slice, those recorded later
+//! on its end, `follows_from` on its end (Perfetto only); enters and exits
+//! write nothing; events are instants on their thread as above.
+//!
 //! * **Names and categories.** A span's slice is named after the span; an
 //!   event's instant after the event (`tracing` names events
 //!   `"event file:line"` unless given `name:`). The category of both is the
