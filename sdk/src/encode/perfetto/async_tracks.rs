@@ -53,7 +53,7 @@ struct Pool {
 impl Pool {
     /// A track that ended before `ts_ns`, looking at sequence `seq`'s
     /// list first.
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, seq: u32, ts_ns: u64) -> Option<u32> {
         let usable = |l: &VecDeque<(u64, u32)>| l.front().is_some_and(|&(ended, _)| ended < ts_ns);
         let i = match self.lists.iter().position(|(s, _)| *s == seq) {
@@ -64,7 +64,7 @@ impl Pool {
     }
 
     /// Track `n`, whose last range ended at `ended` on sequence `seq`, is free.
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, seq: u32, ended: u64, n: u32) {
         match self.lists.iter_mut().find(|(s, _)| *s == seq) {
             Some((_, l)) => l.push_back((ended, n)),

@@ -224,8 +224,8 @@ impl<'a> Cursor<'a> {
 
 impl Cursor<'_> {
     /// Appends a packet of `t` whose track event also names a track
-    /// (`field`, after the template's fields, as `fill_event` and
-    /// `end_event` write it).
+    /// (`field`, after the template's fields, as `fill_event` writes it for
+    /// a site without arguments and `end_event` for an end without them).
     #[allow(unsafe_code)]
     #[inline(always)]
     fn put_on_track(&mut self, delta: u64, t: &Tmpl, field: &TrackField) {
@@ -246,6 +246,69 @@ impl Cursor<'_> {
             self.len += n + grew as usize;
         }
     }
+}
+
+impl Cursor<'_> {
+    /// Appends `field` to the track event of the packet written from
+    /// `start` (a packet of template `t`, its track event last): both
+    /// lengths grow by the field's. In place when both stay one byte (the
+    /// usual packet), else the packet is written again (`relength`).
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    fn append_to_track_event(&mut self, start: usize, t: &Tmpl, field: &TrackField) {
+        self.room(TRACK_MAX);
+        let k = field.len as usize;
+        let body = self.len - start - 2;
+        // SAFETY: the packet's bytes `start..len` are initialised (the
+        // cursor's invariant) and `room` made TRACK_MAX bytes writable
+        // after `len`, where the field's 16 bytes go (`len` then grows by
+        // the `k` of them that count). A one-byte length equal to the
+        // body's marks the short form `begin_with_args` writes: its tag,
+        // its length, the timestamp's tag and varint (whose bytes end
+        // within the packet: the template follows it), then the template,
+        // whose track event's length byte is at `te_at + 1`.
+        unsafe {
+            let p = self.ptr.add(start);
+            if *p.add(1) as usize == body && body + k < 0x80 {
+                let mut d = 3;
+                while *p.add(d) & 0x80 != 0 {
+                    d += 1;
+                }
+                let te_len = p.add(d + 1 + t.te_at as usize + 1);
+                std::ptr::copy_nonoverlapping(field.bytes.as_ptr(), p.add(body + 2), TRACK_MAX);
+                *p.add(1) += k as u8;
+                *te_len += k as u8;
+                self.len += k;
+                return;
+            }
+        }
+        self.with_vec(|out| relength(out, start, t, field));
+    }
+}
+
+/// [`Cursor::append_to_track_event`] for a packet whose lengths take more
+/// than a byte (or will): read back and written again.
+#[cold]
+#[inline(never)]
+fn relength(out: &mut Vec<u8>, start: usize, t: &Tmpl, field: &TrackField) {
+    let varint_end = |b: &[u8], mut i: usize| -> usize {
+        while b[i] & 0x80 != 0 {
+            i += 1;
+        }
+        i + 1
+    };
+    let packet = out[start..].to_vec();
+    let body_at = varint_end(&packet, 1); // after Trace.packet's length
+    let te_tag = varint_end(&packet, body_at + 1) + t.te_at as usize; // after the timestamp
+    let te_at = varint_end(&packet, te_tag + 1); // after the track event's length
+    let mut te = packet[te_at..].to_vec();
+    te.extend_from_slice(&field.bytes[..field.len as usize]);
+    let mut body = packet[body_at..te_tag].to_vec();
+    len_head(&mut body, P_TRACK_EVENT, te.len());
+    body.extend_from_slice(&te);
+    out.truncate(start);
+    len_head(out, 1, body.len());
+    out.extend_from_slice(&body);
 }
 
 /// A leaf scope's two packets: the begin's at `begin_ticks` (`t`) and the
@@ -446,7 +509,7 @@ impl PerfettoEncoder {
                     let t = *t;
                     let ts = cal.to_ns(*ticks).max(last);
                     seq.stack.push_plain(depth, site, ts);
-                    self.begin_with_args(seq, cs, args, ts - last, &t, None, &mut cur);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
                     last = ts;
                 }
                 events += 1;
@@ -468,7 +531,7 @@ impl PerfettoEncoder {
                         break;
                     };
                     let t = *t;
-                    self.begin_with_args(seq, cs, args, ts - last, &t, None, &mut cur);
+                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
                 }
                 last = ts;
                 events += 1;
@@ -499,8 +562,11 @@ impl PerfettoEncoder {
                 if t.plain && args.is_empty() {
                     cur.put_on_track(raw - last, &t, self.async_tracks.field(track));
                 } else {
-                    let field = *self.async_tracks.field(track);
-                    self.begin_with_args(seq, cs, args, raw - last, &t, Some(&field), &mut cur);
+                    // The thread's begin, then the track after its
+                    // arguments, as `fill_event` writes it.
+                    let start = cur.len;
+                    self.begin_with_args(seq, cs, args, raw - last, &t, &mut cur);
+                    cur.append_to_track_event(start, &t, self.async_tracks.field(track));
                 }
                 last = raw;
                 events += 1;
@@ -537,9 +603,7 @@ impl PerfettoEncoder {
     /// spare capacity ([`Spare`]) with one-byte lengths patched afterwards
     /// (a body of 128 bytes or more is moved forward to make room: the
     /// bytes sizing first would have written); anything else (a container,
-    /// a name not interned) by [`Self::begin_with_args_general`]. `track`:
-    /// the field naming the track it goes on (`None`: the thread's).
-    #[allow(clippy::too_many_arguments)]
+    /// a name not interned) by [`Self::begin_with_args_general`].
     fn begin_with_args(
         &mut self,
         seq: &mut Seq,
@@ -547,18 +611,16 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
-        track: Option<&TrackField>,
         cur: &mut Cursor<'_>,
     ) {
         let names = cs.arg_names.len();
         if names != 0 && names * 64 < args.len() {
             // More words than the bound below counts.
-            return cur
-                .with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, track, out));
+            return cur.with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, out));
         }
         // What `direct_annotations` can write (see there), the 8 bytes
         // a word store may write past the last byte kept, and [`SLACK`].
-        let bound = PACKET_MAX + TRACK_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
+        let bound = PACKET_MAX + 8 + SLACK + ANN_MAX_HEAD * names + 8 * args.len();
         cur.room(bound);
         // The whole spare capacity (at least `bound` bytes): no second
         // check of the bound.
@@ -581,12 +643,8 @@ impl PerfettoEncoder {
         // length (patched), its fields.
         let te_start = w.n + t.te_at as usize + 2;
         w.fixed(&t.bytes, t.len as usize);
-        if let Some(f) = track {
-            w.fixed(&f.bytes, f.len as usize);
-        }
         if names != 0 && !direct_annotations(seq, cs, t.ann, args, &mut w) {
-            return cur
-                .with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, track, out));
+            return cur.with_vec(|out| self.begin_with_args_general(seq, cs, args, delta, t, out));
         }
         let n = w.n;
         // The usual packet (< 128 bytes): both lengths take their one byte.
@@ -615,7 +673,6 @@ impl PerfettoEncoder {
     /// [`Self::begin_with_args`] through the scratch buffers: interns what
     /// is not interned yet, writes containers.
     #[cold]
-    #[allow(clippy::too_many_arguments)]
     fn begin_with_args_general(
         &mut self,
         seq: &mut Seq,
@@ -623,15 +680,11 @@ impl PerfettoEncoder {
         args: &[u64],
         delta: u64,
         t: &Tmpl,
-        track: Option<&TrackField>,
         out: &mut Vec<u8>,
     ) {
         self.te.clear();
         self.interned.clear();
         self.te.extend_from_slice(t.te_part());
-        if let Some(f) = track {
-            self.te.extend_from_slice(&f.bytes[..f.len as usize]);
-        }
         if !cs.arg_names.is_empty() {
             annotations(seq, cs, args, &mut self.te, &mut self.interned);
         }

@@ -685,15 +685,15 @@ impl PerfettoEncoder {
                 const_annotations(seq, cs, &mut self.te, &mut self.interned);
             }
         }
-        // After the fields a site's template holds (`fast`), so that a
-        // begin on a track is its template, the track, its arguments.
-        if let Some(uuid) = track {
-            uint(&mut self.te, TE_TRACK_UUID, uuid);
-        }
         if let Some(cs) = site {
             if !cs.arg_names.is_empty() {
                 annotations(seq, cs, args, &mut self.te, &mut self.interned);
             }
+        }
+        // Last: a begin on a track of its own is then the thread's begin
+        // (the fast path's template and arguments) with the track added.
+        if let Some(uuid) = track {
+            uint(&mut self.te, TE_TRACK_UUID, uuid);
         }
     }
 

@@ -133,6 +133,7 @@ impl Words {
         step: u64,
         vals: &[&dyn TraceValue],
     ) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
         // The id is a word of its own, not an encoded value.
         let ts = self.tick(step);
         let mut args = vec![id];
@@ -151,6 +152,7 @@ impl Words {
     /// A range's begin `back` ticks before the last record (found async
     /// after it began).
     fn async_begin_past(&mut self, cs: &'static Callsite, id: u64, back: u64) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
         self.w
             .push(make_header(KIND_ASYNC_BEGIN, 3, cs.id() as u64));
         self.w.extend([self.ts - back, id]);
@@ -158,6 +160,7 @@ impl Words {
     }
     /// Range `id` of `cs` ends, with `vals` recorded since its begin.
     fn async_end(&mut self, cs: &'static Callsite, id: u64, vals: &[&dyn TraceValue]) -> &mut Self {
+        assert!(cs.is_enabled() || cs.id() != 0);
         let ts = self.tick(900);
         let mut args = vec![id];
         for a in vals {
@@ -466,6 +469,15 @@ fn async_ranges_on_the_fast_path_write_what_the_general_path_writes() {
     w.flow(9).async_begin(&A, 400, 50, &[]).begin(&B, 0).end(0);
     w.tick(1 << 40);
     w.async_end(&A, 400, &[]).async_end(&A, 301, &[]);
+    steps.push(Step::Words(w.take()));
+    // Packets whose lengths take two bytes with the track added (written
+    // again), or before it: strings of 80 to 160 bytes around the bound.
+    for (i, n) in [80usize, 95, 100, 105, 110, 160].into_iter().enumerate() {
+        let text = "y".repeat(n);
+        let id = 700 + i as u64;
+        w.async_begin(&D, id, 50, &[&text.as_str(), &-1i64, &true, &0.5f64, &9u64])
+            .async_end(&D, id, &[]);
+    }
     steps.push(Step::Words(w.take()));
     steps.push(Step::Clear);
     w.async_begin(&C, 500, 50, &[&3u64]).async_end(&C, 500, &[]);
