@@ -233,7 +233,7 @@ impl AsyncTracks {
     }
 
     /// The encoded `track_uuid` field of track `t`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn field(&mut self, t: Track) -> &TrackField {
         match t.n {
             0 => {

@@ -535,57 +535,12 @@ impl PerfettoEncoder {
                 }
                 last = ts;
                 events += 1;
-            } else if kind == KIND_ASYNC_BEGIN {
-                // A range's begin on its track (a span's, with lifetime
-                // slices): the site's begin template, the track, the args.
-                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
-                let [id, args @ ..] = args else {
-                    break;
-                };
-                let Some(&t) = seq.begin_tmpl.get(site as usize) else {
-                    break;
-                };
-                let raw = cal.to_ns(*ticks);
-                // Begun in the past (found async later): the general path.
-                if t.len == 0 || raw < last {
-                    break;
+            } else if kind == KIND_ASYNC_BEGIN || kind == KIND_ASYNC_END {
+                // Out of line: the loop of scopes and instants stays as it was.
+                match self.fast_async(ctx, seq, &cal, rec, last, &mut cur) {
+                    Some(ts) => last = ts,
+                    None => break,
                 }
-                let Some(cs) = ctx.sites.get(site) else {
-                    break;
-                };
-                let track =
-                    self.async_tracks
-                        .begin(ctx.process, seq.seq_id, site, cs.name, *id, raw);
-                if !seq.is_described(track) {
-                    cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
-                }
-                if t.plain && args.is_empty() {
-                    cur.put_on_track(raw - last, &t, self.async_tracks.field(track));
-                } else {
-                    // The thread's begin, then the track after its
-                    // arguments, as `fill_event` writes it.
-                    let start = cur.len;
-                    self.begin_with_args(seq, cs, args, raw - last, &t, &mut cur);
-                    cur.append_to_track_event(start, &t, self.async_tracks.field(track));
-                }
-                last = raw;
-                events += 1;
-            } else if kind == KIND_ASYNC_END && len == 3 {
-                // A range's plain end (nothing recorded since its begin).
-                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
-                let Some(cs) = ctx.sites.get(site) else {
-                    break;
-                };
-                if !cs.arg_names.is_empty() {
-                    break; // the general path's end names them
-                }
-                let ts = cal.to_ns(*ticks).max(last);
-                let track = self.async_tracks.end(ctx.process, seq.seq_id, args[0], ts);
-                if !seq.is_described(track) {
-                    cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
-                }
-                cur.put_on_track(ts - last, &seq.end_tmpl, self.async_tracks.field(track));
-                last = ts;
                 events += 1;
             } else {
                 break;
@@ -595,6 +550,61 @@ impl PerfettoEncoder {
         seq.last_ns = last;
         self.stats.events += events;
         words.len() - rest.len()
+    }
+
+    /// An async range's begin (the site's begin template, its arguments,
+    /// its track's field) or plain end (nothing recorded since its begin)
+    /// at the sequence clock `last`, on its pooled track (`async_tracks`);
+    /// the clock after it, or `None` (nothing written or taken) for the
+    /// general path.
+    #[inline(never)]
+    fn fast_async(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        cal: &Calibration,
+        rec: &[u64],
+        last: u64,
+        cur: &mut Cursor<'_>,
+    ) -> Option<u64> {
+        let [hdr, ticks, id, args @ ..] = rec else {
+            return None;
+        };
+        let site = (header_payload(*hdr) & crate::record::layout::MAX_SITE_ID as u64) as u32;
+        let cs = ctx.sites.get(site)?;
+        if header_kind(*hdr) == KIND_ASYNC_BEGIN {
+            let t = *seq.begin_tmpl.get(site as usize)?;
+            let raw = cal.to_ns(*ticks);
+            // Begun in the past (found async later): the general path.
+            if t.len == 0 || raw < last {
+                return None;
+            }
+            let tracks = &mut self.async_tracks;
+            let track = tracks.begin(ctx.process, seq.seq_id, site, cs.name, *id, raw);
+            if !seq.is_described(track) {
+                cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
+            }
+            if t.plain && args.is_empty() {
+                cur.put_on_track(raw - last, &t, self.async_tracks.field(track));
+            } else {
+                // The thread's begin, then the track after its arguments,
+                // as `fill_event` writes it.
+                let start = cur.len;
+                self.begin_with_args(seq, cs, args, raw - last, &t, cur);
+                cur.append_to_track_event(start, &t, self.async_tracks.field(track));
+            }
+            return Some(raw);
+        }
+        if !args.is_empty() || !cs.arg_names.is_empty() {
+            return None; // an end carrying args, or naming them: the general path
+        }
+        let ts = cal.to_ns(*ticks).max(last);
+        let track = self.async_tracks.end(ctx.process, seq.seq_id, *id, ts);
+        if !seq.is_described(track) {
+            cur.with_vec(|out| self.async_track(ctx, seq, cs, track, out));
+        }
+        cur.put_on_track(ts - last, &seq.end_tmpl, self.async_tracks.field(track));
+        Some(ts)
     }
 
     /// A begin (or instant) whose call site has arguments (or whose record
