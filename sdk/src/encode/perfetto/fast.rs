@@ -408,6 +408,14 @@ impl PerfettoEncoder {
                 if pos >= words.len() {
                     break;
                 }
+                // Async ranges (and the instants between them: a stream
+                // of `tracing` spans drawn as lifetime slices) take a loop
+                // of their own, so the loop of scopes stays as it was.
+                let taken = self.fast_async_run(ctx, seq, &words[pos..], out);
+                if taken > 0 {
+                    pos += taken;
+                    continue;
+                }
             }
             let hdr = words[pos];
             let len = header_len(hdr) as usize;
@@ -514,30 +522,7 @@ impl PerfettoEncoder {
                 }
                 events += 1;
             } else if kind == KIND_INSTANT {
-                let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
-                let Some(t) = seq.instant_tmpl.get(site as usize) else {
-                    break;
-                };
-                if t.len == 0 {
-                    break;
-                }
-                let ts = cal.to_ns(*ticks).max(last);
-                if t.plain {
-                    // No site needed (its template was made from it).
-                    cur.put(ts - last, t);
-                } else {
-                    // A template exists only for a site the cache returned.
-                    let Some(cs) = ctx.sites.get(site) else {
-                        break;
-                    };
-                    let t = *t;
-                    self.begin_with_args(seq, cs, args, ts - last, &t, &mut cur);
-                }
-                last = ts;
-                events += 1;
-            } else if kind == KIND_ASYNC_BEGIN || kind == KIND_ASYNC_END {
-                // Out of line: the loop of scopes and instants stays as it was.
-                match self.fast_async(ctx, seq, &cal, rec, last, &mut cur) {
+                match self.fast_instant(ctx, seq, &cal, payload, *ticks, args, last, &mut cur) {
                     Some(ts) => last = ts,
                     None => break,
                 }
@@ -552,12 +537,89 @@ impl PerfettoEncoder {
         words.len() - rest.len()
     }
 
+    /// An instant of a site with a template at the sequence clock `last`;
+    /// the clock after it, or `None` (nothing written) for the general path.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn fast_instant(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        cal: &Calibration,
+        payload: u64,
+        ticks: u64,
+        args: &[u64],
+        last: u64,
+        cur: &mut Cursor<'_>,
+    ) -> Option<u64> {
+        let site = (payload & crate::record::layout::MAX_SITE_ID as u64) as u32;
+        let t = seq.instant_tmpl.get(site as usize)?;
+        if t.len == 0 {
+            return None;
+        }
+        let ts = cal.to_ns(ticks).max(last);
+        if t.plain {
+            // No site needed (its template was made from it).
+            cur.put(ts - last, t);
+        } else {
+            // A template exists only for a site the cache returned.
+            let cs = ctx.sites.get(site)?;
+            let t = *t;
+            self.begin_with_args(seq, cs, args, ts - last, &t, cur);
+        }
+        Some(ts)
+    }
+
+    /// As [`Self::fast_run`], for async ranges' begins and plain ends
+    /// (`fast_async`) and the instants between them; the words taken.
+    #[inline(never)]
+    fn fast_async_run(
+        &mut self,
+        ctx: &mut Context<'_>,
+        seq: &mut Seq,
+        words: &[u64],
+        out: &mut Vec<u8>,
+    ) -> usize {
+        if seq.end_tmpl.len == 0 {
+            self.make_end_template(seq);
+        }
+        let cal: Calibration = ctx.cal.clone();
+        let mut last = seq.last_ns;
+        let mut events = 0u64;
+        let mut cur = Cursor::new(out);
+        let mut rest = words;
+        while let Some(&hdr) = rest.first() {
+            let len = header_len(hdr) as usize;
+            let Some((rec, after)) = rest.split_at_checked(len) else {
+                break; // cut
+            };
+            let kind = header_kind(hdr);
+            let next = if kind == KIND_ASYNC_BEGIN || kind == KIND_ASYNC_END {
+                self.fast_async(ctx, seq, &cal, rec, last, &mut cur)
+            } else if let (KIND_INSTANT, [_, ticks, args @ ..]) = (kind, rec) {
+                let payload = header_payload(hdr);
+                self.fast_instant(ctx, seq, &cal, payload, *ticks, args, last, &mut cur)
+            } else {
+                None
+            };
+            let Some(ts) = next else {
+                break;
+            };
+            last = ts;
+            events += 1;
+            rest = after;
+        }
+        seq.last_ns = last;
+        self.stats.events += events;
+        words.len() - rest.len()
+    }
+
     /// An async range's begin (the site's begin template, its arguments,
     /// its track's field) or plain end (nothing recorded since its begin)
     /// at the sequence clock `last`, on its pooled track (`async_tracks`);
     /// the clock after it, or `None` (nothing written or taken) for the
     /// general path.
-    #[inline(never)]
+    #[inline(always)]
     fn fast_async(
         &mut self,
         ctx: &mut Context<'_>,
