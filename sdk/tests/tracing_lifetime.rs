@@ -15,7 +15,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::dispatcher::{self, Dispatch};
 use tracing::{info, info_span};
-use tracing_subscriber::layer::SubscriberExt;
 
 fn start_lifetime(trace: &Path, via: Via, ratio: Option<f64>) -> (Dispatch, ringtrace::TraceGuard) {
     let mut builder = ringtrace::builder()
@@ -24,19 +23,7 @@ fn start_lifetime(trace: &Path, via: Via, ratio: Option<f64>) -> (Dispatch, ring
     if let Some(ratio) = ratio {
         builder = builder.sample_ratio(ratio);
     }
-    match via {
-        Via::Layer => {
-            let (layer, guard) = builder.layer().unwrap();
-            (
-                Dispatch::new(tracing_subscriber::registry().with(layer)),
-                guard,
-            )
-        }
-        Via::Subscriber => {
-            let (subscriber, guard) = builder.subscriber().unwrap();
-            (Dispatch::new(subscriber), guard)
-        }
-    }
+    finish(builder, via)
 }
 
 const THREADS: u64 = 3;

@@ -312,6 +312,11 @@ pub fn start_with(trace: &Path, via: Via, every_slice: bool) -> (Dispatch, ringt
     let builder = ringtrace::builder()
         .output(trace)
         .span_fields_every_slice(every_slice);
+    finish(builder, via)
+}
+
+/// Starts the session of `builder`, recorded through `via`.
+pub fn finish(builder: ringtrace::Builder, via: Via) -> (Dispatch, ringtrace::TraceGuard) {
     match via {
         Via::Layer => {
             let (layer, guard) = builder.layer().unwrap();
